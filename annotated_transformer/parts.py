@@ -1,0 +1,171 @@
+"""Which implementation each chapter's parts come from.
+
+A :class:`Parts` names a *source* per chapter: ``"solutions"`` (the reference),
+``"exercises"`` (the learner's), or a folder holding ``chNN_*.py`` files (a
+submission elsewhere, freshly generated stubs). Anything is looked up by the
+name the syllabus gives it::
+
+    parts = Parts.reference().with_chapter(2, "exercises")  # my attention, reference rest
+    pe = parts.PositionalEncoding(d_model=64)               # chapter 1, from solutions
+    parts.module(2).softmax                                 # chapter 2, from exercises
+
+Code that builds modules from earlier chapters' parts (a chapter file, the model
+builder) asks :func:`active_parts` *while it is built*, so a model made under
+``with use_parts(parts):`` keeps those classes wherever it later runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import re
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+PACKAGES = ("solutions", "exercises")
+CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$")
+
+
+def _source_dir(source: str) -> Path:
+    """The folder that holds a source's chapter files."""
+    if source in PACKAGES:
+        spec = importlib.util.find_spec(source)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError(
+                f"the package {source!r} is not importable; install the course with "
+                f"`pip install -e .` from the repository root"
+            )
+        return Path(next(iter(spec.submodule_search_locations)))
+    path = Path(source)
+    if not path.is_dir():
+        raise ValueError(
+            f"a parts source is 'solutions', 'exercises' or a folder of chNN_*.py files; "
+            f"got {source!r}, which is none of them"
+        )
+    return path.resolve()
+
+
+@cache
+def chapter_files(source: str) -> Mapping[int, Path]:
+    """``{chapter number: file}`` for every ``chNN_*.py`` of a source."""
+    files = {}
+    for path in sorted(_source_dir(source).glob("ch*.py")):
+        match = CHAPTER_FILE.match(path.name)
+        if match:
+            files[int(match["chapter"])] = path
+    return MappingProxyType(files)
+
+
+def _exported_names(path: Path) -> list[str]:
+    """The names in a file's ``__all__``, read without importing it (it may be broken)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+@cache
+def name_index() -> Mapping[str, int]:
+    """``{public name: chapter}`` for every exercise, from the reference files' ``__all__``."""
+    index: dict[str, int] = {}
+    sources = [s for s in PACKAGES if importlib.util.find_spec(s) is not None]
+    for source in sources:  # the reference first; the stubs carry the same names
+        for chapter, path in chapter_files(source).items():
+            for name in _exported_names(path):
+                index.setdefault(name, chapter)
+    return MappingProxyType(index)
+
+
+@cache
+def load_chapter(source: str, chapter: int) -> ModuleType:
+    """Import (once) chapter ``chapter``'s module from ``source``."""
+    files = chapter_files(source)
+    if chapter not in files:
+        raise LookupError(f"{source!r} has no file for chapter {chapter} (chNN_*.py with NN={chapter:02d})")
+    path = files[chapter]
+    if source in PACKAGES:
+        return importlib.import_module(f"{source}.{path.stem}")
+    # A folder: a module name of its own, so that it never shadows the packages.
+    tag = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+    spec = importlib.util.spec_from_file_location(f"_parts_{tag}_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The source of each chapter's parts: ``default`` unless ``chapters`` names another."""
+
+    default: str = "solutions"
+    chapters: Mapping[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chapters", MappingProxyType(dict(self.chapters)))
+
+    @classmethod
+    def reference(cls) -> Parts:
+        """Every chapter from ``solutions``."""
+        return cls("solutions")
+
+    @classmethod
+    def learner(cls) -> Parts:
+        """Every chapter from ``exercises``: the learner's own model."""
+        return cls("exercises")
+
+    def with_chapter(self, chapter: int, source: str) -> Parts:
+        """A copy in which ``chapter`` comes from ``source``."""
+        return Parts(self.default, {**self.chapters, chapter: source})
+
+    def source(self, chapter: int) -> str:
+        return self.chapters.get(chapter, self.default)
+
+    def module(self, chapter: int) -> ModuleType:
+        """Chapter ``chapter``'s module, from its source."""
+        return load_chapter(self.source(chapter), chapter)
+
+    def get(self, name: str) -> Any:
+        """A part by its syllabus name (``"MultiHeadAttention"``), from its chapter's source."""
+        if name not in name_index():
+            raise AttributeError(f"no chapter exports a part named {name!r}")
+        return getattr(self.module(name_index()[name]), name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.get(name)
+
+    def describe(self) -> str:
+        """One line: where each chapter comes from."""
+        rest = f"{self.default} for every other chapter" if self.chapters else self.default
+        named = ", ".join(f"chapter {c}: {s}" for c, s in sorted(self.chapters.items()))
+        return f"{named}; {rest}" if named else rest
+
+
+_ACTIVE: ContextVar[Parts] = ContextVar("annotated_transformer_parts", default=Parts())
+
+
+def active_parts() -> Parts:
+    """The parts that modules built now take their pieces from (the reference by default)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def use_parts(parts: Parts) -> Iterator[Parts]:
+    """Build modules from ``parts`` inside this block."""
+    token = _ACTIVE.set(parts)
+    try:
+        yield parts
+    finally:
+        _ACTIVE.reset(token)

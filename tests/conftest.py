@@ -1,0 +1,82 @@
+"""Choose the implementation the graded tests run against, and keep every test independent.
+
+``--impl`` takes a comma-separated list of sources: ``solutions`` (default),
+``exercises``, a folder of ``chNN_*.py`` files, or ``variants`` (every wrong and
+right variant of each chapter, each against its own exercise's tests). A graded
+test module sets ``CHAPTER`` and ``EXERCISES`` and asks for the ``impl`` fixture:
+the chapter's module from that source. Earlier chapters' parts come from the
+reference, so a learner stuck in one chapter can still be graded on the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+import variants
+
+from annotated_transformer.parts import Parts, load_chapter, use_parts
+
+
+class ExerciseImportError(RuntimeError):
+    """The learner's chapter file could not be imported."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--impl",
+        default="solutions",
+        help="comma-separated sources to grade: solutions (default), exercises, "
+        "a folder of chNN_*.py files, or variants",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "impl" not in metafunc.fixturenames:
+        return
+    chapter = metafunc.module.CHAPTER
+    marker = metafunc.definition.get_closest_marker("grade")
+    exercise = marker.args[0] if marker else None
+    specs: list[str] = []
+    for spec in metafunc.config.getoption("--impl").split(","):
+        if spec == "variants":
+            specs += [f"variant:{v.name}" for v in variants.for_chapter(chapter)
+                      if v.exercise == exercise]
+        elif spec:
+            specs.append(spec)
+    ids = [Path(s).name if s not in ("solutions", "exercises") and "/" in s else s for s in specs]
+    metafunc.parametrize("impl", specs, ids=ids, indirect=True)
+
+
+@pytest.fixture
+def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
+    """The module of the chapter under test, from the source chosen by ``--impl``."""
+    spec: str = request.param
+    chapter: int = request.module.CHAPTER
+    try:
+        if spec.startswith("variant:"):
+            module = variants.load(chapter, spec.removeprefix("variant:"))
+        else:
+            module = load_chapter(spec, chapter)
+    except Exception as error:  # a learner's file can fail in any way
+        where = f" (line {error.lineno})" if isinstance(error, SyntaxError) else ""
+        raise ExerciseImportError(
+            f"could not import chapter {chapter} from {spec}{where}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    source = "solutions" if spec.startswith("variant:") else spec
+    with use_parts(Parts("solutions", {chapter: source})):
+        yield module
+
+
+@pytest.fixture(autouse=True)
+def _isolated_torch_state() -> Iterator[None]:
+    """A fixed seed for every test, and global torch settings restored after it."""
+    torch.manual_seed(0)
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_grad_enabled(grad)
