@@ -1,0 +1,158 @@
+"""Grade the exercises: run the graded tests and report points per exercise.
+
+    python -m annotated_transformer.grade                  # every chapter, your exercises/
+    python -m annotated_transformer.grade --chapter 1      # one chapter (repeat for more)
+    python -m annotated_transformer.grade --impl solutions --json report.json
+
+An exercise's points are the points of its tests that passed (partial credit);
+its status is ``passed`` (every test passed), ``not implemented`` (a stub still
+raises ``NotImplementedError``), ``failed`` (a test's check failed), ``error``
+(your code raised) or ``timeout``. Passing tests is evidence, not a proof, that
+the work is correct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS_DIR = ROOT / "tests"
+TEST_FILE = re.compile(r"^test_ch(?P<chapter>\d\d)_\w+\.py$")
+# The worst outcome of an exercise's tests names its status.
+PRIORITY = ("not implemented", "error", "timeout", "failed", "skipped", "passed")
+
+
+@dataclass
+class ExerciseResult:
+    id: str
+    chapter: int
+    title: str
+    points: float
+    max_points: float
+    status: str
+    message: str
+
+
+def chapter_test_files(chapters: list[int] | None = None) -> dict[int, Path]:
+    """``{chapter: graded test file}``, all of them or the ones asked for."""
+    files = {int(m["chapter"]): p for p in sorted(TESTS_DIR.glob("test_ch*.py"))
+             if (m := TEST_FILE.match(p.name))}
+    if chapters:
+        missing = sorted(set(chapters) - set(files))
+        if missing:
+            raise ValueError(f"no graded tests for chapter(s) {missing}; "
+                             f"chapters with tests: {sorted(files)}")
+        files = {c: files[c] for c in sorted(set(chapters))}
+    return files
+
+
+def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
+              extra_args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Run the graded tests in a fresh interpreter; one record a test (see grading_plugin)."""
+    files = chapter_test_files(chapters)
+    if impl not in ("solutions", "exercises", "variants") and Path(impl).exists():
+        impl = str(Path(impl).resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        command = [
+            sys.executable, "-m", "pytest", *map(str, files.values()), f"--impl={impl}",
+            "-p", "annotated_transformer.grading_plugin", f"--grade-report={report}",
+            f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            "--rootdir", str(ROOT), *extra_args,
+        ]
+        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        if not report.exists():
+            raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
+                               f"{process.stderr[-3000:]}")
+        return json.loads(report.read_text())
+
+
+def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
+    """One row an exercise: points earned, status from its worst test, that test's message."""
+    by_exercise: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record["exercise"] is not None:
+            by_exercise.setdefault(record["exercise"], []).append(record)
+    rows = []
+    for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
+        tests = by_exercise[exercise]
+        worst = min(tests, key=lambda r: PRIORITY.index(r["outcome"]))
+        rows.append(ExerciseResult(
+            id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
+            points=round(sum(r["points"] for r in tests if r["outcome"] == "passed"), 2),
+            max_points=round(sum(r["points"] for r in tests), 2),
+            status=worst["outcome"], message=worst["message"],
+        ))
+    return rows
+
+
+def _points(value: float) -> str:
+    return f"{round(value, 2):g}"
+
+
+def format_table(rows: list[ExerciseResult], impl: str) -> str:
+    lines = [f"Graded: {impl}", ""]
+    width = max([len(r.title) for r in rows] + [5])
+    lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
+    for row in rows:
+        score = f"{_points(row.points)}/{_points(row.max_points)}"
+        lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
+        if row.status != "passed":
+            lines.append(f"{'':<5} -> {row.message.splitlines()[0] if row.message else ''}")
+    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    lines += ["", f"Total: {_points(total)}/{_points(possible)} points "
+              f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with all "
+              f"tests passed)"]
+    return "\n".join(lines)
+
+
+def report(rows: list[ExerciseResult], impl: str) -> dict[str, Any]:
+    """The JSON report: the rows and the totals."""
+    return {
+        "impl": impl,
+        "exercises": [asdict(r) for r in rows],
+        "points": sum(r.points for r in rows),
+        "max_points": sum(r.max_points for r in rows),
+        "chapters": {
+            str(c): {"points": sum(r.points for r in rows if r.chapter == c),
+                     "max_points": sum(r.max_points for r in rows if r.chapter == c)}
+            for c in sorted({r.chapter for r in rows})
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m annotated_transformer.grade",
+        description="Run the graded tests and report points per exercise.")
+    parser.add_argument("--chapter", type=int, action="append",
+                        help="grade this chapter only (repeatable; default: every chapter)")
+    parser.add_argument("--impl", default="exercises",
+                        help="what to grade: exercises (default), solutions, or a folder of "
+                        "chNN_*.py files")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds a single test may take (default 60)")
+    args = parser.parse_args(argv)
+    try:
+        records = run_tests(args.chapter, args.impl, timeout=args.timeout)
+    except ValueError as error:
+        parser.error(str(error))
+    rows = summarize(records)
+    print(format_table(rows, args.impl))
+    if args.json:
+        args.json.write_text(json.dumps(report(rows, args.impl), indent=2) + "\n")
+        print(f"\nJSON report written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

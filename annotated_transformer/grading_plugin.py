@@ -1,0 +1,126 @@
+"""A pytest plugin that records every graded test's outcome for the grader.
+
+Loaded by :mod:`annotated_transformer.grade` with ``-p``; writes one JSON record a
+test (``--grade-report PATH``): its exercise, points, the implementation it ran
+against, its outcome and the first message a learner should read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+OUTCOMES = ("passed", "failed", "not implemented", "error", "timeout", "skipped")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--grade-report", default=None, help="write the graded outcomes as JSON here")
+
+
+def _first_message(error: BaseException) -> str:
+    text = str(error)
+    # pytest appends its own rendering of the failed expression after the message.
+    text = text.split("\nassert ")[0].strip()
+    if text.startswith("DID NOT RAISE"):
+        return f"expected {text.removeprefix('DID NOT RAISE').strip()} to be raised, but nothing was"
+    return text or type(error).__name__
+
+
+def _learner_location(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+    """``file:line`` of the deepest frame outside the tests and pytest (the learner's code)."""
+    where = ""
+    for entry in excinfo.traceback:
+        path = Path(str(entry.path))
+        if "tests" in path.parts or "_pytest" in path.parts or "site-packages" in path.parts:
+            continue
+        if "annotated_transformer" in path.parts:
+            continue
+        where = f"{path.name}:{entry.lineno + 1}"
+    return where
+
+
+def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, str]:
+    """``(outcome, message)`` for a test that raised ``excinfo`` (None: it passed)."""
+    if excinfo is None:
+        return "passed", ""
+    error = excinfo.value
+    message = _first_message(error)
+    if isinstance(error, NotImplementedError):
+        return "not implemented", message
+    if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):
+        if message.startswith("Timeout"):
+            return "timeout", message
+        return "failed", message
+    if excinfo.typename == "Skipped":
+        return "skipped", message
+    cause = error.__cause__
+    if isinstance(cause, NotImplementedError):
+        return "not implemented", _first_message(cause)
+    where = _learner_location(excinfo)
+    suffix = f" (at {where})" if where else ""
+    return "error", f"{type(error).__name__}: {message}{suffix}"
+
+
+def _impl_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("impl") if callspec else None
+
+
+class GradeRecorder:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.records: dict[str, dict[str, Any]] = {}
+        self.cases: dict[tuple[str, str, str | None], int] = {}
+
+    def _function_key(self, item: pytest.Item) -> tuple[str, str, str | None]:
+        return (item.nodeid.split("::")[0], getattr(item, "originalname", item.name),
+                _impl_of(item))
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # A test function's points are shared by its parametrized cases.
+        for item in items:
+            key = self._function_key(item)
+            self.cases[key] = self.cases.get(key, 0) + 1
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        outcome = yield
+        report = outcome.get_result()
+        marker = item.get_closest_marker("grade")
+        if marker is None:
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            outcome_name, message = classify(call.excinfo if report.failed or report.skipped
+                                             else None)
+            exercise = marker.args[0]
+            share = marker.kwargs.get("points", 1) / self.cases.get(self._function_key(item), 1)
+            self.records[item.nodeid] = {
+                "test": item.nodeid,
+                "exercise": exercise,
+                "chapter": int(exercise.split(".")[0]),
+                "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
+                "points": share,
+                "impl": _impl_of(item),
+                "outcome": outcome_name,
+                "message": message,
+            }
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.records[report.nodeid] = {
+                "test": report.nodeid, "exercise": None, "chapter": None, "title": None,
+                "points": 0, "impl": None, "outcome": "error",
+                "message": f"the tests could not be collected: {report.longreprtext[-600:]}",
+            }
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        Path(self.path).write_text(json.dumps(list(self.records.values()), indent=1))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--grade-report")
+    if path:
+        config.pluginmanager.register(GradeRecorder(path), "grade-recorder")
