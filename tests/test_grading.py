@@ -1,0 +1,113 @@
+"""The grader, both ways: the reference passes everything, fresh stubs are 'not implemented',
+every wrong variant is caught and every other correct answer passes."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+import variants
+
+from annotated_transformer import grade, stubs
+
+CHAPTERS = sorted(grade.chapter_test_files())
+
+
+def test_the_reference_passes_every_graded_test():
+    rows = grade.summarize(grade.run_tests(None, "solutions"))
+    assert {r.chapter for r in rows} == set(CHAPTERS)
+    failing = [f"{r.id}: {r.status}: {r.message}" for r in rows if r.status != "passed"]
+    assert not failing, failing
+    assert all(r.points == r.max_points > 0 for r in rows)
+
+
+def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
+    stubs.write_stubs(tmp_path)
+    rows = grade.summarize(grade.run_tests(None, str(tmp_path)))
+    assert rows
+    for row in rows:
+        assert row.status == "not implemented", f"{row.id}: {row.status}: {row.message}"
+        assert row.points == 0
+        assert row.message.startswith(f"Exercise {row.id}: "), row.message
+
+
+def test_wrong_variants_fail_and_right_variants_pass():
+    records = grade.run_tests(None, "variants")
+    by_variant: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        by_variant[record["impl"].removeprefix("variant:")].append(record)
+    problems = []
+    for chapter in CHAPTERS:
+        for variant in variants.for_chapter(chapter):
+            outcomes = [r["outcome"] for r in by_variant[variant.name]]
+            if not outcomes:
+                problems.append(f"{variant.name}: no test of exercise {variant.exercise} ran")
+            elif variant.correct and set(outcomes) != {"passed"}:
+                bad = next(r for r in by_variant[variant.name] if r["outcome"] != "passed")
+                problems.append(f"right answer {variant.name} ({variant.why}) fails "
+                                f"{bad['test']}: {bad['message']}")
+            elif not variant.correct and "passed" in outcomes and len(set(outcomes)) == 1:
+                problems.append(f"wrong answer {variant.name} ({variant.why}) passes every "
+                                f"test of exercise {variant.exercise}")
+            elif not variant.correct:
+                failed = [r for r in by_variant[variant.name] if r["outcome"] != "passed"]
+                assert all(r["message"] for r in failed), "a failure without a message"
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_exercise_has_tests_and_wrong_and_right_variants(chapter):
+    test_file = grade.chapter_test_files([chapter])[chapter]
+    tree = ast.parse(test_file.read_text())
+    declared = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                    and getattr(n.targets[0], "id", "") == "EXERCISES")
+    graded = set(re.findall(r'@pytest\.mark\.grade\("(\d+\.\d+)"', test_file.read_text()))
+    solution = next(stubs.SOLUTIONS_DIR.glob(f"ch{chapter:02d}_*.py")).read_text()
+    regions = set(re.findall(r"# BEGIN SOLUTION (\d+\.\d+)", solution))
+    assert set(declared) == graded == regions, (declared, graded, regions)
+    for exercise in declared:
+        kinds = {v.correct for v in variants.for_chapter(chapter) if v.exercise == exercise}
+        assert kinds == {True, False}, f"exercise {exercise} needs wrong and right variants"
+
+
+def test_an_unimportable_file_is_an_error_naming_the_line(tmp_path):
+    stubs.write_stubs(tmp_path)
+    target = next(tmp_path.glob("ch01_*.py"))
+    target.write_text(target.read_text() + "\ndef broken(:\n")
+    rows = grade.summarize(grade.run_tests([1], str(tmp_path)))
+    assert {r.status for r in rows} == {"error"}
+    assert all("SyntaxError" in r.message and "line" in r.message for r in rows)
+
+
+def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
+    stubs.write_stubs(tmp_path)
+    target = next(tmp_path.glob("ch01_*.py"))
+    text = target.read_text().replace(
+        'raise NotImplementedError("Exercise 1.1: positional_encoding is not implemented yet")',
+        "return torch.ones(2, 3) @ torch.ones(2, 3)")
+    target.write_text(text)
+    rows = {r.id: r for r in grade.summarize(grade.run_tests([1], str(tmp_path)))}
+    assert rows["1.1"].status == "error"
+    assert "RuntimeError" in rows["1.1"].message and target.name in rows["1.1"].message
+    assert rows["1.2"].status == "not implemented"
+
+
+def test_command_line_table_and_json(tmp_path):
+    path = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
+                           "--impl", "solutions", "--json", str(path)],
+                          capture_output=True, text=True, check=True)
+    assert "1.1" in done.stdout and "passed" in done.stdout and "Total:" in done.stdout
+    data = json.loads(path.read_text())
+    assert set(data) >= {"exercises", "points", "max_points", "chapters"}
+    row = data["exercises"][0]
+    assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message"}
+    assert data["points"] == data["max_points"] > 0
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "99"],
+                           capture_output=True, text=True)
+    assert usage.returncode == 2 and "chapter" in usage.stderr

@@ -1,0 +1,66 @@
+"""The parts registry: which implementation each chapter comes from, bound when built."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+
+import solutions.ch01_positional_encoding as reference_ch01
+from annotated_transformer import Parts, active_parts, use_parts
+from annotated_transformer.model import build_embeddings
+from annotated_transformer.stubs import write_stubs
+
+
+def test_names_resolve_to_their_chapter_and_source():
+    parts = Parts.reference()
+    assert parts.PositionalEncoding is reference_ch01.PositionalEncoding
+    assert parts.module(1) is reference_ch01
+    learner = Parts.learner()
+    assert learner.module(1).__name__ == "exercises.ch01_positional_encoding"
+    mixed = Parts.learner().with_chapter(1, "solutions")
+    assert mixed.source(1) == "solutions" and mixed.source(2) == "exercises"
+    assert mixed.describe() == "chapter 1: solutions; exercises for every other chapter"
+
+
+def test_unknown_names_and_sources_are_explained(tmp_path):
+    with pytest.raises(AttributeError, match="NoSuchPart"):
+        Parts.reference().NoSuchPart
+    with pytest.raises(ValueError, match="not_a_source"):
+        Parts("not_a_source").module(1)
+    with pytest.raises(LookupError, match="chapter 1"):
+        Parts(str(tmp_path)).module(1)
+
+
+def test_a_folder_is_a_source(tmp_path):
+    shutil.copy(reference_ch01.__file__, tmp_path / "ch01_positional_encoding.py")
+    module = Parts(str(tmp_path)).module(1)
+    assert module is not reference_ch01
+    assert torch.equal(module.positional_encoding(4, 6), reference_ch01.positional_encoding(4, 6))
+
+
+def test_embeddings_follow_the_paper():
+    torch.manual_seed(0)
+    embed = build_embeddings(vocab_size=13, d_model=8, max_len=20)
+    tokens = torch.randint(0, 13, (2, 5))
+    expected = embed.tokens.embedding(tokens) * math.sqrt(8) + reference_ch01.positional_encoding(5, 8)
+    assert torch.allclose(embed(tokens), expected)
+
+
+def test_a_module_keeps_the_parts_it_was_built_with(tmp_path):
+    shutil.copy(reference_ch01.__file__, tmp_path / "ch01_positional_encoding.py")
+    folder = Parts(str(tmp_path))
+    with use_parts(folder):
+        assert active_parts() is folder
+        embed = build_embeddings(vocab_size=7, d_model=4)
+    assert active_parts() == Parts.reference()
+    assert type(embed.positions) is folder.PositionalEncoding
+    assert type(embed.positions) is not reference_ch01.PositionalEncoding
+
+
+def test_the_learners_unfinished_parts_say_so(tmp_path):
+    write_stubs(tmp_path)
+    with pytest.raises(NotImplementedError, match="Exercise 1.3"):
+        build_embeddings(vocab_size=7, d_model=4, parts=Parts(str(tmp_path)))
