@@ -1,0 +1,49 @@
+"""Every chapter notebook is committed fully executed, in order, without errors.
+
+nbval (run by the README's test command) re-executes the notebooks and compares
+outputs; it silently skips cells that were never executed, which this test forbids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+CHAPTERS_DIR = Path(__file__).resolve().parent.parent / "chapters"
+NOTEBOOKS = sorted(CHAPTERS_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_chapters_are_present():
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert numbers[:2] == [0, 1], numbers
+    assert numbers == list(range(len(numbers))), f"chapter numbers have gaps: {numbers}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_code_cell_executed_in_order_without_errors(path):
+    notebook = json.loads(path.read_text())
+    assert notebook["metadata"]["kernelspec"]["name"] == "python3"
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert code, "a chapter without code"
+    counts = [cell["execution_count"] for cell in code]
+    assert counts == list(range(1, len(code) + 1)), (
+        f"{path.name}: execution counts {counts}; re-execute it with "
+        f"`bash scripts/execute_notebooks.sh {path.relative_to(CHAPTERS_DIR.parent)}`"
+    )
+    for number, cell in enumerate(code, start=1):
+        errors = [o for o in cell["outputs"] if o["output_type"] == "error"]
+        assert not errors, f"{path.name}, code cell {number} raised {errors[0]['ename']}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_chapters_use_earlier_parts_through_the_package(path):
+    sources = "\n".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]
+                        if cell["cell_type"] == "code")
+    direct = re.findall(r"^\s*(?:from|import)\s+(solutions|exercises)\b", sources, re.MULTILINE)
+    assert not direct, (
+        f"{path.name} imports {direct[0]} directly; use annotated_transformer.Parts so that "
+        "the reader can switch between the reference and their own parts"
+    )
