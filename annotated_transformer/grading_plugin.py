@@ -25,7 +25,8 @@ def _first_message(error: BaseException) -> str:
     # pytest appends its own rendering of the failed expression after the message.
     text = text.split("\nassert ")[0].strip()
     if text.startswith("DID NOT RAISE"):
-        return f"expected {text.removeprefix('DID NOT RAISE').strip()} to be raised, but nothing was"
+        expected = text.removeprefix("DID NOT RAISE").strip()
+        return f"expected {expected} to be raised, but nothing was"
     return text or type(error).__name__
 
 

@@ -91,7 +91,9 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
     """Import (once) chapter ``chapter``'s module from ``source``."""
     files = chapter_files(source)
     if chapter not in files:
-        raise LookupError(f"{source!r} has no file for chapter {chapter} (chNN_*.py with NN={chapter:02d})")
+        raise LookupError(
+            f"{source!r} has no file for chapter {chapter} (ch{chapter:02d}_*.py)"
+        )
     path = files[chapter]
     if source in PACKAGES:
         return importlib.import_module(f"{source}.{path.stem}")
@@ -153,7 +155,8 @@ class Parts:
         return f"{named}; {rest}" if named else rest
 
 
-_ACTIVE: ContextVar[Parts] = ContextVar("annotated_transformer_parts", default=Parts())
+_REFERENCE = Parts()
+_ACTIVE: ContextVar[Parts] = ContextVar("annotated_transformer_parts", default=_REFERENCE)
 
 
 def active_parts() -> Parts:

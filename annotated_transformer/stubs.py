@@ -92,7 +92,8 @@ def _digest(body: str) -> str:
 
 def render(solution_path: Path) -> str:
     """The complete text of the exercise file generated from ``solution_path``."""
-    relative = solution_path.relative_to(ROOT) if solution_path.is_relative_to(ROOT) else solution_path
+    inside = solution_path.is_relative_to(ROOT)
+    relative = solution_path.relative_to(ROOT) if inside else solution_path
     chapter = int(solution_path.name[2:4])
     body = make_stub(solution_path.read_text(), str(relative))
     header = (
@@ -113,7 +114,9 @@ def solution_files(solutions_dir: Path = SOLUTIONS_DIR) -> list[Path]:
     return sorted(p for p in solutions_dir.glob("ch*.py") if CHAPTER_FILE.match(p.name))
 
 
-def stale_files(solutions_dir: Path = SOLUTIONS_DIR, exercises_dir: Path = EXERCISES_DIR) -> list[str]:
+def stale_files(
+    solutions_dir: Path = SOLUTIONS_DIR, exercises_dir: Path = EXERCISES_DIR
+) -> list[str]:
     """Exercise files that are missing, or differ from what the generator produces."""
     problems = []
     for path in solution_files(solutions_dir):
@@ -125,7 +128,9 @@ def stale_files(solutions_dir: Path = SOLUTIONS_DIR, exercises_dir: Path = EXERC
     return problems
 
 
-def write_stubs(out_dir: Path, force: bool = False, solutions_dir: Path = SOLUTIONS_DIR) -> list[Path]:
+def write_stubs(
+    out_dir: Path, force: bool = False, solutions_dir: Path = SOLUTIONS_DIR
+) -> list[Path]:
     """Write a stub for every solutions file into ``out_dir``; return the files written.
 
     Refuses (``FileExistsError``) to overwrite a file that a learner has edited,
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             for problem in problems:
                 print(problem, file=sys.stderr)
             if problems:
-                print("regenerate them with: python -m annotated_transformer.stubs", file=sys.stderr)
+                print("regenerate with: python -m annotated_transformer.stubs", file=sys.stderr)
             return 1 if problems else 0
         for path in write_stubs(args.out, force=args.force):
             print(f"wrote {path}")

@@ -16,9 +16,10 @@ from types import ModuleType
 
 import pytest
 import torch
-import variants
 
 from annotated_transformer.parts import Parts, load_chapter, use_parts
+
+import variants
 
 
 class ExerciseImportError(RuntimeError):

@@ -10,8 +10,9 @@ import math
 
 import pytest
 import torch
-from checks import assert_close, assert_tensor
 from torch import nn
+
+from checks import assert_close, assert_tensor
 
 CHAPTER = 1
 EXERCISES = {

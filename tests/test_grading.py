@@ -11,9 +11,10 @@ import sys
 from collections import defaultdict
 
 import pytest
-import variants
 
 from annotated_transformer import grade, stubs
+
+import variants
 
 CHAPTERS = sorted(grade.chapter_test_files())
 

@@ -27,7 +27,7 @@ def test_names_resolve_to_their_chapter_and_source():
 
 def test_unknown_names_and_sources_are_explained(tmp_path):
     with pytest.raises(AttributeError, match="NoSuchPart"):
-        Parts.reference().NoSuchPart
+        _ = Parts.reference().NoSuchPart
     with pytest.raises(ValueError, match="not_a_source"):
         Parts("not_a_source").module(1)
     with pytest.raises(LookupError, match="chapter 1"):
@@ -45,7 +45,8 @@ def test_embeddings_follow_the_paper():
     torch.manual_seed(0)
     embed = build_embeddings(vocab_size=13, d_model=8, max_len=20)
     tokens = torch.randint(0, 13, (2, 5))
-    expected = embed.tokens.embedding(tokens) * math.sqrt(8) + reference_ch01.positional_encoding(5, 8)
+    table = reference_ch01.positional_encoding(5, 8)
+    expected = embed.tokens.embedding(tokens) * math.sqrt(8) + table
     assert torch.allclose(embed(tokens), expected)
 
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import torch
 from torch import nn
+
 from variants import right, wrong
 
 # ------------------------------------------------------------------ 1.1
