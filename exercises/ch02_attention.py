@@ -1,0 +1,81 @@
+# Your work goes here: replace each `raise NotImplementedError(...)` with your code.
+# Grade it: python -m annotated_transformer.grade --chapter 2
+# Generated from solutions/ch02_attention.py by `python -m annotated_transformer.stubs`.
+# stub-digest: ccaa910a46f13e70
+"""Chapter 2: scaled dot-product attention, and why the scores are divided by sqrt(d_k).
+
+Vaswani et al. (2017), section 3.2.1:
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Shapes: ``query [..., Lq, d_k]``, ``key [..., Lk, d_k]``, ``value [..., Lk, d_v]``;
+``...`` is any batch shape, typically ``[B]`` or ``[B, H]``. A mask is boolean,
+``True`` where attention is allowed, broadcastable to the scores ``[..., Lq, Lk]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["softmax", "scaled_dot_product_attention", "softmax_jacobian"]
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Exercise 2.1: ``softmax(x)_i = exp(x_i) / sum_j exp(x_j)`` along ``dim``, computed stably.
+
+    Subtract the maximum of each slice first: ``exp(x_i - m) / sum_j exp(x_j - m)`` is the
+    same value and never overflows (``exp(1000)`` is ``inf`` in float64). A slice whose
+    entries are all ``-inf`` (a query with nothing to attend to) gives all zeros, not NaN.
+    Same shape and dtype as ``x``. May not call ``torch.softmax``, ``F.softmax`` or
+    ``Tensor.softmax``.
+
+    Hint: ``x.amax(dim, keepdim=True)`` is ``-inf`` on an all ``-inf`` slice, and
+    ``-inf - (-inf)`` is NaN: replace such a maximum by 0 before subtracting.
+    """
+    # TODO Exercise 2.1: write softmax (see its docstring).
+    raise NotImplementedError("Exercise 2.1: softmax is not implemented yet")
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Exercise 2.2: ``softmax(Q K^T / sqrt(d_k)) V``, returning ``(output, weights)``.
+
+    ``query [..., Lq, d_k]``, ``key [..., Lk, d_k]``, ``value [..., Lk, d_v]`` ->
+    ``output [..., Lq, d_v]`` and ``weights [..., Lq, Lk]`` (each row sums to 1 over
+    the keys). Where the boolean ``mask`` (broadcastable to ``[..., Lq, Lk]``) is
+    ``False`` the score is ``-inf``, so that key gets weight 0; a query whose keys
+    are all masked gets zero weights and a zero output. ``dropout``, when given, is
+    applied to the weights before they multiply ``value``, and the weights returned
+    are those that did. Raises ``ValueError`` when ``query`` and ``key`` disagree on
+    ``d_k`` or ``key`` and ``value`` on ``Lk``. May not call
+    ``F.scaled_dot_product_attention`` or a PyTorch softmax: use Exercise 2.1.
+
+    Hint: ``key.transpose(-2, -1)`` turns ``[..., Lk, d_k]`` into ``[..., d_k, Lk]``;
+    ``torch.where(mask, scores, -inf)`` masks and broadcasts in one step.
+    """
+    # TODO Exercise 2.2: write scaled_dot_product_attention (see its docstring).
+    raise NotImplementedError("Exercise 2.2: scaled_dot_product_attention is not implemented yet")
+
+
+def softmax_jacobian(p: Tensor) -> Tensor:
+    """Exercise 2.3: the Jacobian of softmax at probabilities ``p [..., n]``: ``[..., n, n]``.
+
+    With ``p = softmax(z)``, ``d p_i / d z_j = p_i (delta_ij - p_j)``, that is
+    ``J = diag(p) - p p^T`` for every vector of the batch. When one ``p_i`` is close to
+    1 (a saturated softmax) every entry of ``J`` is close to 0: no gradient reaches
+    the scores.
+
+    Hint: ``torch.diag_embed(p)`` builds ``diag(p)`` batched; ``p.unsqueeze(-1) *
+    p.unsqueeze(-2)`` is the outer product ``p p^T``.
+    """
+    # TODO Exercise 2.3: write softmax_jacobian (see its docstring).
+    raise NotImplementedError("Exercise 2.3: softmax_jacobian is not implemented yet")

@@ -1,0 +1,236 @@
+"""Graded tests of chapter 2: softmax, scaled dot-product attention, softmax's Jacobian.
+
+References: ``torch.softmax``, ``F.scaled_dot_product_attention`` and
+``torch.autograd.functional.jacobian``, in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from checks import assert_close, assert_tensor
+
+CHAPTER = 2
+EXERCISES = {
+    "2.1": "softmax: stable, all -inf slices give zeros",
+    "2.2": "scaled_dot_product_attention: softmax(QK^T / sqrt(d_k)) V",
+    "2.3": "softmax_jacobian: diag(p) - p p^T",
+}
+f64 = torch.float64
+
+
+def reference_weights(query, key, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) with masked keys at weight 0 and empty rows all zero."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
+
+
+# ---------------------------------------------------------------- 2.1 softmax
+
+
+@pytest.mark.grade("2.1", points=3)
+@pytest.mark.parametrize("shape, dim", [((7,), 0), ((4, 9), -1), ((4, 9), 0), ((2, 3, 5), 1),
+                                        ((2, 3, 5), -1), ((2, 3, 4, 6), 2)])
+def test_softmax_matches_torch(impl, shape, dim):
+    x = torch.randn(shape, dtype=f64) * 3
+    out = assert_tensor(impl.softmax(x, dim=dim), f"softmax(x, dim={dim})", shape=shape,
+                        dtype=f64)
+    assert_close(out, torch.softmax(x, dim=dim), f"softmax(x, dim={dim}) for x of shape "
+                 f"{list(shape)}", hint="Are the sum and the maximum taken over `dim`, with "
+                 "keepdim=True so that they broadcast back?")
+
+
+@pytest.mark.grade("2.1", points=1)
+def test_softmax_default_dim_is_last(impl):
+    x = torch.randn(3, 4, dtype=f64)
+    assert_close(impl.softmax(x), torch.softmax(x, dim=-1), "softmax(x) (default dim=-1)")
+
+
+@pytest.mark.grade("2.1", points=2)
+def test_softmax_does_not_overflow(impl):
+    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=f64)
+    assert_close(impl.softmax(x), torch.softmax(x, dim=-1), "softmax of scores near +-1000",
+                 hint="exp(1000) overflows to inf: subtract each row's maximum first.")
+    x32 = torch.randn(5, 8) * 200
+    assert_close(impl.softmax(x32), torch.softmax(x32, dim=-1), "softmax of float32 scores "
+                 "up to about 800", atol=1e-6, hint="Subtract the maximum before exp.")
+
+
+@pytest.mark.grade("2.1", points=2)
+def test_all_minus_inf_slice_gives_zeros(impl):
+    x = torch.randn(3, 5, dtype=f64)
+    x[1] = float("-inf")
+    x[2, :3] = float("-inf")
+    expected = torch.softmax(x, dim=-1).nan_to_num(nan=0.0)
+    assert_close(impl.softmax(x), expected, "softmax with row 1 all -inf and row 2 partly -inf",
+                 hint="A row with nothing allowed must give zeros: its maximum is -inf, and "
+                 "-inf - (-inf) is NaN. Replace a -inf maximum by 0.")
+
+
+@pytest.mark.grade("2.1", points=1)
+def test_softmax_gradient_matches_torch(impl):
+    x = torch.randn(4, 6, dtype=f64, requires_grad=True)
+    upstream = torch.randn(4, 6, dtype=f64)
+    (grad,) = torch.autograd.grad((impl.softmax(x) * upstream).sum(), x)
+    (expected,) = torch.autograd.grad((torch.softmax(x, -1) * upstream).sum(), x)
+    assert_close(grad, expected, "the gradient of softmax",
+                 hint="Build it from differentiable torch operations (no .detach(), no numpy).")
+
+
+# ---------------------------------------------------------------- 2.2 attention
+
+
+SHAPES = [  # batch shape, Lq, Lk, d_k, d_v
+    ((), 4, 4, 8, 8),
+    ((3,), 5, 7, 8, 4),
+    ((2, 4), 6, 3, 16, 16),
+    ((2, 4), 1, 9, 64, 32),
+]
+
+
+@pytest.mark.grade("2.2", points=3)
+@pytest.mark.parametrize("batch, lq, lk, d_k, d_v", SHAPES)
+def test_attention_matches_pytorch(impl, batch, lq, lk, d_k, d_v):
+    q = torch.randn(*batch, lq, d_k, dtype=f64)
+    k = torch.randn(*batch, lk, d_k, dtype=f64)
+    v = torch.randn(*batch, lk, d_v, dtype=f64)
+    result = impl.scaled_dot_product_attention(q, k, v)
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"scaled_dot_product_attention should return (output, weights), got {type(result).__name__}"
+    )
+    output, weights = result
+    assert_tensor(weights, "weights", shape=(*batch, lq, lk))
+    assert_close(weights, reference_weights(q, k), "weights",
+                 hint="weights = softmax(Q K^T / sqrt(d_k)) over the keys (the last axis); "
+                 "d_k is query.size(-1).")
+    assert_close(output, F.scaled_dot_product_attention(q, k, v), "output",
+                 hint="output = weights @ value.")
+
+
+@pytest.mark.grade("2.2", points=1)
+def test_weights_rows_sum_to_one(impl):
+    q, k, v = (torch.randn(2, 5, 8, dtype=f64) for _ in range(3))
+    _, weights = impl.scaled_dot_product_attention(q, k, v)
+    sums = weights.sum(-1)
+    row = int((sums - 1).abs().argmax())
+    assert torch.allclose(sums, torch.ones_like(sums)), (
+        f"each row of weights must sum to 1 over the keys (dim=-1); a row sums to "
+        f"{sums.flatten()[row].item():.4f}. Is softmax taken over the right dimension?"
+    )
+
+
+MASKS = {
+    "padding [B, 1, 1, Lk]": lambda b, h, lq, lk: torch.arange(lk) < torch.tensor(
+        [lk, lk - 2])[:b].view(b, 1, 1, 1),
+    "causal [Lq, Lk]": lambda b, h, lq, lk: torch.ones(lq, lk, dtype=torch.bool).tril(),
+    "random [B, H, Lq, Lk]": lambda b, h, lq, lk: torch.rand(b, h, lq, lk) > 0.4,
+}
+
+
+@pytest.mark.grade("2.2", points=3)
+@pytest.mark.parametrize("kind", list(MASKS))
+def test_mask_matches_pytorch(impl, kind):
+    b, h, lq, lk, d = 2, 3, 6, 6, 8
+    q, k, v = (torch.randn(b, h, n, d, dtype=f64) for n in (lq, lk, lk))
+    mask = MASKS[kind](b, h, lq, lk)
+    mask[..., 0] = True  # every query may see key 0, so PyTorch's reference has no empty row
+    output, weights = impl.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert_close(weights, reference_weights(q, k, mask), f"weights with a {kind} mask",
+                 hint="Masked scores must become -inf before the softmax (True = allowed), "
+                 "so masked keys get weight exactly 0 and the rest still sum to 1.")
+    assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                 f"output with a {kind} mask")
+
+
+@pytest.mark.grade("2.2", points=2)
+def test_fully_masked_query_gives_zeros_not_nan(impl):
+    q, k, v = torch.randn(1, 3, 4, dtype=f64), torch.randn(1, 5, 4, dtype=f64), torch.randn(
+        1, 5, 2, dtype=f64)
+    mask = torch.ones(1, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False  # query 1 may attend to nothing
+    output, weights = impl.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert_close(weights[0, 1], torch.zeros(5), "the weights of a query whose keys are all "
+                 "masked", hint="Use -inf with your softmax from 2.1 (all -inf gives zeros).")
+    assert_close(output[0, 1], torch.zeros(2), "the output of a query whose keys are all masked")
+    assert_close(weights[0, 0], reference_weights(q, k)[0, 0], "the weights of an unmasked query")
+
+
+@pytest.mark.grade("2.2", points=2)
+def test_dropout_is_applied_to_the_weights(impl):
+    q, k, v = torch.randn(2, 4, 8, dtype=f64), torch.randn(2, 6, 8, dtype=f64), torch.randn(
+        2, 6, 3, dtype=f64)
+    keep = torch.rand(2, 4, 6) > 0.5
+    calls = []
+
+    def dropout(w):
+        calls.append(tuple(w.shape))
+        return w * keep * 2.0
+
+    output, weights = impl.scaled_dot_product_attention(q, k, v, dropout=dropout)
+    assert calls == [(2, 4, 6)], (
+        f"dropout should be called once, on the weights [B, Lq, Lk] = [2, 4, 6]; it was called "
+        f"on shapes {calls}"
+    )
+    dropped = reference_weights(q, k) * keep * 2.0
+    assert_close(weights, dropped, "the returned weights",
+                 hint="Return the weights after dropout: the ones that multiplied value.")
+    assert_close(output, dropped @ v, "output with dropout",
+                 hint="Apply dropout to the weights, then multiply by value.")
+
+
+@pytest.mark.grade("2.2", points=1)
+def test_gradients_match_pytorch(impl):
+    q, k, v = (torch.randn(2, 2, 5, 4, dtype=f64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    upstream = torch.randn(2, 2, 5, 4, dtype=f64)
+    grads = torch.autograd.grad((impl.scaled_dot_product_attention(q, k, v, mask)[0] * upstream)
+                                .sum(), (q, k, v))
+    expected = torch.autograd.grad((F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                                    * upstream).sum(), (q, k, v))
+    for name, grad, want in zip("qkv", grads, expected, strict=True):
+        assert_close(grad, want, f"the gradient with respect to {name}")
+
+
+@pytest.mark.grade("2.2", points=1)
+def test_mismatched_shapes_are_explained(impl):
+    with pytest.raises(ValueError, match="d_k|query|key"):
+        impl.scaled_dot_product_attention(torch.randn(2, 3, 8), torch.randn(2, 4, 6),
+                                          torch.randn(2, 4, 6))
+    with pytest.raises(ValueError, match="Lk|key|value"):
+        impl.scaled_dot_product_attention(torch.randn(2, 3, 8), torch.randn(2, 4, 8),
+                                          torch.randn(2, 5, 8))
+
+
+# ---------------------------------------------------------------- 2.3 Jacobian
+
+
+@pytest.mark.grade("2.3", points=3)
+@pytest.mark.parametrize("batch", [(), (4,), (2, 3)])
+def test_jacobian_matches_autograd(impl, batch):
+    n = 5
+    z = torch.randn(*batch, n, dtype=f64) * 2
+    p = torch.softmax(z, dim=-1)
+    flat = z.reshape(-1, n)
+    expected = torch.stack([torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), row)
+                            for row in flat]).reshape(*batch, n, n)
+    assert_close(impl.softmax_jacobian(p), expected, f"softmax_jacobian(p) for p of shape "
+                 f"{list(p.shape)}", hint="J = diag(p) - p p^T: the diagonal is p_i (1 - p_i), "
+                 "off the diagonal -p_i p_j.")
+
+
+@pytest.mark.grade("2.3", points=1)
+def test_jacobian_vanishes_when_saturated(impl):
+    p = torch.softmax(torch.tensor([30.0, 0.0, 0.0, 0.0], dtype=f64), dim=-1)
+    jacobian = impl.softmax_jacobian(p)
+    assert_tensor(jacobian, "softmax_jacobian(p)", shape=(4, 4))
+    assert jacobian.abs().max() < 1e-12, (
+        f"for a saturated softmax (p close to one-hot) every entry of the Jacobian is close "
+        f"to 0; the largest is {jacobian.abs().max().item():.3g}"
+    )

@@ -1,0 +1,208 @@
+"""Chapter 2: plausible wrong answers and other correct answers."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from variants import right, wrong
+
+NEG_INF = float("-inf")
+
+# ------------------------------------------------------------------ 2.1
+
+
+@wrong("2.1", "softmax", "no maximum subtracted: exp overflows")
+def unstable(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim, keepdim=True)
+
+
+@wrong("2.1", "softmax", "all -inf slices give NaN")
+def nan_on_empty_rows(x, dim=-1):
+    e = torch.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
+
+
+@wrong("2.1", "softmax", "sum over every entry instead of along dim")
+def global_sum(x, dim=-1):
+    m = x.amax(dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    return e / e.sum().clamp_min(1e-300)
+
+
+@wrong("2.1", "softmax", "dim ignored: always the last axis")
+def always_last_axis(x, dim=-1):
+    m = x.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    s = e.sum(-1, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)
+
+
+@right("2.1", "softmax", "logsumexp, then exp, zeros where the slice is empty")
+def via_logsumexp(x, dim=-1):
+    lse = torch.logsumexp(x, dim=dim, keepdim=True)
+    return torch.where(torch.isinf(lse), torch.zeros_like(x), torch.exp(x - lse))
+
+
+@right("2.1", "softmax", "detached maximum and nan_to_num")
+def detached_max_nan_to_num(x, dim=-1):
+    m = x.max(dim=dim, keepdim=True).values.detach()
+    e = torch.exp(x - m)
+    return (e / e.sum(dim=dim, keepdim=True)).nan_to_num(nan=0.0)
+
+
+# ------------------------------------------------------------------ 2.2
+
+
+def _attention(q, k, v, mask=None, dropout=None, *, scale=None, where="before", softmax_dim=-1,
+               fill=NEG_INF, invert=False):
+    from solutions.ch02_attention import softmax  # the reference softmax: only 2.2 varies here
+
+    scale = math.sqrt(q.size(-1)) if scale is None else scale(q, k, v)
+    scores = q @ k.transpose(-2, -1) / scale
+    if mask is not None and invert:
+        mask = ~mask
+    if mask is not None and where == "before":
+        scores = torch.where(mask, scores, torch.full_like(scores, fill))
+    weights = softmax(scores, dim=softmax_dim)
+    if mask is not None and where == "after":
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ v, weights
+
+
+def _checked(q, k, v):
+    if k.size(-1) != q.size(-1) or k.size(-2) != v.size(-2):
+        raise ValueError(f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
+
+
+@wrong("2.2", "scaled_dot_product_attention", "divided by d_k instead of sqrt(d_k)")
+def scaled_by_d_k(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: q.size(-1))
+
+
+@wrong("2.2", "scaled_dot_product_attention", "no scaling at all")
+def unscaled(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: 1.0)
+
+
+@wrong("2.2", "scaled_dot_product_attention",
+       "divided by sqrt of the width of all heads (d_model) instead of one head's d_k")
+def scaled_by_sqrt_d_model(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    heads = q.size(-3) if q.dim() >= 4 else 1
+    return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(q.size(-1) * heads))
+
+
+@wrong("2.2", "scaled_dot_product_attention", "scaled by the value's width d_v")
+def scaled_by_d_v(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(v.size(-1)))
+
+
+@wrong("2.2", "scaled_dot_product_attention", "softmax over the queries (dim=-2)")
+def softmax_over_queries(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, softmax_dim=-2)
+
+
+@wrong("2.2", "scaled_dot_product_attention", "mask applied after the softmax")
+def mask_after_softmax(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, where="after")
+
+
+@wrong("2.2", "scaled_dot_product_attention", "-1e9 instead of -inf: empty rows become uniform")
+def large_negative_fill(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, fill=-1e9)
+
+
+@wrong("2.2", "scaled_dot_product_attention", "mask read as True = hidden (PyTorch's MHA way)")
+def inverted_mask(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    return _attention(q, k, v, mask, dropout, invert=True)
+
+
+@wrong("2.2", "scaled_dot_product_attention", "returns the weights from before dropout")
+def weights_before_dropout(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    output, weights = _attention(q, k, v, mask, None)
+    if dropout is None:
+        return output, weights
+    return dropout(weights) @ v, weights
+
+
+@wrong("2.2", "scaled_dot_product_attention", "dropout applied to the output")
+def dropout_on_output(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    output, weights = _attention(q, k, v, mask, None)
+    return (output if dropout is None else dropout(output)), weights
+
+
+@right("2.2", "scaled_dot_product_attention", "einsum, query scaled first, masked_fill")
+def einsum_masked_fill(q, k, v, mask=None, dropout=None):
+    from solutions.ch02_attention import softmax
+
+    _checked(q, k, v)
+    scores = torch.einsum("...qd,...kd->...qk", q / math.sqrt(q.shape[-1]), k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask.expand_as(scores) if mask.dim() <= scores.dim()
+                                    else ~mask, NEG_INF)
+    weights = softmax(scores, -1)
+    if dropout:
+        weights = dropout(weights)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+
+
+@right("2.2", "scaled_dot_product_attention", "torch.finfo(dtype).min, then empty rows zeroed")
+def finfo_min_then_zero_rows(q: Tensor, k: Tensor, v: Tensor, mask=None, dropout=None):
+    from solutions.ch02_attention import softmax
+
+    _checked(q, k, v)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * q.size(-1) ** -0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+        weights = softmax(scores) * mask  # rows with nothing allowed become all zero
+    else:
+        weights = softmax(scores)
+    weights = dropout(weights) if dropout is not None else weights
+    return torch.matmul(weights, v), weights
+
+
+# ------------------------------------------------------------------ 2.3
+
+
+@wrong("2.3", "softmax_jacobian", "the outer product's sign flipped: diag(p) + p p^T")
+def plus_outer(p):
+    return torch.diag_embed(p) + p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+@wrong("2.3", "softmax_jacobian", "only the diagonal, p (1 - p)")
+def diagonal_only(p):
+    return torch.diag_embed(p * (1 - p))
+
+
+@wrong("2.3", "softmax_jacobian", "p p^T without diag(p)")
+def outer_only(p):
+    return -p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+@right("2.3", "softmax_jacobian", "einsum with an identity matrix")
+def einsum_identity(p):
+    eye = torch.eye(p.size(-1), dtype=p.dtype, device=p.device)
+    return torch.einsum("...i,ij->...ij", p, eye) - torch.einsum("...i,...j->...ij", p, p)
+
+
+@right("2.3", "softmax_jacobian", "p_i (delta_ij - p_j) by broadcasting")
+def broadcast_delta(p):
+    eye = torch.eye(p.shape[-1], dtype=p.dtype)
+    return p[..., :, None] * (eye - p[..., None, :])
