@@ -234,3 +234,20 @@ def test_jacobian_vanishes_when_saturated(impl):
         f"for a saturated softmax (p close to one-hot) every entry of the Jacobian is close "
         f"to 0; the largest is {jacobian.abs().max().item():.3g}"
     )
+
+
+@pytest.mark.grade("2.2", points=1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_keeps_dtype_and_device(impl, dtype):
+    q, k, v = (torch.randn(2, 3, 4, dtype=dtype) for _ in range(3))
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    output, weights = impl.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert_tensor(output, f"output for {dtype} inputs", shape=(2, 3, 4), dtype=dtype)
+    assert_tensor(weights, f"weights for {dtype} inputs", shape=(2, 3, 3), dtype=dtype)
+    # The "meta" device stands in for a GPU: tensors made on the CPU would clash with it.
+    meta = [t.to("meta") for t in (q, k, v)]
+    output, weights = impl.scaled_dot_product_attention(*meta, mask=mask.to("meta"))
+    assert output.device.type == "meta" and weights.device.type == "meta", (
+        "new tensors must be created on the inputs' device (e.g. torch.full_like(scores, ...)), "
+        "never on the CPU by default"
+    )

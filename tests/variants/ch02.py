@@ -206,3 +206,15 @@ def einsum_identity(p):
 def broadcast_delta(p):
     eye = torch.eye(p.shape[-1], dtype=p.dtype)
     return p[..., :, None] * (eye - p[..., None, :])
+
+
+@wrong("2.2", "scaled_dot_product_attention", "the -inf fill made on the CPU in float32")
+def fill_on_default_device(q, k, v, mask=None, dropout=None):
+    from solutions.ch02_attention import softmax
+
+    _checked(q, k, v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(NEG_INF).expand(scores.shape).clone())
+    weights = softmax(scores)
+    return weights @ v, weights
