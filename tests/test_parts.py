@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,3 +66,19 @@ def test_the_learners_unfinished_parts_say_so(tmp_path):
     write_stubs(tmp_path)
     with pytest.raises(NotImplementedError, match="Exercise 1.3"):
         build_embeddings(vocab_size=7, d_model=4, parts=Parts(str(tmp_path)))
+
+
+def test_multi_head_attention_binds_chapter_2_when_built(tmp_path):
+    spy = (Path(Parts.reference().module(2).__file__).read_text()
+           + "\nCALLS = []\n_reference = scaled_dot_product_attention\n\n\n"
+           "def scaled_dot_product_attention(*args, **kwargs):\n"
+           "    CALLS.append(1)\n    return _reference(*args, **kwargs)\n")
+    (tmp_path / "ch02_attention.py").write_text(spy)
+    parts = Parts("solutions", {2: str(tmp_path)})
+    with use_parts(parts):
+        attention = Parts.reference().MultiHeadAttention(8, 2)
+    x = torch.randn(1, 3, 8)
+    attention(x, x, x)  # run outside the block: the module kept chapter 2 from `parts`
+    assert parts.module(2).CALLS == [1]
+    Parts.reference().MultiHeadAttention(8, 2)(x, x, x)
+    assert parts.module(2).CALLS == [1], "a module built outside the block uses the reference"

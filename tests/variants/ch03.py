@@ -1,0 +1,207 @@
+"""Chapter 3: plausible wrong answers and other correct answers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from variants import right, wrong
+
+# ------------------------------------------------------------------ 3.1
+
+
+def _check(x, heads):
+    if x.size(-1) % heads:
+        raise ValueError(f"d_model={x.size(-1)} is not divisible by num_heads={heads}")
+
+
+@wrong("3.1", "split_heads", "one view to [B, H, L, d_k], no transpose")
+def view_without_transpose(x, num_heads):
+    _check(x, num_heads)
+    b, length, d = x.shape
+    return x.reshape(b, num_heads, length, d // num_heads)
+
+
+@wrong("3.1", "split_heads", "features split d_k-major: [B, L, d_k, H] then permuted")
+def interleaved_heads(x, num_heads):
+    _check(x, num_heads)
+    b, length, d = x.shape
+    return x.reshape(b, length, d // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+@right("3.1", "split_heads", "view(): splitting one axis works whatever the memory layout")
+def view_splits_any_layout(x, num_heads):
+    _check(x, num_heads)
+    b, length, d = x.shape
+    return x.view(b, length, num_heads, d // num_heads).transpose(1, 2)
+
+
+@wrong("3.1", "split_heads", "an indivisible width silently truncated")
+def truncates_width(x, num_heads):
+    b, length, d = x.shape
+    d_k = d // num_heads
+    return x[..., :d_k * num_heads].reshape(b, length, num_heads, d_k).transpose(1, 2)
+
+
+@right("3.1", "split_heads", "chunk and stack")
+def chunk_and_stack(x, num_heads):
+    _check(x, num_heads)
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+@right("3.1", "split_heads", "unflatten and permute")
+def unflatten_permute(x, num_heads):
+    if x.shape[-1] % num_heads != 0:
+        raise ValueError(f"{x.shape[-1]} features cannot be split into {num_heads} heads")
+    return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
+
+
+# ------------------------------------------------------------------ 3.2
+
+
+@wrong("3.2", "merge_heads", "one reshape to [B, L, D], no transpose")
+def reshape_without_transpose(x):
+    b, h, length, d_k = x.shape
+    return x.reshape(b, length, h * d_k)
+
+
+@wrong("3.2", "merge_heads", "heads merged in the wrong order (d_k-major)")
+def wrong_order(x):
+    b, h, length, d_k = x.shape
+    return x.permute(0, 2, 3, 1).reshape(b, length, h * d_k)
+
+
+@wrong("3.2", "merge_heads", "view() after the transpose (memory is not contiguous)")
+def view_after_transpose(x):
+    b, h, length, d_k = x.shape
+    return x.transpose(1, 2).view(b, length, h * d_k)
+
+
+@right("3.2", "merge_heads", "unbind and cat")
+def unbind_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+@right("3.2", "merge_heads", "contiguous then view")
+def contiguous_view(x):
+    b, h, length, d_k = x.shape
+    return x.transpose(1, 2).contiguous().view(b, length, -1)
+
+
+# ------------------------------------------------------------------ 3.3
+
+
+class _Base(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+
+    @staticmethod
+    def attend(q, k, v, mask, dropout):
+        from solutions.ch02_attention import scaled_dot_product_attention
+
+        return scaled_dot_product_attention(q, k, v, mask=mask, dropout=dropout)
+
+    def check(self, mask):
+        if mask is not None and mask.dim() not in (2, 4):
+            raise ValueError(f"mask of shape {tuple(mask.shape)} is neither 2-D nor 4-D")
+
+    def heads(self, x):
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def merge(self, x):
+        return x.transpose(1, 2).flatten(2)
+
+
+@wrong("3.3", "MultiHeadAttention", "the output projection left out")
+class NoOutputProjection(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.merge(out)
+
+
+@wrong("3.3", "MultiHeadAttention", "heads split with one view, no transpose")
+class ViewWithoutTranspose(_Base):
+    def heads(self, x):
+        b, length, d = x.shape
+        return x.reshape(b, self.num_heads, length, d // self.num_heads)
+
+    def merge(self, x):
+        b, h, length, d_k = x.shape
+        return x.reshape(b, length, h * d_k)
+
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "the key projection applied to the values")
+class KeyProjectionForValues(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.k_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "attention weights averaged over heads")
+class AveragedWeights(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach().mean(1)
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "dropout forgotten")
+class NoDropout(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, None)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@right("3.3", "MultiHeadAttention", "one packed projection of the three weights")
+class PackedProjection(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        bias = (torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+                if self.q_proj.bias is not None else None)
+        d = weight.shape[1]
+        q = nn.functional.linear(query, weight[:d], None if bias is None else bias[:d])
+        k = nn.functional.linear(key, weight[d:2 * d], None if bias is None else bias[d:2 * d])
+        v = nn.functional.linear(value, weight[2 * d:], None if bias is None else bias[2 * d:])
+        out, w = self.attend(self.heads(q), self.heads(k), self.heads(v), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@right("3.3", "MultiHeadAttention", "einsum over heads, reshape + permute")
+class EinsumHeads(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        b, lq, d = query.shape
+        h = self.num_heads
+        q = self.q_proj(query).reshape(b, lq, h, d // h).permute(0, 2, 1, 3)
+        k = self.k_proj(key).reshape(b, key.shape[1], h, d // h).permute(0, 2, 1, 3)
+        v = self.v_proj(value).reshape(b, key.shape[1], h, d // h).permute(0, 2, 1, 3)
+        out, w = self.attend(q, k, v, mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(torch.einsum("bhld->blhd", out).reshape(b, lq, d))
