@@ -1,0 +1,123 @@
+"""Chapter 4: plausible wrong answers and other correct answers."""
+
+from __future__ import annotations
+
+import torch
+
+from variants import right, wrong
+
+# ------------------------------------------------------------------ 4.1
+
+
+@wrong("4.1", "padding_mask", "inverted: True at the padding")
+def inverted(tokens, pad_id):
+    return (tokens == pad_id)[:, None, None, :]
+
+
+@wrong("4.1", "padding_mask", "[B, L] left as it is: does not broadcast over heads and queries")
+def not_broadcastable(tokens, pad_id):
+    return tokens != pad_id
+
+
+@wrong("4.1", "padding_mask", "[B, 1, L, 1]: masks queries instead of keys")
+def masks_queries(tokens, pad_id):
+    return (tokens != pad_id)[:, None, :, None]
+
+
+@wrong("4.1", "padding_mask", "a float mask of 0 and 1")
+def float_mask(tokens, pad_id):
+    return (tokens != pad_id).float()[:, None, None, :]
+
+
+@right("4.1", "padding_mask", "ne and two unsqueezes")
+def ne_unsqueeze(tokens, pad_id):
+    return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
+
+
+@right("4.1", "padding_mask", "eq negated, then view")
+def eq_negated_view(tokens, pad_id):
+    batch, length = tokens.shape
+    return (~tokens.eq(pad_id)).view(batch, 1, 1, length)
+
+
+# ------------------------------------------------------------------ 4.2
+
+
+@wrong("4.2", "causal_mask", "the upper triangle: every position sees the future")
+def upper_triangle(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu()
+
+
+@wrong("4.2", "causal_mask", "the diagonal left out: a position cannot see itself")
+def no_diagonal(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1)
+
+
+@wrong("4.2", "causal_mask", "True = hidden (PyTorch's nn.Transformer convention)")
+def hidden_convention(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+
+
+@wrong("4.2", "causal_mask", "device ignored: always on the CPU")
+def cpu_only(size, device=None):
+    return torch.ones(size, size).tril().bool()
+
+
+@right("4.2", "causal_mask", "comparison of aranges")
+def arange_comparison(size, device=None):
+    positions = torch.arange(size, device=device)
+    return positions[None, :] <= positions[:, None]
+
+
+@right("4.2", "causal_mask", "triu(1) negated")
+def triu_negated(size, device=None):
+    return ~torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+# ------------------------------------------------------------------ 4.3
+
+
+def _pad(tokens, pad_id):
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def _causal(size, device):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+@wrong("4.3", "target_mask", "causal only: padded keys still visible")
+def causal_only(tokens, pad_id):
+    batch, length = tokens.shape
+    return _causal(length, tokens.device).expand(batch, 1, length, length)
+
+
+@wrong("4.3", "target_mask", "padding only: the decoder sees the future")
+def padding_only(tokens, pad_id):
+    batch, length = tokens.shape
+    return _pad(tokens, pad_id).expand(batch, 1, length, length)
+
+
+@wrong("4.3", "target_mask", "padding applied to the queries (rows) instead of the keys")
+def padding_on_queries(tokens, pad_id):
+    return (tokens != pad_id)[:, None, :, None] & _causal(tokens.size(1), tokens.device)
+
+
+@wrong("4.3", "target_mask", "combined with or instead of and")
+def combined_with_or(tokens, pad_id):
+    return _pad(tokens, pad_id) | _causal(tokens.size(1), tokens.device)
+
+
+@right("4.3", "target_mask", "logical_and of aranges and the padding")
+def logical_and_aranges(tokens, pad_id):
+    positions = torch.arange(tokens.size(1), device=tokens.device)
+    causal = positions.view(1, -1) <= positions.view(-1, 1)
+    return torch.logical_and(tokens.ne(pad_id).view(tokens.size(0), 1, 1, -1), causal)
+
+
+@right("4.3", "target_mask", "masked_fill of a full mask")
+def masked_fill_full(tokens, pad_id):
+    batch, length = tokens.shape
+    mask = torch.ones(batch, 1, length, length, dtype=torch.bool, device=tokens.device)
+    mask = mask.masked_fill(torch.ones(length, length, dtype=torch.bool,
+                                       device=tokens.device).triu(1), False)
+    return mask.masked_fill((tokens == pad_id)[:, None, None, :], False)
