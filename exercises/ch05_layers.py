@@ -1,0 +1,150 @@
+# Your work goes here: replace each `raise NotImplementedError(...)` with your code.
+# Grade it: python -m annotated_transformer.grade --chapter 5
+# Generated from solutions/ch05_layers.py by `python -m annotated_transformer.stubs`.
+# stub-digest: a4580551b64239e4
+"""Chapter 5: residual connections, LayerNorm, the feed-forward network, the two layers.
+
+Vaswani et al. (2017), sections 3.1 and 3.3; He et al. (2016) for residual learning,
+Ba et al. (2016) for layer normalization. The paper is post-LN:
+
+    post-LN (the paper):        x = LayerNorm(x + Dropout(Sublayer(x)))
+    pre-LN (most later code):   x = x + Dropout(Sublayer(LayerNorm(x)))
+
+``norm_first=False`` is post-LN, ``True`` is pre-LN, as in ``nn.TransformerEncoderLayer``.
+Shapes: ``x [B, L, D]``; the decoder's ``memory [B, Ls, D]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from annotated_transformer.parts import active_parts
+
+__all__ = [
+    "LayerNorm",
+    "PositionwiseFeedForward",
+    "ResidualConnection",
+    "EncoderLayer",
+    "DecoderLayer",
+]
+
+
+class LayerNorm(nn.Module):
+    """Exercise 5.1: normalise each position's features, then scale and shift.
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias``, with ``mean`` and the
+    *biased* ``var`` (divide by ``D``, not ``D - 1``) taken over the last dimension
+    only: each position of each sequence alone, nothing over the batch. Parameters
+    ``weight`` (ones) and ``bias`` (zeros) of shape ``[d_model]``. Matches
+    ``torch.nn.LayerNorm(d_model, eps)``; may not use it or ``F.layer_norm``.
+
+    Hint: ``x.mean(-1, keepdim=True)``; ``eps`` goes inside the square root.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        # TODO Exercise 5.1: write LayerNorm.__init__ (see its docstring).
+        raise NotImplementedError("Exercise 5.1: LayerNorm.__init__ is not implemented yet")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x [..., D] -> [..., D]``."""
+        # TODO Exercise 5.1: write LayerNorm.forward (see its docstring).
+        raise NotImplementedError("Exercise 5.1: LayerNorm.forward is not implemented yet")
+
+
+class PositionwiseFeedForward(nn.Module):
+    """Exercise 5.2: ``FFN(x) = max(0, x W1 + b1) W2 + b2``, applied to each position alone.
+
+    ``linear1 = nn.Linear(d_model, d_ff)``, ``linear2 = nn.Linear(d_ff, d_model)``;
+    ``forward(x [B, L, D]) = linear2(dropout(relu(linear1(x))))`` (dropout on the
+    hidden activations, as ``nn.TransformerEncoderLayer`` does). The paper uses
+    ``d_ff = 4 * d_model``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        # TODO Exercise 5.2: write PositionwiseFeedForward.__init__ (see its docstring).
+        raise NotImplementedError("Exercise 5.2: PositionwiseFeedForward.__init__ is not implemented yet")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x [B, L, D] -> [B, L, D]``."""
+        # TODO Exercise 5.2: write PositionwiseFeedForward.forward (see its docstring).
+        raise NotImplementedError("Exercise 5.2: PositionwiseFeedForward.forward is not implemented yet")
+
+
+class ResidualConnection(nn.Module):
+    """Exercise 5.3: a sublayer with its residual connection, dropout and LayerNorm.
+
+    Holds ``norm`` (a :class:`LayerNorm`, Exercise 5.1) and a dropout.
+    ``forward(x, sublayer)`` calls ``sublayer`` once and returns
+
+    - post-LN (``norm_first=False``, the paper): ``norm(x + dropout(sublayer(x)))``;
+    - pre-LN (``norm_first=True``): ``x + dropout(sublayer(norm(x)))``.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        # TODO Exercise 5.3: write ResidualConnection.__init__ (see its docstring).
+        raise NotImplementedError("Exercise 5.3: ResidualConnection.__init__ is not implemented yet")
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x [B, L, D]``, ``sublayer: [B, L, D] -> [B, L, D]`` -> ``[B, L, D]``."""
+        # TODO Exercise 5.3: write ResidualConnection.forward (see its docstring).
+        raise NotImplementedError("Exercise 5.3: ResidualConnection.forward is not implemented yet")
+
+
+class EncoderLayer(nn.Module):
+    """Exercise 5.4: self-attention, then the feed-forward network, each in a residual connection.
+
+    ``self_attn``: Chapter 3's ``MultiHeadAttention(d_model, num_heads, dropout)`` from
+    ``parts`` (bound below); ``feed_forward``: :class:`PositionwiseFeedForward`;
+    ``residuals``: an ``nn.ModuleList`` of two :class:`ResidualConnection` (attention's,
+    then the feed-forward's). ``forward(x [B, L, D], mask=None) -> [B, L, D]``; ``mask``
+    (``True`` = allowed, e.g. the source padding mask ``[B, 1, 1, L]``) goes to the
+    self-attention. Matches ``nn.TransformerEncoderLayer`` (ReLU, ``batch_first=True``,
+    the same ``norm_first``) with equal weights; may not use it.
+
+    Hint: a residual connection takes the sublayer as a function of one tensor:
+    ``lambda y: self.self_attn(y, y, y, mask)``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False) -> None:
+        super().__init__()
+        parts = active_parts()  # Chapter 3's MultiHeadAttention: parts.MultiHeadAttention
+        # TODO Exercise 5.4: write EncoderLayer.__init__ (see its docstring).
+        raise NotImplementedError("Exercise 5.4: EncoderLayer.__init__ is not implemented yet")
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x [B, L, D] -> [B, L, D]``."""
+        # TODO Exercise 5.4: write EncoderLayer.forward (see its docstring).
+        raise NotImplementedError("Exercise 5.4: EncoderLayer.forward is not implemented yet")
+
+
+class DecoderLayer(nn.Module):
+    """Exercise 5.5: masked self-attention, cross-attention to the memory, feed-forward.
+
+    ``self_attn`` and ``cross_attn``: Chapter 3's ``MultiHeadAttention`` from ``parts``;
+    ``feed_forward``; ``residuals``: three :class:`ResidualConnection`, in that order.
+    ``forward(x [B, Lt, D], memory [B, Ls, D], src_mask=None, tgt_mask=None) -> [B, Lt, D]``:
+    self-attention over ``x`` with ``tgt_mask`` (causal and padding, ``[B, 1, Lt, Lt]``);
+    cross-attention with queries from the decoder (``x``) and keys and values from the
+    encoder's ``memory``, with ``src_mask`` (the source padding, ``[B, 1, 1, Ls]``).
+    Matches ``nn.TransformerDecoderLayer`` likewise; may not use it.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False) -> None:
+        super().__init__()
+        parts = active_parts()  # Chapter 3's MultiHeadAttention: parts.MultiHeadAttention
+        # TODO Exercise 5.5: write DecoderLayer.__init__ (see its docstring).
+        raise NotImplementedError("Exercise 5.5: DecoderLayer.__init__ is not implemented yet")
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """``x [B, Lt, D]``, ``memory [B, Ls, D]`` -> ``[B, Lt, D]``."""
+        # TODO Exercise 5.5: write DecoderLayer.forward (see its docstring).
+        raise NotImplementedError("Exercise 5.5: DecoderLayer.forward is not implemented yet")

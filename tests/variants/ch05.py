@@ -1,0 +1,264 @@
+"""Chapter 5: plausible wrong answers and other correct answers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from variants import right, wrong
+
+
+def _layer_norm_class(normalize):
+    class Variant(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(d_model))
+            self.bias = nn.Parameter(torch.zeros(d_model))
+
+        def forward(self, x):
+            return normalize(x, self.eps) * self.weight + self.bias
+
+    return Variant
+
+
+# ------------------------------------------------------------------ 5.1
+
+UnbiasedVariance = wrong("5.1", "LayerNorm", "unbiased variance (divide by D - 1)")(
+    type("UnbiasedVariance", (_layer_norm_class(
+        lambda x, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps)
+    ),), {}))
+
+EpsOutsideSqrt = wrong("5.1", "LayerNorm", "eps added outside the square root")(
+    type("EpsOutsideSqrt", (_layer_norm_class(
+        lambda x, eps: (x - x.mean(-1, keepdim=True))
+        / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps)
+    ),), {}))
+
+OverTheBatch = wrong("5.1", "LayerNorm", "statistics over the batch (dim 0), like BatchNorm")(
+    type("OverTheBatch", (_layer_norm_class(
+        lambda x, eps: (x - x.mean(0, keepdim=True))
+        / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps)
+    ),), {}))
+
+OverAllFeaturesAndPositions = wrong("5.1", "LayerNorm", "statistics over positions and features")(
+    type("OverAllFeaturesAndPositions", (_layer_norm_class(
+        lambda x, eps: (x - x.mean((-2, -1), keepdim=True))
+        / torch.sqrt(x.var((-2, -1), keepdim=True, unbiased=False) + eps)
+    ),), {}))
+
+
+@wrong("5.1", "LayerNorm", "no learnable weight and bias")
+class NoAffine(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+
+
+VarMeanRsqrt = right("5.1", "LayerNorm", "var_mean with correction=0 and rsqrt")(
+    type("VarMeanRsqrt", (_layer_norm_class(
+        lambda x, eps: (x - torch.var_mean(x, -1, correction=0, keepdim=True)[1])
+        * torch.rsqrt(torch.var_mean(x, -1, correction=0, keepdim=True)[0] + eps)
+    ),), {}))
+
+MeanOfSquares = right("5.1", "LayerNorm", "E[x^2] - E[x]^2 in the same dtype")(
+    type("MeanOfSquares", (_layer_norm_class(
+        lambda x, eps: (x - x.mean(-1, keepdim=True))
+        / ((x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2 + eps).sqrt()
+    ),), {}))
+
+
+# ------------------------------------------------------------------ 5.2
+
+
+class _FFN(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+
+@wrong("5.2", "PositionwiseFeedForward", "no ReLU between the two layers")
+class NoActivation(_FFN):
+    def forward(self, x):
+        return self.linear2(self.dropout(self.linear1(x)))
+
+
+@wrong("5.2", "PositionwiseFeedForward", "GELU instead of the paper's ReLU")
+class Gelu(_FFN):
+    def forward(self, x):
+        return self.linear2(self.dropout(nn.functional.gelu(self.linear1(x))))
+
+
+@wrong("5.2", "PositionwiseFeedForward", "dropout on the output instead of the hidden layer")
+class DropoutOnOutput(_FFN):
+    def forward(self, x):
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))
+
+
+@right("5.2", "PositionwiseFeedForward", "clamp(min=0) and functional dropout")
+class ClampFunctional(_FFN):
+    def forward(self, x):
+        hidden = self.linear1(x).clamp(min=0)
+        return self.linear2(nn.functional.dropout(hidden, self.dropout.p, self.training))
+
+
+# ------------------------------------------------------------------ 5.3
+
+
+class _Residual(nn.Module):
+    def __init__(self, d_model, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+
+@wrong("5.3", "ResidualConnection", "always post-LN: norm_first ignored")
+class AlwaysPostLN(_Residual):
+    def forward(self, x, sublayer):
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+@wrong("5.3", "ResidualConnection", "the placements swapped: pre-LN when norm_first=False")
+class PlacementsSwapped(_Residual):
+    def forward(self, x, sublayer):
+        if not self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+@wrong("5.3", "ResidualConnection", "the norm on the sublayer's output only: x + norm(f(x))")
+class NormOnBranch(_Residual):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return x + self.dropout(self.norm(sublayer(x)))
+
+
+@wrong("5.3", "ResidualConnection", "dropout on the sum instead of the sublayer's output")
+class DropoutOnSum(_Residual):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.dropout(x + sublayer(self.norm(x)))
+        return self.norm(self.dropout(x + sublayer(x)))
+
+
+@wrong("5.3", "ResidualConnection", "the sublayer called twice")
+class CalledTwice(_Residual):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        sublayer(x)  # e.g. a leftover debugging call
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+@right("5.3", "ResidualConnection", "one expression with the branch computed first")
+class BranchFirst(_Residual):
+    def forward(self, x, sublayer):
+        branch = self.dropout(sublayer(self.norm(x) if self.norm_first else x))
+        out = x + branch
+        return out if self.norm_first else self.norm(out)
+
+
+# ------------------------------------------------------------------ 5.4 and 5.5
+
+
+def _parts():
+    from annotated_transformer.parts import active_parts
+    from solutions.ch05_layers import PositionwiseFeedForward, ResidualConnection
+
+    return active_parts().MultiHeadAttention, PositionwiseFeedForward, ResidualConnection
+
+
+class _Encoder(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        attention, ffn, residual = _parts()
+        self.self_attn = attention(d_model, num_heads, dropout=dropout)
+        self.feed_forward = ffn(d_model, d_ff, dropout)
+        self.residuals = nn.ModuleList([residual(d_model, dropout, norm_first)
+                                        for _ in range(2)])
+
+
+@wrong("5.4", "EncoderLayer", "the feed-forward network before the attention")
+class FeedForwardFirst(_Encoder):
+    def forward(self, x, mask=None):
+        x = self.residuals[0](x, self.feed_forward)
+        return self.residuals[1](x, lambda y: self.self_attn(y, y, y, mask))
+
+
+@wrong("5.4", "EncoderLayer", "the mask not passed to self-attention")
+class MaskDropped(_Encoder):
+    def forward(self, x, mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y))
+        return self.residuals[1](x, self.feed_forward)
+
+
+@wrong("5.4", "EncoderLayer", "norm_first not passed on: always post-LN")
+class NormFirstIgnored(_Encoder):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first=False)
+
+    def forward(self, x, mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, mask))
+        return self.residuals[1](x, self.feed_forward)
+
+
+@right("5.4", "EncoderLayer", "a named method for the attention sublayer")
+class NamedSublayer(_Encoder):
+    def forward(self, x, mask=None):
+        def attend(y):
+            return self.self_attn(query=y, key=y, value=y, mask=mask)
+
+        return self.residuals[1](self.residuals[0](x, attend), self.feed_forward)
+
+
+class _Decoder(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        attention, ffn, residual = _parts()
+        self.self_attn = attention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = attention(d_model, num_heads, dropout=dropout)
+        self.feed_forward = ffn(d_model, d_ff, dropout)
+        self.residuals = nn.ModuleList([residual(d_model, dropout, norm_first)
+                                        for _ in range(3)])
+
+
+@wrong("5.5", "DecoderLayer", "cross-attention to its own input instead of the memory")
+class AttendsToItself(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, y, y, tgt_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
+@wrong("5.5", "DecoderLayer", "the two masks swapped")
+class MasksSwapped(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, src_mask))
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, tgt_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
+@wrong("5.5", "DecoderLayer", "no self-attention sublayer")
+class NoSelfAttention(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
+@right("5.5", "DecoderLayer", "keyword arguments and a loop over the sublayers")
+class LoopOverSublayers(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        sublayers = [lambda y: self.self_attn(y, y, y, mask=tgt_mask),
+                     lambda y: self.cross_attn(query=y, key=memory, value=memory, mask=src_mask),
+                     self.feed_forward]
+        for residual, sublayer in zip(self.residuals, sublayers, strict=True):
+            x = residual(x, sublayer)
+        return x
