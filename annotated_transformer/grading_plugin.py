@@ -67,7 +67,8 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
 
 def _impl_of(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
-    return callspec.params.get("impl") if callspec else None
+    impl = callspec.params.get("impl") if callspec else None
+    return impl if isinstance(impl, str) else None  # an empty parameter set gives a sentinel
 
 
 class GradeRecorder:
@@ -118,7 +119,7 @@ class GradeRecorder:
             }
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        Path(self.path).write_text(json.dumps(list(self.records.values()), indent=1))
+        Path(self.path).write_text(json.dumps(list(self.records.values()), indent=1, default=str))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -73,6 +73,12 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
         yield module
 
 
+@pytest.fixture
+def impl_source(request: pytest.FixtureRequest) -> str:
+    """The ``--impl`` source of the test (for tests that assemble every chapter from it)."""
+    return request.node.callspec.params["impl"]
+
+
 @pytest.fixture(autouse=True)
 def _isolated_torch_state() -> Iterator[None]:
     """A fixed seed for every test, and global torch settings restored after it."""

@@ -1,0 +1,224 @@
+"""Chapter 6: plausible wrong answers and other correct answers."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from annotated_transformer.batch import Batch
+
+from variants import right, wrong
+
+# ------------------------------------------------------------------ 6.1
+
+
+@wrong("6.1", "noam_lr", "warmup exponent -0.5 instead of -1.5")
+def warmup_exponent(step, d_model, warmup_steps, factor=1.0):
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
+
+
+@wrong("6.1", "noam_lr", "d_model^-1 instead of d_model^-0.5")
+def d_model_exponent(step, d_model, warmup_steps, factor=1.0):
+    step = max(step, 1)
+    return factor / d_model * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+@wrong("6.1", "noam_lr", "step 0 not treated as step 1")
+def step_zero(step, d_model, warmup_steps, factor=1.0):
+    return factor * d_model ** -0.5 * min(step ** -0.5 if step else math.inf,
+                                          step * warmup_steps ** -1.5)
+
+
+@right("6.1", "noam_lr", "the two branches written out")
+def branches(step, d_model, warmup_steps, factor=1.0):
+    step = step or 1
+    if step < warmup_steps:
+        return float(factor * step / (math.sqrt(d_model) * warmup_steps ** 1.5))
+    return float(factor / math.sqrt(d_model * step))
+
+
+# ------------------------------------------------------------------ 6.2
+
+
+class _Loss(nn.Module):
+    def __init__(self, smoothing=0.1, ignore_index=None):
+        super().__init__()
+        self.smoothing, self.ignore_index = smoothing, ignore_index
+
+    def keep(self, target):
+        if self.ignore_index is None:
+            return torch.ones_like(target, dtype=torch.bool)
+        return target != self.ignore_index
+
+
+@wrong("6.2", "LabelSmoothingLoss", "smoothing spread over the V - 1 wrong classes")
+class OverOtherClasses(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        v = logits.size(-1)
+        dist = torch.full_like(logits, self.smoothing / (v - 1))
+        dist.scatter_(1, target.clamp(min=0).unsqueeze(1), 1 - self.smoothing)
+        loss = -(dist * torch.log_softmax(logits, -1)).sum(-1)
+        return (loss * keep).sum() / keep.sum().clamp(min=1)
+
+
+@wrong("6.2", "LabelSmoothingLoss", "the mean over every target, ignored ones included")
+class MeanOverAll(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        lp = torch.log_softmax(logits, -1)
+        nll = -lp.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+        loss = (1 - self.smoothing) * nll - self.smoothing * lp.mean(-1)
+        return (loss * keep).sum() / len(target)
+
+
+@wrong("6.2", "LabelSmoothingLoss", "NaN when every target is ignored")
+class NanWhenEmpty(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        lp = torch.log_softmax(logits, -1)
+        nll = -lp.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+        loss = (1 - self.smoothing) * nll - self.smoothing * lp.mean(-1)
+        return loss[keep].mean()
+
+
+@wrong("6.2", "LabelSmoothingLoss", "log of softmax: -inf for extreme logits")
+class LogOfSoftmax(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        lp = torch.log(torch.softmax(logits, -1))
+        nll = -lp.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+        loss = (1 - self.smoothing) * nll - self.smoothing * lp.mean(-1)
+        return (loss * keep).sum() / keep.sum().clamp(min=1)
+
+
+@right("6.2", "LabelSmoothingLoss", "a smoothed one-hot distribution against log_softmax")
+class SmoothedOneHot(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        v = logits.size(-1)
+        one_hot = nn.functional.one_hot(torch.where(keep, target, 0), v).to(logits.dtype)
+        dist = one_hot * (1 - self.smoothing) + self.smoothing / v
+        loss = -(dist * torch.log_softmax(logits, dim=-1)).sum(-1)
+        return torch.where(keep, loss, 0.0).sum() / max(int(keep.sum()), 1)
+
+
+@right("6.2", "LabelSmoothingLoss", "plain cross_entropy plus the smoothing term by logsumexp")
+class CrossEntropyPlusUniform(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        if not keep.any():
+            return logits.sum() * 0.0
+        logits, target = logits[keep], target[keep]
+        nll = nn.functional.cross_entropy(logits, target, reduction="none")
+        uniform = torch.logsumexp(logits, -1) - logits.mean(-1)
+        return ((1 - self.smoothing) * nll + self.smoothing * uniform).mean()
+
+
+# ------------------------------------------------------------------ 6.3
+
+
+def _masks(src, tgt_input, pad_id):
+    causal = torch.ones(tgt_input.size(1), tgt_input.size(1), dtype=torch.bool).tril()
+    return (src != pad_id)[:, None, None], (tgt_input != pad_id)[:, None, None] & causal
+
+
+@wrong("6.3", "make_batch", "the target not shifted: the decoder sees the answer")
+def unshifted(src, tgt, pad_id):
+    src_mask, tgt_mask = _masks(src, tgt, pad_id)
+    return Batch(src, src_mask, tgt, tgt, tgt_mask, int((tgt != pad_id).sum()))
+
+
+@wrong("6.3", "make_batch", "labels tgt[:, :-1]: they include BOS")
+def labels_with_bos(src, tgt, pad_id):
+    src_mask, tgt_mask = _masks(src, tgt[:, :-1], pad_id)
+    return Batch(src, src_mask, tgt[:, :-1], tgt[:, :-1], tgt_mask,
+                 int((tgt[:, :-1] != pad_id).sum()))
+
+
+@wrong("6.3", "make_batch", "num_tokens counts the padding too")
+def counts_padding(src, tgt, pad_id):
+    src_mask, tgt_mask = _masks(src, tgt[:, :-1], pad_id)
+    return Batch(src, src_mask, tgt[:, :-1], tgt[:, 1:], tgt_mask, tgt[:, 1:].numel())
+
+
+@wrong("6.3", "make_batch", "target mask without causality")
+def no_causality(src, tgt, pad_id):
+    src_mask, _ = _masks(src, tgt[:, :-1], pad_id)
+    tgt_mask = (tgt[:, :-1] != pad_id)[:, None, None].expand(-1, 1, tgt.size(1) - 1, -1)
+    return Batch(src, src_mask, tgt[:, :-1], tgt[:, 1:], tgt_mask,
+                 int((tgt[:, 1:] != pad_id).sum()))
+
+
+@right("6.3", "make_batch", "narrow() and the masks from the package's parts")
+def with_narrow(src, tgt, pad_id):
+    from annotated_transformer.parts import active_parts
+
+    parts = active_parts()
+    length = tgt.size(1) - 1
+    tgt_input, tgt_labels = tgt.narrow(1, 0, length), tgt.narrow(1, 1, length)
+    return Batch(src=src, src_mask=parts.padding_mask(src, pad_id), tgt_input=tgt_input,
+                 tgt_labels=tgt_labels, tgt_mask=parts.target_mask(tgt_input, pad_id),
+                 num_tokens=int(tgt_labels.ne(pad_id).sum().item()))
+
+
+# ------------------------------------------------------------------ 6.4
+
+
+def _greedy(model, src, src_mask, max_len, bos_id, eos_id, pad_id, *, pad_after=True,
+            stop=True, mask=True, encode_each_step=False):
+    ys = torch.full((src.size(0), 1), bos_id, dtype=src.dtype)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    memory = model.encode(src, src_mask)
+    while ys.size(1) < max_len and not (stop and done.all()):
+        if encode_each_step:
+            memory = model.encode(src, src_mask)
+        length = ys.size(1)
+        tgt_mask = torch.ones(length, length, dtype=torch.bool).tril() if mask else None
+        token = model.generator(model.decode(memory, src_mask, ys, tgt_mask)[:, -1]).argmax(-1)
+        if pad_after:
+            token = torch.where(done, pad_id, token)
+        ys = torch.cat([ys, token[:, None]], 1)
+        done |= token == eos_id
+    return ys
+
+
+@wrong("6.4", "greedy_decode", "never stops early: always max_len columns")
+def never_stops(*args):
+    return _greedy(*args, stop=False)
+
+
+@wrong("6.4", "greedy_decode", "keeps generating after EOS instead of padding")
+def no_padding(*args):
+    return _greedy(*args, pad_after=False)
+
+
+@wrong("6.4", "greedy_decode", "tgt_mask=None")
+def no_mask(*args):
+    return _greedy(*args, mask=False)
+
+
+@wrong("6.4", "greedy_decode", "the source encoded again at every step")
+def encodes_every_step(*args):
+    return _greedy(*args, encode_each_step=True)
+
+
+@right("6.4", "greedy_decode", "a for loop over positions with a [B, 1, L, L] mask")
+@torch.no_grad()
+def for_loop_4d_mask(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src, src_mask)
+    out = src.new_full((src.size(0), 1), bos_id)
+    alive = torch.ones(src.size(0), dtype=torch.bool)
+    for _ in range(max_len - 1):
+        n = out.size(1)
+        mask = torch.tril(torch.ones(n, n, dtype=torch.bool)).expand(src.size(0), 1, n, n)
+        scores = model.generator(model.decode(memory, src_mask, out, mask))[:, -1]
+        token = scores.argmax(-1).masked_fill(~alive, pad_id)
+        out = torch.cat([out, token.unsqueeze(-1)], dim=-1)
+        alive &= token != eos_id
+        if not alive.any():
+            break
+    return out
