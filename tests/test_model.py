@@ -1,0 +1,72 @@
+"""The encoder-decoder assembled by the package: shapes, tying, initialisation, parts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from annotated_transformer import Parts
+from annotated_transformer.model import EncoderDecoder, TransformerConfig, count_parameters
+from annotated_transformer.stubs import write_stubs
+
+
+def small_model(**changes):
+    torch.manual_seed(0)
+    return EncoderDecoder(TransformerConfig.small(17, **changes))
+
+
+def test_base_config_is_the_papers():
+    config = TransformerConfig.base()
+    assert (config.num_layers, config.d_model, config.d_ff, config.num_heads, config.dropout,
+            config.norm_first) == (6, 512, 2048, 8, 0.1, False)
+    model = EncoderDecoder(config)
+    # Table 3 of the paper: about 65 M parameters for the base model.
+    assert 60e6 < count_parameters(model) < 66e6
+
+
+def test_shapes_through_encode_decode_generator():
+    model = small_model().eval()
+    src, tgt = torch.randint(3, 17, (2, 7)), torch.randint(3, 17, (2, 5))
+    src_mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    tgt_mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    memory = model.encode(src, src_mask)
+    assert memory.shape == (2, 7, 64)
+    hidden = model.decode(memory, src_mask, tgt, tgt_mask)
+    assert hidden.shape == (2, 5, 64)
+    assert model.generator(hidden).shape == (2, 5, 17)
+    assert torch.allclose(model(src, tgt, src_mask, tgt_mask), model.generator(hidden))
+
+
+def test_weights_are_tied_and_can_be_untied():
+    model = small_model()
+    shared = model.src_embed.tokens.embedding.weight
+    assert model.tgt_embed.tokens.embedding.weight is shared and model.generator.weight is shared
+    untied = EncoderDecoder(TransformerConfig(17, 19, num_layers=1, d_model=16, d_ff=32,
+                                              num_heads=2, tie_embeddings=False))
+    assert untied.generator.weight.shape == (19, 16)
+    assert untied.generator.weight is not untied.tgt_embed.tokens.embedding.weight
+    with pytest.raises(ValueError, match="tie_embeddings"):
+        TransformerConfig(17, 19)
+
+
+def test_matrices_are_xavier_uniform():
+    model = EncoderDecoder(TransformerConfig(50, 50, num_layers=1, d_model=32, d_ff=64,
+                                             num_heads=4))
+    weight = model.encoder_layers[0].feed_forward.linear1.weight  # [64, 32]
+    bound = (6 / (32 + 64)) ** 0.5
+    assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound
+
+
+def test_pre_ln_gets_a_final_norm_post_ln_does_not():
+    assert isinstance(small_model(norm_first=False).encoder_norm, nn.Identity)
+    assert not isinstance(small_model(norm_first=True).decoder_norm, nn.Identity)
+
+
+def test_built_from_the_learners_parts(tmp_path):
+    write_stubs(tmp_path)
+    with pytest.raises(NotImplementedError, match="Exercise 1.3"):
+        EncoderDecoder(TransformerConfig.small(11), parts=Parts(str(tmp_path)))
+    mixed = Parts("solutions", {3: str(tmp_path)})
+    with pytest.raises(NotImplementedError, match="Exercise 3.3"):
+        EncoderDecoder(TransformerConfig.small(11), parts=mixed)

@@ -1,0 +1,58 @@
+"""The copy task and the training loop."""
+
+from __future__ import annotations
+
+import torch
+
+from annotated_transformer.data.copy import BOS, EOS, PAD, CopyTask
+from annotated_transformer.model import EncoderDecoder, TransformerConfig
+from annotated_transformer.train import TrainConfig, evaluate, make_optimizer, train
+
+
+def test_copy_task_batches():
+    task = CopyTask(vocab_size=13, min_len=3, max_len=6)
+    src, tgt = task.sample(32, torch.Generator().manual_seed(0))
+    assert src.dtype == tgt.dtype == torch.long and tgt.size(1) == src.size(1) + 1
+    for s, t in zip(src.tolist(), tgt.tolist(), strict=True):
+        symbols = [x for x in s if x not in (PAD, EOS)]
+        assert 3 <= len(symbols) <= 6 and all(3 <= x < 13 for x in symbols)
+        assert [x for x in t if x != PAD] == [BOS, *symbols, EOS]
+    again, _ = task.sample(32, torch.Generator().manual_seed(0))
+    assert torch.equal(src, again), "batches are deterministic given the seed"
+    reverse, rtgt = CopyTask(reverse=True).sample(4, torch.Generator().manual_seed(1))
+    first = [x for x in reverse[0].tolist() if x not in (PAD, EOS)]
+    assert [x for x in rtgt[0].tolist() if x not in (PAD, BOS, EOS)] == first[::-1]
+
+
+def test_held_out_sequences_never_appear_in_training():
+    task = CopyTask(min_len=1, max_len=2, vocab_size=6)  # few sequences: collisions likely
+    train_src, _ = task.sample(500, torch.Generator().manual_seed(0))
+    held_src, _ = task.held_out_set(50)
+
+    def rows(src):
+        return {tuple(x for x in row if x not in (PAD, EOS)) for row in src.tolist()}
+
+    assert rows(held_src) and not rows(held_src) & rows(train_src)
+
+
+def test_optimizer_is_adam_with_the_noam_schedule():
+    model = EncoderDecoder(TransformerConfig.small(13))
+    optimizer, scheduler = make_optimizer(model, TrainConfig(warmup_steps=10, lr_factor=2.0))
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR)
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+    expected = 2.0 * 64 ** -0.5 * 10 ** -1.5  # step 0 counts as step 1
+    assert abs(scheduler.get_last_lr()[0] - expected) < 1e-12
+
+
+def test_a_short_run_learns_something():
+    torch.manual_seed(0)
+    task = CopyTask(min_len=2, max_len=4)
+    model = EncoderDecoder(TransformerConfig.small(task.vocab_size, num_layers=1))
+    history = train(model, task, TrainConfig(steps=60, eval_every=60, eval_size=50))
+    assert history.loss[-1] < 0.7 * history.loss[0]
+    assert len(history.lr) == 60 and history.lr[0] < max(history.lr)
+    loss, accuracy = evaluate(model, *task.held_out_set(20), torch.nn.CrossEntropyLoss(
+        ignore_index=PAD))
+    assert 0.0 <= accuracy <= 1.0 and loss > 0
