@@ -132,3 +132,37 @@ def train_copy_task(parts: Parts | None = None, config: TrainConfig | None = Non
     torch.manual_seed(config.seed)
     model = EncoderDecoder(TransformerConfig.small(task.vocab_size), parts=parts)
     return model, train(model, task, config, log=log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m annotated_transformer.train``: train the copy task and report the result."""
+    import argparse
+    import statistics
+
+    parser = argparse.ArgumentParser(prog="python -m annotated_transformer.train",
+                                     description="Train a small Transformer on the copy task.")
+    parser.add_argument("--parts", default="solutions",
+                        help="where every chapter's parts come from: solutions (default), "
+                        "exercises (yours) or a folder of chNN_*.py files")
+    parser.add_argument("--seed", type=int, action="append",
+                        help="random seed (repeat for several runs; default 0)")
+    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
+    parser.add_argument("--reverse", action="store_true", help="reverse instead of copy")
+    args = parser.parse_args(argv)
+    seconds, accuracies = [], []
+    for seed in args.seed or [0]:
+        print(f"seed {seed}, parts from {args.parts}")
+        config = TrainConfig(steps=args.steps, seed=seed)
+        _, history = train_copy_task(Parts(args.parts), config, CopyTask(reverse=args.reverse))
+        seconds.append(history.seconds)
+        accuracies.append(history.exact_match[-1])
+        print(f"held-out exact match {history.exact_match[-1]:.1%} after {args.steps} steps, "
+              f"{history.seconds:.1f} s\n")
+    if len(seconds) > 1:
+        print(f"median over {len(seconds)} seeds: {statistics.median(seconds):.1f} s, "
+              f"exact match {min(accuracies):.1%} to {max(accuracies):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
