@@ -23,9 +23,9 @@ from annotated_transformer.parts import Parts, use_parts
 class TrainConfig:
     """A training run. The defaults learn the copy task on a CPU in well under a minute."""
 
-    steps: int = 700
-    batch_size: int = 64
-    lr_factor: float = 1.0  # the Noam schedule's factor
+    steps: int = 1000
+    batch_size: int = 128
+    lr_factor: float = 0.3  # the Noam schedule's factor: a calm end, where copying locks in
     warmup_steps: int = 100
     label_smoothing: float = 0.0
     clip_norm: float = 1.0
@@ -130,7 +130,8 @@ def train_copy_task(parts: Parts | None = None, config: TrainConfig | None = Non
     config = config or TrainConfig()
     task = task or CopyTask()
     torch.manual_seed(config.seed)
-    model = EncoderDecoder(TransformerConfig.small(task.vocab_size), parts=parts)
+    # One layer each way suffices to copy: decoder position i attends to source position i.
+    model = EncoderDecoder(TransformerConfig.small(task.vocab_size, num_layers=1), parts=parts)
     return model, train(model, task, config, log=log)
 
 
