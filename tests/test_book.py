@@ -1,0 +1,138 @@
+"""The web book, checked the way a reader sees it: built, served, opened in Chromium.
+
+Every page loads with no failed request (nothing depends on the network), every
+formula is typeset by the locally served MathJax (no raw ``\\(`` or ``$$`` left),
+every image has loaded with a non-zero size, the navigation reaches every chapter,
+and each chapter's Colab button opens that chapter's notebook. A full-page
+screenshot of every page goes to ``_build/screenshots/``. Skipped, saying why, where
+no Chromium or Playwright can be found.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHAPTERS = sorted(p.stem for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+
+playwright = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM=...)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> str:
+    """Build the book (warnings are errors) into a temporary folder and serve it."""
+    out = tmp_path_factory.mktemp("book")
+    build = subprocess.run(
+        [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--config",
+         str(ROOT / "book/_config.yml"), "--toc", str(ROOT / "book/_toc.yml"), "--path-output",
+         str(out), "--warningiserror", "--keep-going"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert build.returncode == 0, f"the book does not build:\n{build.stdout[-4000:]}"
+    html = out / "_build" / "html"
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def pages() -> list[str]:
+    toc = (ROOT / "book/_toc.yml").read_text()
+    files = [line.split(":", 1)[1].strip() for line in toc.splitlines()
+             if line.strip().startswith(("- file:", "root:"))]
+    return [f"{f}.html" for f in files]
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    failed: list[str] = []
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400
+            else None)
+    page.goto(url, wait_until="networkidle")
+    page.wait_for_function("() => !window.MathJax || (MathJax.startup && "
+                           "MathJax.startup.promise !== undefined)")
+    page.evaluate("() => window.MathJax && MathJax.startup.promise")
+    return page, failed
+
+
+def test_every_chapter_is_in_the_book():
+    listed = {p.removesuffix(".html").split("/")[-1] for p in pages()}
+    missing = [c for c in CHAPTERS if c not in listed]
+    assert not missing, f"chapters missing from book/_toc.yml: {missing}"
+
+
+@pytest.mark.parametrize("path", pages())
+def test_page_reads_as_written(site, browser, path):
+    page, failed = open_page(browser, f"{site}/{path}")
+    try:
+        assert not failed, f"{path}: requests failed (the book must work offline): {failed}"
+        text = page.inner_text("article")
+        for raw in ("\\(", "\\[", "$$"):
+            assert raw not in text, f"{path}: untypeset math left in the page ({raw!r})"
+        images = page.evaluate("Array.from(document.images).map(i => [i.src, i.complete, "
+                               "i.naturalWidth, i.naturalHeight])")
+        broken = [src for src, done, width, height in images if not (done and width and height)]
+        assert not broken, f"{path}: images that did not load: {broken}"
+        if path.startswith("chapters/"):
+            assert page.locator("mjx-container").count() > 0, f"{path}: no typeset math"
+            figures = [src for src, *_ in images if "logo" not in src]
+            if not path.startswith("chapters/00") or figures:
+                assert figures, f"{path}: a chapter without a single figure"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / (path.replace("/", "_") + ".png")),
+                        full_page=True)
+    finally:
+        page.close()
+
+
+def test_navigation_reaches_every_chapter(site, browser):
+    page, _ = open_page(browser, f"{site}/book/intro.html")
+    try:
+        links = page.evaluate("Array.from(document.querySelectorAll('nav.bd-docs-nav a'))"
+                              ".map(a => a.href)")
+    finally:
+        page.close()
+    for chapter in CHAPTERS:
+        assert any(link.endswith(f"chapters/{chapter}.html") for link in links), (
+            f"the navigation has no link to {chapter}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_colab_button_opens_the_chapter(site, browser, chapter):
+    page, _ = open_page(browser, f"{site}/chapters/{chapter}.html")
+    try:
+        links = page.evaluate("Array.from(document.querySelectorAll('a'))"
+                              ".map(a => a.href).filter(h => h.includes('colab.research'))")
+        download = page.evaluate("Array.from(document.querySelectorAll('a'))"
+                                 ".map(a => a.href).filter(h => h.endsWith('.ipynb'))")
+    finally:
+        page.close()
+    assert links and all(link.endswith(f"/blob/main/chapters/{chapter}.ipynb") for link in links), (
+        f"{chapter}: the Colab link should open chapters/{chapter}.ipynb, got {links}")
+    assert any(link.endswith(f"{chapter}.ipynb") for link in download), (
+        f"{chapter}: no download link for the notebook")
