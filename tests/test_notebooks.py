@@ -47,3 +47,19 @@ def test_chapters_use_earlier_parts_through_the_package(path):
         f"{path.name} imports {direct[0]} directly; use annotated_transformer.Parts so that "
         "the reader can switch between the reference and their own parts"
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_exercise_box_says_how_to_grade_it(path):
+    markdown = "\n".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]
+                         if cell["cell_type"] == "markdown")
+    boxes = re.findall(r"^(:{3,4})\{admonition\} Exercise (\d+)\.(\d+)(.*?)^\1\s*$", markdown,
+                       re.MULTILINE | re.DOTALL)
+    for _, chapter, number, body in boxes:
+        assert f"annotated_transformer.grade --chapter {int(chapter)}" in body, (
+            f"{path.name}: the box of exercise {chapter}.{number} does not say how to grade it")
+    if int(path.name[:2]) > 0:
+        assert boxes, f"{path.name}: no exercise boxes (':::{{admonition}} Exercise N.M: ...')"
+        assert "Check yourself" in markdown and "{dropdown}" in markdown, (
+            f"{path.name}: no 'Check yourself' section with answers in dropdowns")
+    assert "Learning goals" in markdown, f"{path.name}: no learning goals"
