@@ -129,6 +129,47 @@ def report(rows: list[ExerciseResult], impl: str) -> dict[str, Any]:
     }
 
 
+def format_markdown(rows: list[ExerciseResult], impl: str) -> str:
+    """The table as Markdown (for a CI job summary)."""
+    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
+             f"Graded: `{impl}`", "", "| id | exercise | points | status | what to look at |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        message = row.message.splitlines()[0].replace("|", "\\|") if row.message else ""
+        lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
+                     f"{_points(row.max_points)} | {row.status} | {message} |")
+    return "\n".join(lines) + "\n"
+
+
+def format_junit(records: list[dict[str, Any]]) -> str:
+    """JUnit XML: one test case per graded test, grouped in one suite per chapter."""
+    from xml.etree import ElementTree as ET
+
+    root = ET.Element("testsuites", name="annotated_transformer.grade")
+    suites: dict[Any, ET.Element] = {}
+    for record in records:
+        chapter = record["chapter"]
+        if chapter not in suites:
+            suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
+        case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
+                             classname=f"exercise {record['exercise']}")
+        outcome = record["outcome"]
+        if outcome == "skipped":
+            ET.SubElement(case, "skipped", message=record["message"])
+        elif outcome == "error":
+            ET.SubElement(case, "error", message=record["message"], type=outcome)
+        elif outcome != "passed":
+            ET.SubElement(case, "failure", message=record["message"], type=outcome)
+    for suite in suites.values():
+        cases = list(suite)
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
+        suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
+        suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m annotated_transformer.grade",
@@ -139,9 +180,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="what to grade: exercises (default), solutions, or a folder of "
                         "chNN_*.py files")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--junit", type=Path, metavar="PATH",
+                        help="also write JUnit XML, one test case per graded test")
+    parser.add_argument("--markdown", type=Path, metavar="PATH",
+                        help="also write the table as Markdown")
+    parser.add_argument("--fail-under", type=float, metavar="PCT",
+                        help="exit 1 when the total is below PCT percent of the points")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a single test may take (default 60)")
     args = parser.parse_args(argv)
+    if args.fail_under is not None and not 0 <= args.fail_under <= 100:
+        parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
     try:
         records = run_tests(args.chapter, args.impl, timeout=args.timeout)
     except ValueError as error:
@@ -151,6 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report(rows, args.impl), indent=2) + "\n")
         print(f"\nJSON report written to {args.json}")
+    if args.junit:
+        args.junit.write_text(format_junit(records))
+    if args.markdown:
+        args.markdown.write_text(format_markdown(rows, args.impl))
+    possible = sum(r.max_points for r in rows)
+    percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
+    if args.fail_under is not None and percent < args.fail_under:
+        print(f"\n{percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
+        return 1
     return 0
 
 

@@ -115,3 +115,23 @@ def test_command_line_table_and_json(tmp_path):
     usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "99"],
                            capture_output=True, text=True)
     assert usage.returncode == 2 and "chapter" in usage.stderr
+
+
+def test_reports_and_fail_under(tmp_path):
+    from xml.etree import ElementTree as ET
+
+    stubs.write_stubs(tmp_path / "stubs")
+    command = [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
+               "--impl", str(tmp_path / "stubs"), "--junit", str(tmp_path / "r.xml"),
+               "--markdown", str(tmp_path / "r.md")]
+    assert subprocess.run(command, capture_output=True).returncode == 0, "grading exits 0"
+    failing = subprocess.run(command + ["--fail-under", "50"], capture_output=True, text=True)
+    assert failing.returncode == 1 and "below --fail-under" in failing.stdout
+    suite = ET.parse(tmp_path / "r.xml").getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert cases and int(suite.get("tests")) == len(cases)
+    assert all(c.find("failure") is not None for c in cases), "stubs fail every test case"
+    assert "| 1.1 |" in (tmp_path / "r.md").read_text()
+    bad = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--fail-under",
+                          "120"], capture_output=True)
+    assert bad.returncode == 2, "a usage error exits 2"
