@@ -135,3 +135,14 @@ def test_reports_and_fail_under(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--fail-under",
                           "120"], capture_output=True)
     assert bad.returncode == 2, "a usage error exits 2"
+
+
+def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
+    stubs.write_stubs(tmp_path)
+    target = next(tmp_path.glob("ch01_*.py"))
+    target.write_text(target.read_text().replace(
+        'raise NotImplementedError("Exercise 1.4: relative_position_matrix is not implemented '
+        'yet")', "while True:\n        pass"))
+    rows = {r.id: r for r in grade.summarize(grade.run_tests([1], str(tmp_path), timeout=1))}
+    assert rows["1.4"].status == "timeout", (rows["1.4"].status, rows["1.4"].message)
+    assert rows["1.1"].status == "not implemented"
