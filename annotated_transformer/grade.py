@@ -7,7 +7,8 @@
 An exercise's points are the points of its tests that passed (partial credit);
 its status is ``passed`` (every test passed), ``not implemented`` (a stub still
 raises ``NotImplementedError``), ``failed`` (a test's check failed), ``error``
-(your code raised) or ``timeout``. Passing tests is evidence, not a proof, that
+(your code raised), ``timeout``, or ``forbidden`` (it calls the PyTorch op the exercise
+asks you to write). Passing tests is evidence, not a proof, that
 the work is correct.
 """
 
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = ROOT / "tests"
 TEST_FILE = re.compile(r"^test_ch(?P<chapter>\d\d)_\w+\.py$")
 # The worst outcome of an exercise's tests names its status.
-PRIORITY = ("not implemented", "error", "timeout", "failed", "skipped", "passed")
+PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed")
 
 
 @dataclass

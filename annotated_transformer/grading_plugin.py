@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-OUTCOMES = ("passed", "failed", "not implemented", "error", "timeout", "skipped")
+OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,6 +51,8 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
     message = _first_message(error)
     if isinstance(error, NotImplementedError):
         return "not implemented", message
+    if excinfo.typename == "ForbiddenCall":
+        return "forbidden", message
     if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):
         if message.startswith("Timeout"):
             return "timeout", message

@@ -17,13 +17,33 @@ from types import ModuleType
 import pytest
 import torch
 
-from annotated_transformer.parts import Parts, load_chapter, use_parts
+from annotated_transformer import forbidden
+from annotated_transformer.parts import Parts, chapter_files, load_chapter, use_parts
 
 import variants
 
 
 class ExerciseImportError(RuntimeError):
     """The learner's chapter file could not be imported."""
+
+
+class ForbiddenCall(RuntimeError):
+    """The exercise's code uses the PyTorch op it asks the learner to write."""
+
+
+def _check_forbidden(request: pytest.FixtureRequest, module: ModuleType, chapter: int) -> None:
+    marker = request.node.get_closest_marker("grade")
+    exercise = marker.args[0] if marker else None
+    rules = getattr(request.module, "FORBIDDEN", {}).get(exercise)
+    path = getattr(module, "__file__", None)
+    try:
+        solution = chapter_files("solutions").get(chapter)
+    except ModuleNotFoundError:  # a release without the reference: nothing to compare with
+        solution = None
+    if rules and path and solution:
+        message = forbidden.check(Path(path), solution, exercise, rules)
+        if message:
+            raise ForbiddenCall(message)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,6 +88,8 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
             f"could not import chapter {chapter} from {spec}{where}: "
             f"{type(error).__name__}: {error}"
         ) from error
+    if not spec.startswith("variant:"):
+        _check_forbidden(request, module, chapter)
     source = "solutions" if spec.startswith("variant:") else spec
     with use_parts(Parts("solutions", {chapter: source})):
         yield module

@@ -20,6 +20,8 @@ EXERCISES = {
     "2.2": "scaled_dot_product_attention: softmax(QK^T / sqrt(d_k)) V",
     "2.3": "softmax_jacobian: diag(p) - p p^T",
 }
+# What each exercise may not use: the op it asks the learner to write (see the docstrings).
+FORBIDDEN = {"2.1": ("softmax",), "2.2": ("softmax", "scaled_dot_product_attention")}
 f64 = torch.float64
 
 

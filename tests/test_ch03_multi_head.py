@@ -18,6 +18,7 @@ EXERCISES = {
     "3.2": "merge_heads: [B, H, L, d_k] -> [B, L, D]",
     "3.3": "MultiHeadAttention: project, split, attend, merge, project",
 }
+FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention")}
 f64 = torch.float64
 
 

@@ -24,6 +24,8 @@ EXERCISES = {
     "5.4": "EncoderLayer: self-attention and feed-forward",
     "5.5": "DecoderLayer: masked self-attention, cross-attention, feed-forward",
 }
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm"), "5.4": ("TransformerEncoderLayer",),
+             "5.5": ("TransformerDecoderLayer",)}
 f64 = torch.float64
 
 

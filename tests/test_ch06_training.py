@@ -29,6 +29,7 @@ EXERCISES = {
 }
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
 INTEGRATION = {"6.5"}
+FORBIDDEN = {"6.2": ("label_smoothing=",)}
 f64 = torch.float64
 
 

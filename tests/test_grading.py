@@ -147,3 +147,16 @@ def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
     rows = {r.id: r for r in grade.summarize(grade.run_tests([1], str(tmp_path), timeout=1))}
     assert rows["1.4"].status == "timeout", (rows["1.4"].status, rows["1.4"].message)
     assert rows["1.1"].status == "not implemented"
+
+
+def test_calling_the_op_to_write_is_forbidden(tmp_path):
+    reference = stubs.SOLUTIONS_DIR / "ch02_attention.py"
+    text = reference.read_text()
+    start = text.index("    # BEGIN SOLUTION 2.1")
+    end = text.index("    # END SOLUTION", start)
+    (tmp_path / reference.name).write_text(
+        text[:start] + "    return torch.softmax(x, dim=dim).nan_to_num(0.0)\n" + text[end:])
+    rows = {r.id: r for r in grade.summarize(grade.run_tests([2], str(tmp_path)))}
+    assert rows["2.1"].status == "forbidden" and rows["2.1"].points == 0
+    assert "softmax" in rows["2.1"].message and "line" in rows["2.1"].message
+    assert rows["2.2"].status == rows["2.3"].status == "passed", "the rest is graded as usual"
