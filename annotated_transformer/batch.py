@@ -24,8 +24,3 @@ class Batch:
     tgt_labels: Tensor
     tgt_mask: Tensor
     num_tokens: int
-
-    def to(self, device) -> Batch:
-        """The same batch on ``device``."""
-        return Batch(self.src.to(device), self.src_mask.to(device), self.tgt_input.to(device),
-                     self.tgt_labels.to(device), self.tgt_mask.to(device), self.num_tokens)

@@ -12,16 +12,15 @@ looked up through the course (``active_parts().softmax``, ``parts.softmax``) are
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from annotated_transformer.stubs import BEGIN, _enclosing_names
+from annotated_transformer.stubs import BEGIN, enclosing_names
 
 
 def exercise_functions(solution_source: str) -> dict[str, set[str]]:
     """``{exercise id: qualified names of the functions holding its solution regions}``."""
-    names = _enclosing_names(solution_source)
+    names = enclosing_names(solution_source)
     found: dict[str, set[str]] = {}
     for number, line in enumerate(solution_source.splitlines(), start=1):
         match = BEGIN.match(line)
@@ -74,6 +73,5 @@ def check(learner_file: Path, solution_file: Path, exercise: str,
         return None  # the import fails and says so on its own
     if not uses:
         return None
-    names = ", ".join(re.sub(r"=$", "= (keyword)", f) for f in forbidden)
-    return (f"Exercise {exercise} may not use {names}: the exercise asks you to write it "
-            f"yourself; found at {learner_file.name} {uses[0]}")
+    return (f"Exercise {exercise} may not use {', '.join(forbidden)}: the exercise asks you "
+            f"to write it yourself; found at {learner_file.name} {uses[0]}")

@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+PACKAGE_DIR = Path(__file__).resolve().parent
+TESTS_DIR = PACKAGE_DIR.parent / "tests"
+PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
+
 OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped")
 
 
@@ -34,12 +38,9 @@ def _learner_location(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
     """``file:line`` of the deepest frame outside the tests and pytest (the learner's code)."""
     where = ""
     for entry in excinfo.traceback:
-        path = Path(str(entry.path))
-        if "tests" in path.parts or "_pytest" in path.parts or "site-packages" in path.parts:
-            continue
-        if "annotated_transformer" in path.parts:
-            continue
-        where = f"{path.name}:{entry.lineno + 1}"
+        path = Path(str(entry.path)).resolve()
+        if not any(path.is_relative_to(d) for d in (PACKAGE_DIR, TESTS_DIR, PYTEST_DIR)):
+            where = f"{path.name}:{entry.lineno + 1}"
     return where
 
 

@@ -36,7 +36,7 @@ class StubError(ValueError):
     """A solutions file whose markers cannot be turned into stubs."""
 
 
-def _enclosing_names(source: str) -> dict[int, str]:
+def enclosing_names(source: str) -> dict[int, str]:
     """Map each line number to the qualified name of the innermost function holding it."""
     names: dict[int, str] = {}
 
@@ -55,7 +55,7 @@ def _enclosing_names(source: str) -> dict[int, str]:
 
 def make_stub(source: str, filename: str = "<solutions>") -> str:
     """Return ``source`` with every solution region replaced by a stub (digest line not added)."""
-    names = _enclosing_names(source)
+    names = enclosing_names(source)
     out: list[str] = []
     region: tuple[int, str] | None = None  # (line where it began, exercise id)
     for number, line in enumerate(source.splitlines(keepends=True), start=1):

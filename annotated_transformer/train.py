@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from annotated_transformer.batch import Batch
 from annotated_transformer.data.copy import BOS, EOS, PAD, CopyTask
-from annotated_transformer.model import EncoderDecoder
+from annotated_transformer.model import EncoderDecoder, TransformerConfig
 from annotated_transformer.parts import Parts, use_parts
 
 
@@ -58,14 +59,19 @@ def make_optimizer(model: EncoderDecoder, config: TrainConfig
     return optimizer, scheduler
 
 
+def batch_loss(model: EncoderDecoder, batch: Batch, loss_fn: nn.Module) -> Tensor:
+    """The loss of the teacher-forced predictions of ``batch``, per real label token."""
+    logits = model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)  # [B, Lt-1, V]
+    return loss_fn(logits.reshape(-1, logits.size(-1)), batch.tgt_labels.reshape(-1))
+
+
 def train_step(model: EncoderDecoder, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
                optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None) -> float:
     """One update on ``(src [B, Ls], tgt [B, Lt])``; returns the loss per real label token."""
     with use_parts(model.parts):
         batch = model.parts.make_batch(src, tgt, PAD)
     model.train()
-    logits = model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)  # [B, Lt-1, V]
-    loss = loss_fn(logits.reshape(-1, logits.size(-1)), batch.tgt_labels.reshape(-1))
+    loss = batch_loss(model, batch, loss_fn)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if clip_norm:
@@ -84,8 +90,7 @@ def evaluate(model: EncoderDecoder, src: Tensor, tgt: Tensor, loss_fn: nn.Module
     parts = model.parts
     with use_parts(parts):
         batch = parts.make_batch(src, tgt, PAD)
-        logits = model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)
-        loss = loss_fn(logits.reshape(-1, logits.size(-1)), batch.tgt_labels.reshape(-1)).item()
+        loss = batch_loss(model, batch, loss_fn).item()
         decoded = parts.greedy_decode(model, src, batch.src_mask, tgt.size(1), BOS, EOS, PAD)
     width = max(decoded.size(1), tgt.size(1))
     decoded = nn.functional.pad(decoded, (0, width - decoded.size(1)), value=PAD)
@@ -125,8 +130,6 @@ def train_copy_task(parts: Parts | None = None, config: TrainConfig | None = Non
                     task: CopyTask | None = None, log: Callable[[str], None] | None = print
                     ) -> tuple[EncoderDecoder, History]:
     """The course's default recipe: a small model learns to copy, from ``parts``."""
-    from annotated_transformer.model import TransformerConfig
-
     config = config or TrainConfig()
     task = task or CopyTask()
     torch.manual_seed(config.seed)

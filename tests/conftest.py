@@ -83,10 +83,8 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
         else:
             module = load_chapter(spec, chapter)
     except Exception as error:  # a learner's file can fail in any way
-        where = f" (line {error.lineno})" if isinstance(error, SyntaxError) else ""
         raise ExerciseImportError(
-            f"could not import chapter {chapter} from {spec}{where}: "
-            f"{type(error).__name__}: {error}"
+            f"could not import chapter {chapter} from {spec}: {type(error).__name__}: {error}"
         ) from error
     if not spec.startswith("variant:"):
         _check_forbidden(request, module, chapter)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
-from annotated_transformer.parts import Parts, active_parts
+from annotated_transformer.parts import Parts
 
 from checks import assert_close, assert_tensor
 
@@ -253,7 +253,7 @@ def test_greedy_decode_matches_row_by_row_decoding(impl):
 def test_capstone_your_parts_learn_to_copy(impl, impl_source):
     from annotated_transformer.train import TrainConfig, train_copy_task
 
-    parts = active_parts() if impl_source == "solutions" else Parts(impl_source)
+    parts = Parts(impl_source)
     config = TrainConfig(steps=CAPSTONE_STEPS, eval_every=CAPSTONE_STEPS, seed=0)
     _, history = train_copy_task(parts=parts, config=config, log=None)
     accuracy = history.exact_match[-1]
