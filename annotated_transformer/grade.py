@@ -3,6 +3,8 @@
     python -m annotated_transformer.grade                  # every chapter, your exercises/
     python -m annotated_transformer.grade --chapter 1      # one chapter (repeat for more)
     python -m annotated_transformer.grade --impl solutions --json report.json
+    python -m annotated_transformer.grade --points         # the points on offer, nothing run
+    python -m annotated_transformer.grade --from-report report.json --exercise 2.1 --fail-under 100
 
 An exercise's points are the points of its tests that passed (partial credit);
 its status is ``passed`` (every test passed), ``not implemented`` (a stub still
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = ROOT / "tests"
 TEST_FILE = re.compile(r"^test_ch(?P<chapter>\d\d)_\w+\.py$")
 # The worst outcome of an exercise's tests names its status.
-PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed")
+PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed",
+            "collected")
 
 
 @dataclass
@@ -55,6 +59,16 @@ def chapter_test_files(chapters: list[int] | None = None) -> dict[int, Path]:
     return files
 
 
+def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
+                    extra_args: tuple[str, ...]) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", *map(str, files), f"--impl={impl}",
+        "-p", "annotated_transformer.grading_plugin", f"--grade-report={report}",
+        f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+        "--rootdir", str(ROOT), *extra_args,
+    ]
+
+
 def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
               extra_args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Run the graded tests in a fresh interpreter; one record a test (see grading_plugin)."""
@@ -63,17 +77,25 @@ def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
         impl = str(Path(impl).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        command = [
-            sys.executable, "-m", "pytest", *map(str, files.values()), f"--impl={impl}",
-            "-p", "annotated_transformer.grading_plugin", f"--grade-report={report}",
-            f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-            "--rootdir", str(ROOT), *extra_args,
-        ]
+        command = _pytest_command(list(files.values()), impl, report, timeout, extra_args)
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if not report.exists():
             raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
                                f"{process.stderr[-3000:]}")
         return json.loads(report.read_text())
+
+
+def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
+    """The points on offer per exercise, read from the graded tests without running them.
+
+    One row an exercise, as :func:`summarize` gives, with ``points`` 0 and status
+    ``"collected"``. The GitHub Classroom workflow takes its steps' points from here.
+    """
+    records = run_tests(chapters, "exercises", extra_args=("--collect-only",))
+    if any(r["exercise"] is None for r in records):
+        problem = next(r for r in records if r["exercise"] is None)
+        raise RuntimeError(problem["message"])
+    return summarize(records)
 
 
 def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
@@ -130,6 +152,31 @@ def report(rows: list[ExerciseResult], impl: str) -> dict[str, Any]:
     }
 
 
+def rows_from_report(data: dict[str, Any]) -> list[ExerciseResult]:
+    """The rows of a JSON report written by ``--json``."""
+    return [ExerciseResult(**row) for row in data["exercises"]]
+
+
+def format_score(rows: list[ExerciseResult]) -> str:
+    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    return (f"{_points(total)}/{_points(possible)} points from passed tests "
+            f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
+            f"passed)")
+
+
+def format_points(rows: list[ExerciseResult]) -> str:
+    """The points on offer: one line an exercise, the chapter totals and the course's."""
+    width = max([len(r.title) for r in rows] + [5])
+    lines = [f"{'id':<5} {'exercise':<{width}} {'points':>6}"]
+    for chapter in sorted({r.chapter for r in rows}):
+        chapter_rows = [r for r in rows if r.chapter == chapter]
+        lines += [f"{r.id:<5} {r.title:<{width}} {_points(r.max_points):>6}" for r in chapter_rows]
+        total = _points(sum(r.max_points for r in chapter_rows))
+        lines.append(f"{'':<5} {f'chapter {chapter}':>{width}} {total:>6}")
+    lines += ["", f"Total: {_points(sum(r.max_points for r in rows))} points"]
+    return "\n".join(lines)
+
+
 def format_markdown(rows: list[ExerciseResult], impl: str) -> str:
     """The table as Markdown (for a CI job summary)."""
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
@@ -171,12 +218,15 @@ def format_junit(records: list[dict[str, Any]]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m annotated_transformer.grade",
         description="Run the graded tests and report points per exercise.")
     parser.add_argument("--chapter", type=int, action="append",
                         help="grade this chapter only (repeatable; default: every chapter)")
+    parser.add_argument("--exercise", action="append", metavar="ID",
+                        help="report this exercise only, e.g. 2.1 (repeatable; its chapter is "
+                        "graded)")
     parser.add_argument("--impl", default="exercises",
                         help="what to grade: exercises (default), solutions, or a folder of "
                         "chNN_*.py files")
@@ -189,28 +239,98 @@ def main(argv: list[str] | None = None) -> int:
                         help="exit 1 when the total is below PCT percent of the points")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a single test may take (default 60)")
+    parser.add_argument("--from-report", type=Path, metavar="PATH",
+                        help="run nothing: read the JSON report that an earlier --json wrote "
+                        "(with --exercise and --fail-under, one CI step per exercise)")
+    parser.add_argument("--score", action="store_true",
+                        help="print the total only, one line (in GitHub Actions also as a "
+                        "notice on the run's page)")
+    parser.add_argument("--points", action="store_true",
+                        help="run nothing: list the points on offer per exercise and chapter")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
-    try:
-        records = run_tests(args.chapter, args.impl, timeout=args.timeout)
-    except ValueError as error:
-        parser.error(str(error))
-    rows = summarize(records)
-    print(format_table(rows, args.impl))
+    if args.exercise:
+        bad = [e for e in args.exercise if not re.fullmatch(r"\d+\.\d+", e)]
+        if bad:
+            parser.error(f"an exercise is named by its number, like 2.1; got {bad}")
+    chapters = args.chapter
+    if chapters and args.exercise:
+        chapters = sorted(set(chapters) | {int(e.split(".")[0]) for e in args.exercise})
+    elif args.exercise:
+        chapters = sorted({int(e.split(".")[0]) for e in args.exercise})
+
+    if args.points:
+        if args.from_report or args.junit or args.markdown or args.fail_under is not None:
+            parser.error("--points lists the points on offer; it takes --chapter, --exercise "
+                         "and --json only")
+        try:
+            rows = _only(exercise_points(chapters), args.exercise, parser)
+        except ValueError as error:
+            parser.error(str(error))
+        print(format_points(rows))
+        if args.json:
+            data = report(rows, "points")
+            args.json.write_text(json.dumps(data, indent=2) + "\n")
+        return 0
+
+    records: list[dict[str, Any]] | None = None
+    if args.from_report:
+        if args.junit:
+            parser.error("--junit needs the graded tests; a report read with --from-report "
+                         "has only the exercises")
+        try:
+            data = json.loads(args.from_report.read_text())
+            rows, impl = rows_from_report(data), data["impl"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
+                         f"{error}")
+        if chapters:
+            rows = [r for r in rows if r.chapter in chapters]
+    else:
+        impl = args.impl
+        try:
+            records = run_tests(chapters, impl, timeout=args.timeout)
+        except ValueError as error:
+            parser.error(str(error))
+        rows = summarize(records)
+    rows = _only(rows, args.exercise, parser)
+    if records is not None and args.exercise:
+        records = [r for r in records if r["exercise"] in args.exercise]
+
+    print(format_score(rows) if args.score else format_table(rows, impl))
+    if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
+        print(f"::notice title=Grade::{format_score(rows)}")
     if args.json:
-        args.json.write_text(json.dumps(report(rows, args.impl), indent=2) + "\n")
+        args.json.write_text(json.dumps(report(rows, impl), indent=2) + "\n")
         print(f"\nJSON report written to {args.json}")
-    if args.junit:
+    if args.junit and records is not None:
         args.junit.write_text(format_junit(records))
     if args.markdown:
-        args.markdown.write_text(format_markdown(rows, args.impl))
+        args.markdown.write_text(format_markdown(rows, impl))
     possible = sum(r.max_points for r in rows)
     percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
     if args.fail_under is not None and percent < args.fail_under:
         print(f"\n{percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
         return 1
     return 0
+
+
+def _only(rows: list[ExerciseResult], exercises: list[str] | None,
+          parser: argparse.ArgumentParser) -> list[ExerciseResult]:
+    """The rows of the exercises asked for (all of them without --exercise)."""
+    if not exercises:
+        return rows
+    missing = sorted(set(exercises) - {r.id for r in rows})
+    if missing:
+        parser.error(f"no graded exercise {', '.join(missing)}; exercises: "
+                     f"{', '.join(r.id for r in rows)}")
+    return [r for r in rows if r.id in exercises]
 
 
 if __name__ == "__main__":

@@ -84,34 +84,42 @@ class GradeRecorder:
         return (item.nodeid.split("::")[0], getattr(item, "originalname", item.name),
                 _impl_of(item))
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
         # A test function's points are shared by its parametrized cases.
         for item in items:
             key = self._function_key(item)
             self.cases[key] = self.cases.get(key, 0) + 1
+        if config.option.collectonly:  # the points on offer, nothing run
+            for item in items:
+                if item.get_closest_marker("grade") is not None:
+                    self._record(item, "collected", "")
+
+    def _record(self, item: pytest.Item, outcome: str, message: str) -> None:
+        marker = item.get_closest_marker("grade")
+        exercise = marker.args[0]
+        share = marker.kwargs.get("points", 1) / self.cases.get(self._function_key(item), 1)
+        self.records[item.nodeid] = {
+            "test": item.nodeid,
+            "exercise": exercise,
+            "chapter": int(exercise.split(".")[0]),
+            "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
+            "points": share,
+            "impl": _impl_of(item),
+            "outcome": outcome,
+            "message": message,
+        }
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
         outcome = yield
         report = outcome.get_result()
-        marker = item.get_closest_marker("grade")
-        if marker is None:
+        if item.get_closest_marker("grade") is None:
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
             outcome_name, message = classify(call.excinfo if report.failed or report.skipped
                                              else None)
-            exercise = marker.args[0]
-            share = marker.kwargs.get("points", 1) / self.cases.get(self._function_key(item), 1)
-            self.records[item.nodeid] = {
-                "test": item.nodeid,
-                "exercise": exercise,
-                "chapter": int(exercise.split(".")[0]),
-                "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
-                "points": share,
-                "impl": _impl_of(item),
-                "outcome": outcome_name,
-                "message": message,
-            }
+            self._record(item, outcome_name, message)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:

@@ -31,6 +31,9 @@ def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
     stubs.write_stubs(tmp_path)
     rows = grade.summarize(grade.run_tests(None, str(tmp_path)))
     assert rows
+    # The points on offer, read without running anything, are the points that grading gives.
+    offered = {r.id: r.max_points for r in grade.exercise_points()}
+    assert offered == {r.id: r.max_points for r in rows}
     for row in rows:
         assert row.status == "not implemented", f"{row.id}: {row.status}: {row.message}"
         assert row.points == 0
@@ -160,3 +163,26 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
     assert rows["2.1"].status == "forbidden" and rows["2.1"].points == 0
     assert "softmax" in rows["2.1"].message and "line" in rows["2.1"].message
     assert rows["2.2"].status == rows["2.3"].status == "passed", "the rest is graded as usual"
+
+
+def test_one_exercise_from_an_earlier_report(tmp_path):
+    """The GitHub Classroom steps: one exercise each, read from the one grading run's JSON."""
+    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
+            grade.ExerciseResult("1.2", 1, "second", 3, 9, "failed", "expected 1, got 2")]
+    path = tmp_path / "grade.json"
+    path.write_text(json.dumps(grade.report(rows, "exercises")))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+                               "--from-report", str(path), *args], capture_output=True, text=True)
+
+    passed = run("--exercise", "1.1", "--fail-under", "100")
+    assert passed.returncode == 0 and "1.1" in passed.stdout and "1.2" not in passed.stdout
+    failed = run("--exercise", "1.2", "--fail-under", "100")
+    assert failed.returncode == 1 and "expected 1, got 2" in failed.stdout
+    assert "10/16 points from passed tests" in run("--score").stdout
+    assert run("--exercise", "3.1").returncode == 2, "an exercise the report does not have"
+    assert run("--junit", str(tmp_path / "x.xml")).returncode == 2, "JUnit needs the tests"
+    path.unlink()
+    missing = run("--exercise", "1.1")
+    assert missing.returncode == 2 and "did the grading step run" in missing.stderr
