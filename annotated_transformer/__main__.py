@@ -1,24 +1,35 @@
 """The command line: ``python -m annotated_transformer <command> ...``.
 
-    grade   run the graded tests, report points per exercise (annotated_transformer.grade)
-    stubs   regenerate or check exercises/ from solutions/ (annotated_transformer.stubs)
+    train      train a model on a task (copy, reverse, dates, addition, tsv)
+    evaluate   held-out exact match and loss of a checkpoint
+    translate  decode inputs with a checkpoint (greedy, beam search, sampling)
+    attention  draw a checkpoint's attention maps for one input
+    grade      run the graded tests, report points per exercise
+    stubs      regenerate or check exercises/ from solutions/
+
+``python -m annotated_transformer COMMAND --help`` describes each.
 """
 
 from __future__ import annotations
 
 import sys
 
-from annotated_transformer import grade, stubs
+from annotated_transformer import cli, grade, stubs
 
 COMMANDS = {"grade": grade.main, "stubs": stubs.main}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    if not argv or argv[0] not in ("train", "evaluate", "translate", "attention"):
         print(__doc__.strip(), file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    return COMMANDS[argv[0]](argv[1:])
+        return 2
+    return cli.main(argv)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ HEADER = """\
 # explains the set-up.
 #
 # The course's own tests and grader, from COURSE_REPO at COURSE_REF, grade the learner's
-# exercises/: nothing else of the learner's repository is used. Pin COURSE_REF (a repository
+# exercises/: nothing else of the learner's repository is used (changes to its tests or
+# grader are named in the report as tampered). Pin COURSE_REF (a repository
 # or organization variable) to the tag or commit the assignment was made from. One grading
 # run writes grade.json; each exercise step then gives its points when every test of the
 # exercise passed (all or nothing per exercise: the partial credit is in the job summary).
@@ -80,6 +81,7 @@ jobs:
         continue-on-error: true
         run: |
           python -m annotated_transformer.grade --impl ../exercises \\
+            --verify-manifest tests/grading_manifest.json --submission-root .. \\
             --json ../grade.json --markdown ../grade.md
           cat ../grade.md >> "$GITHUB_STEP_SUMMARY"
 """

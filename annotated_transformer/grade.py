@@ -4,6 +4,7 @@
     python -m annotated_transformer.grade --chapter 1      # one chapter (repeat for more)
     python -m annotated_transformer.grade --impl solutions --json report.json
     python -m annotated_transformer.grade --points         # the points on offer, nothing run
+    python -m annotated_transformer.grade --verify-manifest tests/grading_manifest.json
     python -m annotated_transformer.grade --from-report report.json --exercise 2.1 --fail-under 100
 
 An exercise's points are the points of its tests that passed (partial credit);
@@ -11,7 +12,9 @@ its status is ``passed`` (every test passed), ``not implemented`` (a stub still
 raises ``NotImplementedError``), ``failed`` (a test's check failed), ``error``
 (your code raised), ``timeout``, or ``forbidden`` (it calls the PyTorch op the exercise
 asks you to write). Passing tests is evidence, not a proof, that
-the work is correct.
+the work is correct. With ``--verify-manifest``, every report also names the files that
+decide the grade (tests, grader, pytest settings) that differ from the course's
+(see :mod:`annotated_transformer.manifest`); grading runs all the same.
 """
 
 from __future__ import annotations
@@ -46,6 +49,29 @@ class ExerciseResult:
     message: str
 
 
+@dataclass
+class Integrity:
+    """How a submission's grading files compare with the course's manifest."""
+
+    manifest: str  # the manifest's path, as given
+    submission: str  # the repository that was compared with it
+    changes: dict[str, str]  # {path: "changed" | "missing" | "added"}
+    used: bool  # True: those files graded this run (the grader ran from the submission)
+
+    @property
+    def tampered(self) -> list[str]:
+        return sorted(self.changes)
+
+    def lines(self) -> list[str]:
+        if not self.changes:
+            return [f"Grading files: as in the course's manifest ({self.manifest})."]
+        listed = ", ".join(f"{path} ({change})" for path, change in self.changes.items())
+        effect = ("These files graded this run: compare the submission with the course." if
+                  self.used else "The course's own copies graded this run, not these.")
+        return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
+                f"manifest ({self.manifest}): {listed}.", effect]
+
+
 def chapter_test_files(chapters: list[int] | None = None) -> dict[int, Path]:
     """``{chapter: graded test file}``, all of them or the ones asked for."""
     files = {int(m["chapter"]): p for p in sorted(TESTS_DIR.glob("test_ch*.py"))
@@ -61,11 +87,14 @@ def chapter_test_files(chapters: list[int] | None = None) -> dict[int, Path]:
 
 def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
                     extra_args: tuple[str, ...]) -> list[str]:
+    # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
+    # tests/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
     return [
         sys.executable, "-m", "pytest", *map(str, files), f"--impl={impl}",
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+        "--confcutdir", str(TESTS_DIR), "-p", "pytest_timeout",
         "-p", "annotated_transformer.grading_plugin", f"--grade-report={report}",
-        f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-        "--rootdir", str(ROOT), *extra_args,
+        f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
     ]
 
 
@@ -78,7 +107,9 @@ def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         command = _pytest_command(list(files.values()), impl, report, timeout, extra_args)
-        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
         if not report.exists():
             raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
                                f"{process.stderr[-3000:]}")
@@ -121,7 +152,8 @@ def _points(value: float) -> str:
     return f"{round(value, 2):g}"
 
 
-def format_table(rows: list[ExerciseResult], impl: str) -> str:
+def format_table(rows: list[ExerciseResult], impl: str,
+                 integrity: Integrity | None = None) -> str:
     lines = [f"Graded: {impl}", ""]
     width = max([len(r.title) for r in rows] + [5])
     lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
@@ -134,12 +166,18 @@ def format_table(rows: list[ExerciseResult], impl: str) -> str:
     lines += ["", f"Total: {_points(total)}/{_points(possible)} points "
               f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with all "
               f"tests passed)"]
+    if integrity is not None:
+        lines += ["", *integrity.lines()]
     return "\n".join(lines)
 
 
-def report(rows: list[ExerciseResult], impl: str) -> dict[str, Any]:
-    """The JSON report: the rows and the totals."""
+def report(rows: list[ExerciseResult], impl: str,
+           integrity: Integrity | None = None) -> dict[str, Any]:
+    """The JSON report: the rows, the totals, and (null when not checked) the grading files
+    that differ from the course's manifest."""
     return {
+        "tampered": integrity.tampered if integrity else None,
+        "integrity": asdict(integrity) if integrity else None,
         "impl": impl,
         "exercises": [asdict(r) for r in rows],
         "points": sum(r.points for r in rows),
@@ -157,11 +195,18 @@ def rows_from_report(data: dict[str, Any]) -> list[ExerciseResult]:
     return [ExerciseResult(**row) for row in data["exercises"]]
 
 
-def format_score(rows: list[ExerciseResult]) -> str:
+def integrity_from_report(data: dict[str, Any]) -> Integrity | None:
+    return Integrity(**data["integrity"]) if data.get("integrity") else None
+
+
+def format_score(rows: list[ExerciseResult], integrity: Integrity | None = None) -> str:
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
-    return (f"{_points(total)}/{_points(possible)} points from passed tests "
-            f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
-            f"passed)")
+    score = (f"{_points(total)}/{_points(possible)} points from passed tests "
+             f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
+             f"passed)")
+    if integrity and integrity.changes:
+        score += f"; TAMPERED: {', '.join(integrity.tampered)}"
+    return score
 
 
 def format_points(rows: list[ExerciseResult]) -> str:
@@ -177,7 +222,8 @@ def format_points(rows: list[ExerciseResult]) -> str:
     return "\n".join(lines)
 
 
-def format_markdown(rows: list[ExerciseResult], impl: str) -> str:
+def format_markdown(rows: list[ExerciseResult], impl: str,
+                    integrity: Integrity | None = None) -> str:
     """The table as Markdown (for a CI job summary)."""
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
@@ -187,11 +233,15 @@ def format_markdown(rows: list[ExerciseResult], impl: str) -> str:
         message = row.message.splitlines()[0].replace("|", "\\|") if row.message else ""
         lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
                      f"{_points(row.max_points)} | {row.status} | {message} |")
+    if integrity is not None:
+        warning = " ".join(integrity.lines())
+        lines += ["", f"> **{warning}**" if integrity.changes else warning]
     return "\n".join(lines) + "\n"
 
 
-def format_junit(records: list[dict[str, Any]]) -> str:
-    """JUnit XML: one test case per graded test, grouped in one suite per chapter."""
+def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = None) -> str:
+    """JUnit XML: one test case per graded test, grouped in one suite per chapter, and with
+    ``integrity`` one more suite whose test case fails when grading files were changed."""
     from xml.etree import ElementTree as ET
 
     root = ET.Element("testsuites", name="annotated_transformer.grade")
@@ -209,6 +259,12 @@ def format_junit(records: list[dict[str, Any]]) -> str:
             ET.SubElement(case, "error", message=record["message"], type=outcome)
         elif outcome != "passed":
             ET.SubElement(case, "failure", message=record["message"], type=outcome)
+    if integrity is not None:
+        suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")
+        case = ET.SubElement(suite, "testcase", name="the grading files are the course's",
+                             classname=integrity.manifest)
+        if integrity.changes:
+            ET.SubElement(case, "failure", message=" ".join(integrity.lines()), type="tampered")
     for suite in suites.values():
         cases = list(suite)
         suite.set("tests", str(len(cases)))
@@ -247,6 +303,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "notice on the run's page)")
     parser.add_argument("--points", action="store_true",
                         help="run nothing: list the points on offer per exercise and chapter")
+    parser.add_argument("--verify-manifest", type=Path, metavar="PATH",
+                        help="name, in every report, the grading files (tests, grader, pytest "
+                        "settings) of --submission-root that differ from this manifest")
+    parser.add_argument("--submission-root", type=Path, metavar="DIR",
+                        help="the learner's repository that --verify-manifest checks "
+                        "(default: the repository the grader runs from)")
+    parser.add_argument("--write-manifest", type=Path, metavar="PATH",
+                        help="for course maintainers: write the manifest of this repository's "
+                        "grading files to PATH (tests/grading_manifest.json), grade nothing")
     return parser
 
 
@@ -265,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.exercise:
         chapters = sorted({int(e.split(".")[0]) for e in args.exercise})
 
+    if args.write_manifest:
+        from annotated_transformer import manifest
+
+        manifest.write(args.write_manifest)
+        print(f"wrote {args.write_manifest}")
+        return 0
+    if args.submission_root and not args.verify_manifest:
+        parser.error("--submission-root is the repository that --verify-manifest checks")
+
     if args.points:
         if args.from_report or args.junit or args.markdown or args.fail_under is not None:
             parser.error("--points lists the points on offer; it takes --chapter, --exercise "
@@ -280,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     records: list[dict[str, Any]] | None = None
+    integrity: Integrity | None = None
+    if args.from_report and args.verify_manifest:
+        parser.error("--verify-manifest goes with the grading run; its report keeps the result")
+    if args.verify_manifest:
+        integrity = _verify(args.verify_manifest, args.submission_root or ROOT, parser)
     if args.from_report:
         if args.junit:
             parser.error("--junit needs the graded tests; a report read with --from-report "
@@ -287,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             data = json.loads(args.from_report.read_text())
             rows, impl = rows_from_report(data), data["impl"]
+            integrity = integrity_from_report(data)
         except (OSError, ValueError, KeyError, TypeError) as error:
             parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
                          f"{error}")
@@ -303,22 +383,36 @@ def main(argv: list[str] | None = None) -> int:
     if records is not None and args.exercise:
         records = [r for r in records if r["exercise"] in args.exercise]
 
-    print(format_score(rows) if args.score else format_table(rows, impl))
+    print(format_score(rows, integrity) if args.score else format_table(rows, impl, integrity))
     if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
-        print(f"::notice title=Grade::{format_score(rows)}")
+        kind = "warning" if integrity and integrity.changes else "notice"
+        print(f"::{kind} title=Grade::{format_score(rows, integrity)}")
     if args.json:
-        args.json.write_text(json.dumps(report(rows, impl), indent=2) + "\n")
+        args.json.write_text(json.dumps(report(rows, impl, integrity), indent=2) + "\n")
         print(f"\nJSON report written to {args.json}")
     if args.junit and records is not None:
-        args.junit.write_text(format_junit(records))
+        args.junit.write_text(format_junit(records, integrity))
     if args.markdown:
-        args.markdown.write_text(format_markdown(rows, impl))
+        args.markdown.write_text(format_markdown(rows, impl, integrity))
     possible = sum(r.max_points for r in rows)
     percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
     if args.fail_under is not None and percent < args.fail_under:
         print(f"\n{percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
         return 1
     return 0
+
+
+def _verify(path: Path, submission: Path, parser: argparse.ArgumentParser) -> Integrity:
+    from annotated_transformer import manifest
+
+    if not submission.is_dir():
+        parser.error(f"--submission-root {submission} is not a folder")
+    try:
+        changes = manifest.verify(manifest.load(path), submission)
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot read the manifest {path}: {error}")
+    used = submission.resolve() == ROOT.resolve()
+    return Integrity(str(path), str(submission), changes, used)
 
 
 def _only(rows: list[ExerciseResult], exercises: list[str] | None,

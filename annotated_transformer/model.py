@@ -8,6 +8,10 @@ A tensor's way through it (Vaswani et al. 2017, Figure 1):
         with the target mask, cross-attention to the memory) -> hidden [B, Lt, D]
         -> generator (a linear layer) -> logits [B, Lt, V] -> loss (ch. 6)
 
+The decoder-only ("generative") Transformer is the decoder without cross-attention:
+    tokens [B, L] -> embedding * sqrt(D) + PE -> N layers of causal self-attention and
+        feed-forward (chapter 5's encoder layer, given the causal mask) -> logits [B, L, V]
+
 Which implementation each part comes from is a :class:`~annotated_transformer.parts.Parts`.
 """
 
@@ -137,6 +141,45 @@ class EncoderDecoder(nn.Module):
                 tgt_mask: Tensor | None = None) -> Tensor:
         """``src [B, Ls]``, ``tgt [B, Lt]`` -> logits ``[B, Lt, V]``."""
         return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
+
+
+class DecoderOnlyTransformer(nn.Module):
+    """A language model: the decoder without cross-attention, built from ``parts``.
+
+    A decoder layer without its cross-attention is self-attention and a feed-forward
+    network, which is what chapter 5's ``EncoderLayer`` computes; with Chapter 4's
+    ``target_mask`` (padding and causality) every position sees only the ones before it.
+    ``forward(tokens [B, L], mask [B, 1, L, L])`` returns logits ``[B, L, V]``. The config's
+    ``src_vocab_size`` and ``tgt_vocab_size`` are the same vocabulary.
+    """
+
+    def __init__(self, config: TransformerConfig, parts: Parts | None = None) -> None:
+        super().__init__()
+        if config.src_vocab_size != config.tgt_vocab_size:
+            raise ValueError("a decoder-only model has one vocabulary: src_vocab_size and "
+                             "tgt_vocab_size must be equal")
+        self.config = config
+        self.parts = parts = parts or active_parts()
+        c = config
+        with use_parts(parts):
+            self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
+            self.layers = nn.ModuleList(
+                [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+                 for _ in range(c.num_layers)])
+            self.norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        for parameter in self.parameters():
+            if parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)
+        if c.tie_embeddings:
+            self.generator.weight = self.embed.tokens.embedding.weight
+
+    def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
+        """``tokens [B, L]``, ``mask`` (causal, ``True`` = allowed) -> logits ``[B, L, V]``."""
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.generator(self.norm(x))
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,23 +1,39 @@
-"""Training: teacher forcing, label smoothing, Adam with the Noam schedule, gradient clipping.
+"""Training: one loop for every task, on a CPU, a GPU or several.
 
 Every step uses chapter 6's parts (``make_batch``, ``LabelSmoothingLoss``, ``noam_lr``,
 ``greedy_decode``) from the model's :class:`~annotated_transformer.parts.Parts`, so a
 model built from the learner's parts also trains with the learner's training code.
+
+Beyond the recipe (:class:`TrainConfig`), a :class:`Runtime` says where and how a run
+executes: the device, bf16 autocast, ``torch.compile``, where checkpoints and metrics go,
+a progress bar. Several processes started by ``torchrun`` train one model with PyTorch's
+``DistributedDataParallel``: every process draws the same global batch and takes its own
+rows, and the loss is weighted by tokens so that the update equals one process's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
+from annotated_transformer import checkpoint, distributed
 from annotated_transformer.batch import Batch
-from annotated_transformer.data.copy import BOS, EOS, PAD, CopyTask
-from annotated_transformer.model import EncoderDecoder, TransformerConfig
+from annotated_transformer.data.copy import CopyTask
+from annotated_transformer.data.task import Task, pad_rows
+from annotated_transformer.data.vocab import BOS, EOS, PAD
+from annotated_transformer.decode import complete
+from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
 from annotated_transformer.parts import Parts, use_parts
+
+Model = EncoderDecoder | DecoderOnlyTransformer
 
 
 @dataclass
@@ -36,6 +52,25 @@ class TrainConfig:
 
 
 @dataclass
+class Runtime:
+    """Where and how a run executes (none of it changes what is learned on one device)."""
+
+    device: str = "cpu"
+    precision: str = "fp32"  # or "bf16": autocast to bfloat16
+    compile: bool = False  # torch.compile the model for training
+    out: Path | None = None  # checkpoint.pt and metrics.jsonl go here
+    resume: bool = False  # continue from out/checkpoint.pt
+    progress: bool = False  # a tqdm progress bar
+    log_every: int = 10  # steps between metrics lines
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.resume and self.out is None:
+            raise ValueError("resume needs the run's folder (out)")
+
+
+@dataclass
 class History:
     """What a run measured: per step the loss and the rate; per evaluation the accuracy."""
 
@@ -46,9 +81,10 @@ class History:
     eval_loss: list[float] = field(default_factory=list)
     exact_match: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    tokens: int = 0  # target tokens trained on (all processes)
 
 
-def make_optimizer(model: EncoderDecoder, config: TrainConfig
+def make_optimizer(model: Model, config: TrainConfig
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """Adam (beta = 0.9, 0.98; eps = 1e-9, section 5.3) with the Noam rate via ``LambdaLR``."""
     noam_lr = model.parts.noam_lr
@@ -59,70 +95,185 @@ def make_optimizer(model: EncoderDecoder, config: TrainConfig
     return optimizer, scheduler
 
 
-def batch_loss(model: EncoderDecoder, batch: Batch, loss_fn: nn.Module) -> Tensor:
+def batch_loss(model: nn.Module, batch: Batch, loss_fn: nn.Module) -> Tensor:
     """The loss of the teacher-forced predictions of ``batch``, per real label token."""
     logits = model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)  # [B, Lt-1, V]
     return loss_fn(logits.reshape(-1, logits.size(-1)), batch.tgt_labels.reshape(-1))
 
 
-def train_step(model: EncoderDecoder, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
-               optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None) -> float:
-    """One update on ``(src [B, Ls], tgt [B, Lt])``; returns the loss per real label token."""
-    with use_parts(model.parts):
-        batch = model.parts.make_batch(src, tgt, PAD)
+def language_model_batch(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+    """Decoder-only teacher forcing: ``prompt [B, Lp]`` and ``answer [B, La]`` (both padded)
+    joined per row into one sequence; returns ``(inputs, labels)``, both ``[B, L-1]``:
+    the sequence without its last token, and without its first with every prompt label
+    set to PAD (only the answer is scored)."""
+    rows, labels = [], []
+    for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
+        p = [t for t in p if t != PAD]
+        a = [t for t in a if t != PAD]
+        rows.append(p + a)
+        labels.append([PAD] * (len(p) - 1) + a)
+    sequence, labels = pad_rows(rows), pad_rows(labels)
+    return sequence[:, :-1].to(prompt.device), labels[:, : sequence.size(1) - 1].to(prompt.device)
+
+
+def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
+                    loss_fn: nn.Module) -> tuple[Tensor, int]:
+    """The mean loss of a batch and how many target tokens it scores.
+
+    ``net`` runs the forward pass: the model itself, or its compiled or DDP wrapper."""
+    parts = model.parts
+    with use_parts(parts):
+        if isinstance(model, DecoderOnlyTransformer):
+            inputs, labels = language_model_batch(src, tgt)
+            logits = net(inputs, parts.target_mask(inputs, PAD))
+            loss = loss_fn(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+            return loss, int((labels != PAD).sum())
+        batch = parts.make_batch(src, tgt, PAD)
+        return batch_loss(net, batch, loss_fn), batch.num_tokens
+
+
+def train_step(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
+               optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None,
+               net: nn.Module | None = None, precision: str = "fp32") -> tuple[float, int]:
+    """One update on ``(src [B, Ls], tgt [B, Lt])``, this process's share of the batch.
+
+    Returns the loss per real label token of the whole (global) batch and its token count.
+    With several processes each one's loss is weighted by its share of the tokens, so the
+    averaged gradient is the gradient of the global mean."""
+    net = net or model
     model.train()
-    loss = batch_loss(model, batch, loss_fn)
+    with autocast(src.device, precision):
+        loss, tokens = loss_and_tokens(model, net, src, tgt, loss_fn)
+    total = distributed.all_sum(tokens, src.device)
+    weight = tokens / max(total, 1)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    (loss * weight * distributed.world_size()).backward()  # DDP averages over processes
     if clip_norm:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     optimizer.step()
     scheduler.step()
-    return loss.item()
+    return distributed.all_sum(loss.item() * weight, src.device), total
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast when asked for, otherwise nothing."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 @torch.no_grad()
-def evaluate(model: EncoderDecoder, src: Tensor, tgt: Tensor, loss_fn: nn.Module
-             ) -> tuple[float, float]:
-    """``(loss, exact match)`` on a held-out set: teacher-forced loss, and the fraction of
-    sequences that greedy decoding reproduces exactly."""
+def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
+             precision: str = "fp32", batch_size: int = 500) -> tuple[float, float]:
+    """``(loss, exact match)`` on a held-out set: teacher-forced loss per token, and the
+    fraction of sequences that greedy decoding reproduces exactly."""
     model.eval()
     parts = model.parts
-    with use_parts(parts):
-        batch = parts.make_batch(src, tgt, PAD)
-        loss = batch_loss(model, batch, loss_fn).item()
-        decoded = parts.greedy_decode(model, src, batch.src_mask, tgt.size(1), BOS, EOS, PAD)
-    width = max(decoded.size(1), tgt.size(1))
-    decoded = nn.functional.pad(decoded, (0, width - decoded.size(1)), value=PAD)
-    target = nn.functional.pad(tgt, (0, width - tgt.size(1)), value=PAD)
-    return loss, (decoded == target).all(dim=1).float().mean().item()
+    losses, tokens, correct = 0.0, 0, 0
+    for start in range(0, src.size(0), batch_size):
+        s, t = src[start:start + batch_size], tgt[start:start + batch_size]
+        with use_parts(parts), autocast(s.device, precision):
+            loss, n = loss_and_tokens(model, model, s, t, loss_fn)
+            if isinstance(model, DecoderOnlyTransformer):
+                decoded = complete(model, s, t.size(1))
+            else:
+                src_mask = parts.padding_mask(s, PAD)
+                decoded = parts.greedy_decode(model, s, src_mask, t.size(1), BOS, EOS, PAD)
+        losses += loss.item() * n
+        tokens += n
+        width = max(decoded.size(1), t.size(1))
+        decoded = nn.functional.pad(decoded, (0, width - decoded.size(1)), value=PAD)
+        target = nn.functional.pad(t, (0, width - t.size(1)), value=PAD)
+        correct += int((decoded == target).all(dim=1).sum())
+    return losses / max(tokens, 1), correct / src.size(0)
 
 
-def train(model: EncoderDecoder, task: CopyTask, config: TrainConfig,
-          log: Callable[[str], None] | None = None) -> History:
-    """Train ``model`` on ``task``; evaluate on held-out sequences every ``eval_every`` steps."""
+class Metrics:
+    """Metrics as JSON lines in ``out/metrics.jsonl`` (nothing when ``out`` is None)."""
+
+    def __init__(self, out: Path | None, append: bool) -> None:
+        self.file = None
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            self.file = open(out / "metrics.jsonl", "a" if append else "w", encoding="utf-8")
+
+    def write(self, **record) -> None:
+        if self.file:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+def train(model: Model, task: Task, config: TrainConfig,
+          log: Callable[[str], None] | None = None, runtime: Runtime | None = None) -> History:
+    """Train ``model`` (already on ``runtime.device``) on ``task``; evaluate on held-out
+    examples every ``eval_every`` steps; checkpoint and write metrics when ``runtime.out``
+    is set; resume from the checkpoint when ``runtime.resume``."""
+    runtime = runtime or Runtime(device=str(next(model.parameters()).device))
+    device = next(model.parameters()).device
+    rank, world = distributed.rank(), distributed.world_size()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     with use_parts(model.parts):
         loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
     optimizer, scheduler = make_optimizer(model, config)
-    held_out = task.held_out_set(config.eval_size)
-    history, start = History(), time.perf_counter()
-    for step in range(1, config.steps + 1):
-        history.lr.append(scheduler.get_last_lr()[0])
+    history, start_step = History(), 0
+    if runtime.resume:
+        state = checkpoint.load(runtime.out / checkpoint.FILE_NAME, map_location=device)
+        checkpoint.check_compatible(state, model, task)
+        start_step = checkpoint.restore_training(state, model, optimizer, scheduler, generator)
+        history = History(**state.get("history", {}))
+    held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
+    net = torch.compile(model) if runtime.compile else model
+    net = distributed.wrap(net, device)
+    metrics = Metrics(runtime.out if rank == 0 else None, append=runtime.resume)
+    bar = tqdm(total=config.steps, initial=start_step, disable=not runtime.progress or rank,
+               unit="step", dynamic_ncols=True)
+    say = log if log is None or not runtime.progress else tqdm.write
+    started, tokens_since, since = time.perf_counter(), 0, time.perf_counter()
+    seconds_before = history.seconds
+    for step in range(start_step + 1, config.steps + 1):
+        lr = scheduler.get_last_lr()[0]
         src, tgt = task.sample(config.batch_size, generator)
-        history.loss.append(train_step(model, src, tgt, loss_fn, optimizer, scheduler,
-                                       config.clip_norm))
+        src, tgt = src[rank::world].to(device), tgt[rank::world].to(device)
+        loss, tokens = train_step(model, src, tgt, loss_fn, optimizer, scheduler,
+                                  config.clip_norm, net, runtime.precision)
         history.step.append(step)
+        history.loss.append(loss)
+        history.lr.append(lr)
+        history.tokens += tokens
+        tokens_since += tokens
+        bar.update(1)
+        if step % runtime.log_every == 0 or step == config.steps:
+            now = time.perf_counter()
+            rate = tokens_since / (now - since)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+            metrics.write(step=step, loss=round(loss, 5), lr=lr, tokens_per_second=round(rate),
+                          seconds=round(seconds_before + now - started, 2))
+            tokens_since, since = 0, now
         if step % config.eval_every == 0 or step == config.steps:
-            loss, accuracy = evaluate(model, *held_out, loss_fn)
-            history.eval_step.append(step)
-            history.eval_loss.append(loss)
-            history.exact_match.append(accuracy)
-            if log:
-                log(f"step {step:5d}  train loss {history.loss[-1]:.3f}  held-out loss "
-                    f"{loss:.3f}  exact match {accuracy:.1%}")
-    history.seconds = time.perf_counter() - start
+            if rank == 0:
+                eval_loss, accuracy = evaluate(model, *held_out, loss_fn, runtime.precision)
+                history.eval_step.append(step)
+                history.eval_loss.append(eval_loss)
+                history.exact_match.append(accuracy)
+                metrics.write(step=step, eval_loss=round(eval_loss, 5),
+                              exact_match=accuracy, num_examples=held_out[0].size(0))
+                if say:
+                    say(f"step {step:5d}  train loss {loss:.3f}  held-out loss "
+                        f"{eval_loss:.3f}  exact match {accuracy:.1%}")
+                history.seconds = seconds_before + time.perf_counter() - started
+                if runtime.out is not None:
+                    checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, model, task,
+                                             config, step, optimizer, scheduler, generator,
+                                             history)
+            distributed.barrier()
+    bar.close()
+    metrics.close()
+    history.seconds = seconds_before + time.perf_counter() - started
     return history
 
 
@@ -136,37 +287,3 @@ def train_copy_task(parts: Parts | None = None, config: TrainConfig | None = Non
     # One layer each way suffices to copy: decoder position i attends to source position i.
     model = EncoderDecoder(TransformerConfig.small(task.vocab_size, num_layers=1), parts=parts)
     return model, train(model, task, config, log=log)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m annotated_transformer.train``: train the copy task and report the result."""
-    import argparse
-    import statistics
-
-    parser = argparse.ArgumentParser(prog="python -m annotated_transformer.train",
-                                     description="Train a small Transformer on the copy task.")
-    parser.add_argument("--parts", default="solutions",
-                        help="where every chapter's parts come from: solutions (default), "
-                        "exercises (yours) or a folder of chNN_*.py files")
-    parser.add_argument("--seed", type=int, action="append",
-                        help="random seed (repeat for several runs; default 0)")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
-    parser.add_argument("--reverse", action="store_true", help="reverse instead of copy")
-    args = parser.parse_args(argv)
-    seconds, accuracies = [], []
-    for seed in args.seed or [0]:
-        print(f"seed {seed}, parts from {args.parts}")
-        config = TrainConfig(steps=args.steps, seed=seed)
-        _, history = train_copy_task(Parts(args.parts), config, CopyTask(reverse=args.reverse))
-        seconds.append(history.seconds)
-        accuracies.append(history.exact_match[-1])
-        print(f"held-out exact match {history.exact_match[-1]:.1%} after {args.steps} steps, "
-              f"{history.seconds:.1f} s\n")
-    if len(seconds) > 1:
-        print(f"median over {len(seconds)} seeds: {statistics.median(seconds):.1f} s, "
-              f"exact match {min(accuracies):.1%} to {max(accuracies):.1%}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

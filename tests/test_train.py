@@ -56,3 +56,52 @@ def test_a_short_run_learns_something():
     loss, accuracy = evaluate(model, *task.held_out_set(20), torch.nn.CrossEntropyLoss(
         ignore_index=PAD))
     assert 0.0 <= accuracy <= 1.0 and loss > 0
+
+
+def _small_run(out, steps, resume=False):
+    from annotated_transformer.train import Runtime
+
+    torch.manual_seed(0)
+    task = CopyTask(min_len=2, max_len=5)
+    config = TransformerConfig.small(task.vocab_size, num_layers=1, dropout=0.1)
+    model = EncoderDecoder(config)
+    train(model, task, TrainConfig(steps=steps, batch_size=16, eval_every=5, eval_size=10),
+          runtime=Runtime(out=out, resume=resume, log_every=5))
+    return model
+
+
+def test_a_resumed_run_reaches_the_same_parameters(tmp_path):
+    """Dropout on: the random state must be restored too, not only the weights."""
+    straight = _small_run(tmp_path / "straight", 12)
+    _small_run(tmp_path / "resumed", 7)  # saved at step 5 and at step 7
+    resumed = _small_run(tmp_path / "resumed", 12, resume=True)
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), f"{name} differs after resuming"
+    steps = [__import__("json").loads(line)["step"]
+             for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 12 and 7 in steps
+
+
+def test_the_schedule_warms_up_on_every_task():
+    from annotated_transformer.data import make_task
+    from annotated_transformer.recipes import RECIPES
+
+    for name, recipe in RECIPES.items():
+        if name == "tsv":
+            continue
+        task = make_task(name)
+        config = recipe.model_config(task)
+        assert config.max_len >= task.max_source_len + task.max_target_len or \
+            not task.decoder_only
+        assert recipe.train.warmup_steps < recipe.train.steps
+
+
+def test_language_model_batch_scores_only_the_answer():
+    from annotated_transformer.train import language_model_batch
+
+    prompt = torch.tensor([[BOS, 5, 6, 7], [BOS, 8, PAD, PAD]])
+    answer = torch.tensor([[9, EOS, PAD], [10, 11, EOS]])
+    inputs, labels = language_model_batch(prompt, answer)
+    assert inputs.tolist() == [[BOS, 5, 6, 7, 9], [BOS, 8, 10, 11, EOS]]  # EOS: label PAD
+    assert labels.tolist() == [[PAD, PAD, PAD, 9, EOS], [PAD, 10, 11, EOS, PAD]]

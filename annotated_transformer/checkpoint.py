@@ -1,0 +1,145 @@
+"""Checkpoints: everything a run needs to evaluate, decode or resume, in one file.
+
+A checkpoint holds the model's kind, config and weights, the parts it was built from,
+the task (its spec and vocabulary), the training recipe, the step, the optimizer's and the
+schedule's state, the random states (the global torch one and the data generator's) and
+the history so far. It is written atomically: to a temporary file in the same folder,
+then renamed over the old one, so an interrupted save never leaves a broken checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from annotated_transformer.data import Task, Vocabulary, make_task
+from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
+from annotated_transformer.parts import Parts
+
+FILE_NAME = "checkpoint.pt"
+FORMAT = 1
+KINDS = {"encoder-decoder": EncoderDecoder, "decoder-only": DecoderOnlyTransformer}
+REQUIRED = ("format", "kind", "model_config", "model", "task", "vocab", "parts", "step")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used, and why."""
+
+
+def kind_of(model: nn.Module) -> str:
+    return "decoder-only" if isinstance(model, DecoderOnlyTransformer) else "encoder-decoder"
+
+
+def save(path: Path, state: dict) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(state, file)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def save_training(path: Path, model: nn.Module, task: Task, config, step: int, optimizer,
+                  scheduler, generator: torch.Generator, history=None) -> None:
+    """Save a run at ``step``: enough to evaluate the model and to resume training."""
+    save(path, {
+        "format": FORMAT,
+        "kind": kind_of(model),
+        "model_config": dataclasses.asdict(model.config),
+        "model": model.state_dict(),
+        "parts": {"default": model.parts.default, "chapters": dict(model.parts.chapters)},
+        "task": task.spec(),
+        "vocab": task.vocab.to_dict(),
+        "train_config": dataclasses.asdict(config),
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "data": generator.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "history": dataclasses.asdict(history) if history is not None else {},
+    })
+
+
+def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
+    """Read a checkpoint; a missing, truncated or foreign file raises :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises many kinds for a corrupted file
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first_line})") from None
+    missing = [k for k in REQUIRED if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a checkpoint of this package (missing "
+                              f"{', '.join(missing)})")
+    if state["format"] != FORMAT or state["kind"] not in KINDS:
+        raise CheckpointError(f"{path}: unsupported checkpoint (format {state['format']}, "
+                              f"kind {state['kind']!r})")
+    return state
+
+
+def build_task(state: dict, data: str | None = None) -> Task:
+    """The checkpoint's task, with the vocabulary it was trained with."""
+    spec = dict(state["task"])
+    if data is not None and "path" in spec:
+        spec["path"] = data
+    task = make_task(**spec)
+    vocab = Vocabulary.from_dict(state["vocab"])
+    object.__setattr__(task, "vocab", vocab)
+    return task
+
+
+def build_model(state: dict, parts: Parts | None = None,
+                device: str | torch.device = "cpu") -> nn.Module:
+    """The checkpoint's model with its weights, from ``parts`` (default: those it was
+    trained with), in eval mode on ``device``."""
+    config = TransformerConfig(**state["model_config"])
+    if parts is None:
+        parts = Parts(state["parts"]["default"],
+                      {int(c): s for c, s in state["parts"]["chapters"].items()})
+    model = KINDS[state["kind"]](config, parts=parts)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise CheckpointError(f"the checkpoint's weights do not fit the model built from "
+                              f"{parts.describe()}: {str(error).splitlines()[0]}") from None
+    return model.to(device).eval()
+
+
+def check_compatible(state: dict, model: nn.Module, task: Task) -> None:
+    """Resuming needs the same kind of model, the same config and the same task."""
+    if state["kind"] != kind_of(model):
+        raise CheckpointError(f"the checkpoint holds a {state['kind']} model, not "
+                              f"{kind_of(model)}")
+    config = dataclasses.asdict(model.config)
+    if state["model_config"] != config:
+        changed = sorted(k for k in config if state["model_config"].get(k) != config[k])
+        raise CheckpointError(f"the checkpoint's model config differs in {', '.join(changed)}")
+    if state["task"] != task.spec():
+        raise CheckpointError(f"the checkpoint was trained on {state['task']}, not "
+                              f"{task.spec()}")
+
+
+def restore_training(state: dict, model: nn.Module, optimizer, scheduler,
+                     generator: torch.Generator) -> int:
+    """Load weights, optimizer, schedule and random states; return the checkpoint's step."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    generator.set_state(state["rng"]["data"].cpu())
+    if state["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
+    return int(state["step"])

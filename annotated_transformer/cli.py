@@ -1,0 +1,256 @@
+"""The command line of the package's product side: train, evaluate, translate, attention.
+
+    python -m annotated_transformer train --task dates --out runs/dates
+    python -m annotated_transformer evaluate --checkpoint runs/dates/checkpoint.pt --json
+    python -m annotated_transformer translate --checkpoint runs/dates/checkpoint.pt "3rd of March 1998"
+    python -m annotated_transformer attention --checkpoint runs/dates/checkpoint.pt "3 mars 1998" --out maps.png
+
+Bad arguments and bad data end with a one-line message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from annotated_transformer import checkpoint, distributed
+from annotated_transformer.data import TASKS, DataError, Task, VocabularyError, make_task
+from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
+from annotated_transformer.parts import Parts
+
+
+class UsageError(Exception):
+    """Bad arguments or data: reported in one line, exit status 2."""
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto``: CUDA, then Apple's MPS, then the CPU; otherwise the device named."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name!r} is not a device (auto, cpu, cuda, cuda:1, mps)"
+                         ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: this PyTorch has no CUDA device (see the README "
+                         "for a CUDA build)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: Apple's MPS is not available here")
+    return device
+
+
+def parse_parts(source: str | None) -> Parts | None:
+    if source is None:
+        return None
+    try:
+        Parts(source).module(1)
+    except (ValueError, LookupError, ModuleNotFoundError) as error:
+        raise UsageError(f"--parts: {error}") from None
+    return Parts(source)
+
+
+def load_checkpoint(args) -> tuple[dict, Task, torch.nn.Module]:
+    device = pick_device(args.device)
+    state = checkpoint.load(args.checkpoint)
+    task = checkpoint.build_task(state, getattr(args, "data", None))
+    return state, task, checkpoint.build_model(state, parse_parts(args.parts), device)
+
+
+# ---------------------------------------------------------------- train
+
+def add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a model on a task; write checkpoint and metrics",
+                       description="Train a Transformer with the task's default recipe.")
+    p.add_argument("--task", required=True, help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--data", help="the source<TAB>target file of --task tsv")
+    p.add_argument("--level", choices=("char", "word"), default="char",
+                   help="--task tsv: a vocabulary of characters (default) or of words")
+    p.add_argument("--out", required=True, type=Path,
+                   help="folder for checkpoint.pt and metrics.jsonl")
+    p.add_argument("--parts", default="solutions",
+                   help="solutions (default), exercises (yours) or a folder of chNN_*.py")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: autocast to bfloat16 (for GPUs that support it)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
+    p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run_train)
+
+
+def run_train(args) -> int:
+    from annotated_transformer.recipes import RECIPES
+    from annotated_transformer.train import Runtime, train
+
+    if args.task not in TASKS:
+        raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
+    options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
+    if args.data and args.task != "tsv":
+        raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
+    for name in ("steps", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    task = make_task(args.task, **options)
+    parts = parse_parts(args.parts)
+    recipe = RECIPES[args.task]
+    config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+    if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
+        raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
+    if args.compile and sys.platform == "win32":
+        raise UsageError("--compile is not supported on Windows by this course")
+    device = distributed.setup(pick_device(args.device))
+    try:
+        torch.manual_seed(config.seed)
+        model_config = recipe.model_config(task)
+        Model = DecoderOnlyTransformer if task.decoder_only else EncoderDecoder
+        model = Model(model_config, parts=parts).to(device)
+        runtime = Runtime(device=str(device), precision=args.precision, compile=args.compile,
+                          out=args.out, resume=args.resume,
+                          progress=not args.no_progress and sys.stderr.isatty())
+        main = distributed.rank() == 0
+        if main:
+            print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters, "
+                  f"parts from {parts.describe()}, {device}, {args.precision}"
+                  f"{', compiled' if args.compile else ''}, {distributed.world_size()} "
+                  f"process(es), {config.steps} steps of {config.batch_size}")
+        history = train(model, task, config, log=print if main else None, runtime=runtime)
+        if main:
+            rate = history.tokens / max(history.seconds, 1e-9)
+            print(f"held-out exact match {history.exact_match[-1]:.1%} "
+                  f"({config.eval_size} examples), {history.seconds:.1f} s, "
+                  f"{rate:,.0f} target tokens/s\nwrote {args.out / checkpoint.FILE_NAME} and "
+                  f"{args.out / 'metrics.jsonl'}")
+    finally:
+        distributed.teardown()
+    return 0
+
+
+# ---------------------------------------------------------------- evaluate
+
+def add_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="held-out exact match and loss of a checkpoint")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--size", type=int, default=1000, help="held-out examples (default 1000)")
+    p.add_argument("--data", help="--task tsv: read the pairs from this file instead")
+    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=run_evaluate)
+
+
+def run_evaluate(args) -> int:
+    from annotated_transformer.train import evaluate
+
+    if args.size < 1:
+        raise UsageError("--size must be at least 1")
+    state, task, model = load_checkpoint(args)
+    device = next(model.parameters()).device
+    src, tgt = (x.to(device) for x in task.held_out_set(args.size))
+    loss_fn = model.parts.LabelSmoothingLoss(0.0, ignore_index=0)
+    loss, exact = evaluate(model, src, tgt, loss_fn)
+    result = {"task": state["task"]["task"], "step": state["step"], "exact_match": exact,
+              "loss": loss, "num_examples": int(src.size(0))}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['task']} at step {result['step']}: held-out exact match {exact:.1%} "
+              f"of {result['num_examples']}, loss {loss:.4f} per token")
+    return 0
+
+
+# ---------------------------------------------------------------- translate
+
+def add_translate(sub) -> None:
+    p = sub.add_parser("translate", help="decode inputs with a checkpoint")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("inputs", nargs="*", help="texts to decode (default: lines of stdin)")
+    p.add_argument("--beam", type=int, help="beam search with this many beams (else greedy)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="decoder-only: sample at this temperature (0: greedy)")
+    p.add_argument("--top-k", type=int, help="decoder-only: sample among the k likeliest")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=run_translate)
+
+
+def run_translate(args) -> int:
+    from annotated_transformer.decode import translate
+
+    if args.beam is not None and args.beam < 1:
+        raise UsageError(f"--beam must be at least 1, got {args.beam}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be at least 0, got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+    texts = args.inputs or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise UsageError("nothing to translate: give inputs or lines on stdin")
+    _, task, model = load_checkpoint(args)
+    if args.beam is not None and task.decoder_only:
+        raise UsageError("--beam is for encoder-decoder checkpoints; this one is decoder-only "
+                         "(use --temperature and --top-k to sample)")
+    if (args.temperature or args.top_k) and not task.decoder_only:
+        raise UsageError("--temperature and --top-k are for decoder-only checkpoints")
+    for line in translate(model, task, texts, args.beam, args.temperature, args.top_k,
+                          args.seed):
+        print(line)
+    return 0
+
+
+# ---------------------------------------------------------------- attention
+
+def add_attention(sub) -> None:
+    p = sub.add_parser("attention", help="draw every layer's and head's attention for an input")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("input", help="one input text")
+    p.add_argument("--out", required=True, type=Path, help="the image to write (.png, .svg)")
+    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=run_attention)
+
+
+def run_attention(args) -> int:
+    from annotated_transformer.inspect_attention import attention_maps, plot_attention_maps
+
+    _, task, model = load_checkpoint(args)
+    maps = attention_maps(model, task, args.input)
+    figure = plot_attention_maps(maps)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        figure.savefig(args.out, dpi=110, bbox_inches="tight")
+    except ValueError as error:  # an unknown image format
+        raise UsageError(f"--out {args.out}: {error}") from None
+    print(f"output {maps.output!r}; wrote {args.out}")
+    return 0
+
+
+# ---------------------------------------------------------------- entry
+
+def build_parser(prog: str = "python -m annotated_transformer") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (add_train, add_evaluate, add_translate, add_attention):
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (UsageError, DataError, VocabularyError, checkpoint.CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

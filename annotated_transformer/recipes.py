@@ -1,0 +1,50 @@
+"""The default recipe of each task: the model's size and the training run.
+
+Each was measured on a 2-core CPU (see the book's Chapter 7 and the repository's README);
+``python -m annotated_transformer train --task NAME`` uses it unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from annotated_transformer.data import Task
+from annotated_transformer.model import TransformerConfig
+from annotated_transformer.train import TrainConfig
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """``model``: changes to :meth:`TransformerConfig.small`; ``train``: the run."""
+
+    model: dict = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def model_config(self, task: Task) -> TransformerConfig:
+        """The model for ``task``: its vocabulary, positions for its longest sequence."""
+        longest = max(task.max_source_len, task.max_target_len)
+        if task.decoder_only:
+            longest = task.max_source_len + task.max_target_len
+        return TransformerConfig.small(len(task.vocab), max_len=max(64, longest),
+                                       **self.model)
+
+    def train_config(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self.train, **{k: v for k, v in changes.items()
+                                                  if v is not None})
+
+
+RECIPES: dict[str, Recipe] = {
+    # One layer each way suffices to copy: decoder position i attends to source position i.
+    "copy": Recipe(model={"num_layers": 1}, train=TrainConfig()),
+    "reverse": Recipe(model={"num_layers": 1}, train=TrainConfig()),
+    "dates": Recipe(model={"d_model": 128, "d_ff": 512},
+                    train=TrainConfig(steps=1800, lr_factor=1.0, warmup_steps=200,
+                                      eval_every=300, eval_size=1000)),
+    "addition": Recipe(model={"d_model": 128, "d_ff": 512},
+                       train=TrainConfig(steps=3000, lr_factor=1.0, warmup_steps=200,
+                                         eval_every=500, eval_size=1000)),
+    "tsv": Recipe(model={"d_model": 128, "d_ff": 512},
+                  train=TrainConfig(steps=2000, lr_factor=1.0, warmup_steps=200,
+                                    eval_every=250, eval_size=1000)),
+}

@@ -1,0 +1,159 @@
+"""The command line: train, evaluate, translate, attention; and every error exits 2 with a
+message and no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from annotated_transformer import cli
+
+TINY = ["--steps", "12", "--batch-size", "16", "--device", "cpu", "--no-progress"]
+
+
+def run(capsys, *argv):
+    """``python -m annotated_transformer ARGV`` in-process: (status, stdout, stderr)."""
+    status = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("copy")
+    assert cli.main(["train", "--task", "copy", "--out", str(out), *TINY]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def addition_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("addition")
+    assert cli.main(["train", "--task", "addition", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def test_train_writes_a_checkpoint_and_metrics(copy_run):
+    assert (copy_run / "checkpoint.pt").is_file()
+    lines = [json.loads(line) for line in (copy_run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in lines if "loss" in r]
+    evals = [r for r in lines if "exact_match" in r]
+    assert [r["step"] for r in steps] == [10, 12] and steps[0]["tokens_per_second"] > 0
+    assert evals[-1]["step"] == 12 and 0 <= evals[-1]["exact_match"] <= 1
+    assert not list(copy_run.glob("*.tmp")), "the atomic save leaves no temporary file"
+
+
+def test_evaluate_json_parses(capsys, copy_run):
+    status, out, _ = run(capsys, "evaluate", "--checkpoint", copy_run / "checkpoint.pt",
+                         "--json", "--size", "50", "--device", "cpu")
+    result = json.loads(out)
+    assert status == 0 and result["num_examples"] == 50 and result["task"] == "copy"
+    assert 0 <= result["exact_match"] <= 1 and result["loss"] > 0
+
+
+def test_translate_arguments_and_stdin(capsys, monkeypatch, copy_run):
+    status, out, _ = run(capsys, "translate", "--checkpoint", copy_run / "checkpoint.pt",
+                         "123", "4567", "--device", "cpu")
+    assert status == 0 and len(out.splitlines()) == 2
+    assert all(set(line) <= set("0123456789") for line in out.splitlines())
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("12\n\n345\n"))
+    status, out, _ = run(capsys, "translate", "--checkpoint", copy_run / "checkpoint.pt",
+                         "--device", "cpu")
+    assert status == 0 and len(out.splitlines()) == 2
+
+
+def test_translate_decoder_only_greedy_and_sampled(capsys, addition_run):
+    ckpt = addition_run / "checkpoint.pt"
+    status, out, _ = run(capsys, "translate", "--checkpoint", ckpt, "12+34=", "--device", "cpu")
+    assert status == 0 and len(out.splitlines()) == 1
+    status, out, _ = run(capsys, "translate", "--checkpoint", ckpt, "12+34=", "--temperature",
+                         "1.0", "--top-k", "3", "--device", "cpu")
+    assert status == 0 and len(out.splitlines()) == 1
+
+
+def test_attention_writes_an_image(capsys, tmp_path, copy_run):
+    image = tmp_path / "maps.png"
+    status, out, _ = run(capsys, "attention", "--checkpoint", copy_run / "checkpoint.pt",
+                         "31415", "--out", image, "--device", "cpu")
+    assert status == 0 and image.stat().st_size > 1000 and "wrote" in out
+
+
+@pytest.fixture
+def corrupted(tmp_path, copy_run):
+    path = tmp_path / "broken.pt"
+    path.write_bytes((copy_run / "checkpoint.pt").read_bytes()[:5000])
+    return path
+
+
+@pytest.fixture
+def foreign(tmp_path):
+    path = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, path)
+    return path
+
+
+def bad_tsv(tmp_path, content):
+    path = tmp_path / "bad.tsv"
+    path.write_text(content, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("case, make_argv, message", [
+    ("unknown task", lambda t, c, b, f: ["train", "--task", "poetry", "--out", t],
+     "unknown task 'poetry'"),
+    ("tsv without data", lambda t, c, b, f: ["train", "--task", "tsv", "--out", t],
+     "needs its data file"),
+    ("missing tsv", lambda t, c, b, f: ["train", "--task", "tsv", "--data", t / "no.tsv",
+                                        "--out", t], "no such file"),
+    ("empty tsv", lambda t, c, b, f: ["train", "--task", "tsv", "--data", bad_tsv(t, ""),
+                                      "--out", t], "no 'source<TAB>target' lines"),
+    ("malformed tsv", lambda t, c, b, f: ["train", "--task", "tsv", "--data",
+                                          bad_tsv(t, "a\tb\nc d\n"), "--out", t], "line 2"),
+    ("data for a generated task", lambda t, c, b, f: ["train", "--task", "dates", "--data",
+                                                      bad_tsv(t, "a\tb\n"), "--out", t],
+     "--data is for --task tsv"),
+    ("zero steps", lambda t, c, b, f: ["train", "--task", "copy", "--steps", "0", "--out", t],
+     "--steps must be at least 1"),
+    ("resume without checkpoint", lambda t, c, b, f: ["train", "--task", "copy", "--resume",
+                                                      "--out", t / "none"], "does not exist"),
+    ("resume another config", lambda t, c, b, f: ["train", "--task", "reverse", "--resume",
+                                                  "--out", c, *TINY], "trained on"),
+    ("bad parts", lambda t, c, b, f: ["train", "--task", "copy", "--parts", "nowhere",
+                                      "--out", t], "--parts"),
+    ("bad device", lambda t, c, b, f: ["train", "--task", "copy", "--device", "toaster",
+                                       "--out", t], "--device 'toaster'"),
+    ("missing checkpoint", lambda t, c, b, f: ["evaluate", "--checkpoint", t / "none.pt"],
+     "no such checkpoint"),
+    ("corrupted checkpoint", lambda t, c, b, f: ["evaluate", "--checkpoint", b],
+     "not a readable checkpoint"),
+    ("foreign checkpoint", lambda t, c, b, f: ["evaluate", "--checkpoint", f],
+     "not a checkpoint of this package"),
+    ("outside the vocabulary", lambda t, c, b, f: ["translate", "--checkpoint",
+                                                   c / "checkpoint.pt", "12x4"],
+     "outside the vocabulary: 'x'"),
+    ("beam zero", lambda t, c, b, f: ["translate", "--checkpoint", c / "checkpoint.pt",
+                                      "--beam", "0", "12"], "--beam must be at least 1"),
+    ("sampling an encoder-decoder", lambda t, c, b, f: ["translate", "--checkpoint",
+                                                        c / "checkpoint.pt", "--temperature",
+                                                        "1", "12"], "decoder-only"),
+])
+def test_errors_exit_2_with_a_message(capsys, tmp_path, copy_run, corrupted, foreign, case,
+                                      make_argv, message):
+    status, out, err = run(capsys, *make_argv(tmp_path, copy_run, corrupted, foreign))
+    assert status == 2, f"{case}: exit status {status}, stderr {err!r}"
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert __import__("re").search(message, err), f"{case}: {err!r} lacks {message!r}"
+
+
+def test_the_real_entry_point_exits_2_without_a_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "annotated_transformer", "evaluate",
+                             "--checkpoint", str(tmp_path / "none.pt")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no such checkpoint" in result.stderr
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "train"],
+                           capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and "--task" in usage.stderr
