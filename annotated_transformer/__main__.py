@@ -4,6 +4,7 @@
     evaluate   held-out exact match and loss of a checkpoint
     translate  decode inputs with a checkpoint (greedy, beam search, sampling)
     attention  draw a checkpoint's attention maps for one input
+    export     a smaller copy of a checkpoint, for evaluation only
     grade      run the graded tests, report points per exercise
     stubs      regenerate or check exercises/ from solutions/
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv and argv[0] in COMMANDS:
         return COMMANDS[argv[0]](argv[1:])
-    if not argv or argv[0] not in ("train", "evaluate", "translate", "attention"):
+    if not argv or argv[0] not in ("train", "evaluate", "translate", "attention", "export"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     return cli.main(argv)

@@ -70,6 +70,13 @@ def save_training(path: Path, model: nn.Module, task: Task, config, step: int, o
     })
 
 
+def export(state: dict, path: Path) -> None:
+    """A checkpoint without what only resuming needs (optimizer, schedule, random states):
+    a third of the size, enough to evaluate, decode and draw attention."""
+    save(path, {k: v for k, v in state.items()
+                if k not in ("optimizer", "scheduler", "rng")})
+
+
 def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint; a missing, truncated or foreign file raises :class:`CheckpointError`."""
     path = Path(path)
@@ -135,6 +142,9 @@ def check_compatible(state: dict, model: nn.Module, task: Task) -> None:
 def restore_training(state: dict, model: nn.Module, optimizer, scheduler,
                      generator: torch.Generator) -> int:
     """Load weights, optimizer, schedule and random states; return the checkpoint's step."""
+    if "optimizer" not in state:
+        raise CheckpointError("this checkpoint was exported without its optimizer state: it "
+                              "can be evaluated, not resumed")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

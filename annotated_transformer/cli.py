@@ -1,9 +1,10 @@
-"""The command line of the package's product side: train, evaluate, translate, attention.
+"""The command line for models: train, evaluate, translate, attention, export.
 
     python -m annotated_transformer train --task dates --out runs/dates
     python -m annotated_transformer evaluate --checkpoint runs/dates/checkpoint.pt --json
     python -m annotated_transformer translate --checkpoint runs/dates/checkpoint.pt "3rd of March 1998"
     python -m annotated_transformer attention --checkpoint runs/dates/checkpoint.pt "3 mars 1998" --out maps.png
+    python -m annotated_transformer export --checkpoint runs/dates/checkpoint.pt --out dates.pt
 
 Bad arguments and bad data end with a one-line message and exit status 2.
 """
@@ -237,12 +238,27 @@ def run_attention(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- export
+
+def add_export(sub) -> None:
+    p = sub.add_parser("export", help="a smaller copy of a checkpoint, for evaluation only")
+    p.add_argument("--checkpoint", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path, help="the file to write")
+    p.set_defaults(run=run_export)
+
+
+def run_export(args) -> int:
+    checkpoint.export(checkpoint.load(args.checkpoint), args.out)
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
 # ---------------------------------------------------------------- entry
 
 def build_parser(prog: str = "python -m annotated_transformer") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_train, add_evaluate, add_translate, add_attention):
+    for add in (add_train, add_evaluate, add_translate, add_attention, add_export):
         add(sub)
     return parser
 

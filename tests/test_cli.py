@@ -157,3 +157,18 @@ def test_the_real_entry_point_exits_2_without_a_traceback(tmp_path):
     usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "train"],
                            capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "--task" in usage.stderr
+
+
+def test_export_keeps_what_evaluation_needs(capsys, tmp_path, copy_run):
+    small = tmp_path / "copy.pt"
+    status, _, _ = run(capsys, "export", "--checkpoint", copy_run / "checkpoint.pt", "--out",
+                       small)
+    assert status == 0 and small.stat().st_size < (copy_run / "checkpoint.pt").stat().st_size / 2
+    status, out, _ = run(capsys, "evaluate", "--checkpoint", small, "--json", "--size", "20",
+                         "--device", "cpu")
+    assert status == 0 and json.loads(out)["num_examples"] == 20
+    resume_dir = tmp_path / "resume"
+    resume_dir.mkdir()
+    (resume_dir / "checkpoint.pt").write_bytes(small.read_bytes())
+    status, _, err = run(capsys, "train", "--task", "copy", "--resume", "--out", resume_dir, *TINY)
+    assert status == 2 and "exported without its optimizer" in err
