@@ -85,6 +85,9 @@ def add_train(sub) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
+    p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the "
+                   "recipe's); each one also saves the checkpoint")
+    p.add_argument("--eval-size", type=int, help="held-out examples per evaluation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -100,13 +103,14 @@ def run_train(args) -> int:
     options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
     if args.data and args.task != "tsv":
         raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
-    for name in ("steps", "batch_size"):
+    for name in ("steps", "batch_size", "eval_every", "eval_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     task = make_task(args.task, **options)
     parts = parse_parts(args.parts)
     recipe = RECIPES[args.task]
-    config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+    config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+                                 eval_every=args.eval_every, eval_size=args.eval_size)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.compile and sys.platform == "win32":

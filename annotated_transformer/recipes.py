@@ -39,7 +39,7 @@ RECIPES: dict[str, Recipe] = {
     "copy": Recipe(model={"num_layers": 1}, train=TrainConfig()),
     "reverse": Recipe(model={"num_layers": 1}, train=TrainConfig()),
     "dates": Recipe(model={"d_model": 128, "d_ff": 512},
-                    train=TrainConfig(steps=1800, lr_factor=1.0, warmup_steps=200,
+                    train=TrainConfig(steps=2400, lr_factor=1.0, warmup_steps=200,
                                       eval_every=300, eval_size=1000)),
     "addition": Recipe(model={"d_model": 128, "d_ff": 512},
                        train=TrainConfig(steps=3000, lr_factor=1.0, warmup_steps=200,

@@ -12,7 +12,8 @@ import torch
 
 from annotated_transformer import cli
 
-TINY = ["--steps", "12", "--batch-size", "16", "--device", "cpu", "--no-progress"]
+TINY = ["--steps", "12", "--batch-size", "16", "--eval-size", "20", "--device", "cpu",
+        "--no-progress"]
 
 
 def run(capsys, *argv):
@@ -172,3 +173,13 @@ def test_export_keeps_what_evaluation_needs(capsys, tmp_path, copy_run):
     (resume_dir / "checkpoint.pt").write_bytes(small.read_bytes())
     status, _, err = run(capsys, "train", "--task", "copy", "--resume", "--out", resume_dir, *TINY)
     assert status == 2 and "exported without its optimizer" in err
+
+
+@pytest.mark.parametrize("task", ["dates", "addition"])
+def test_bf16_autocast_trains_on_the_cpu(capsys, tmp_path, task):
+    """The same code path as on a GPU with --precision bf16 (autocast, masks in bf16)."""
+    status, out, err = run(capsys, "train", "--task", task, "--precision", "bf16", "--out",
+                           tmp_path, "--steps", "3", "--batch-size", "8", "--eval-size", "8",
+                           "--device", "cpu", "--no-progress")
+    assert status == 0, err
+    assert "bf16" in out and "held-out exact match" in out

@@ -13,7 +13,7 @@ import torch
 from annotated_transformer import checkpoint
 
 ARGS = ["-m", "annotated_transformer", "train", "--task", "dates", "--steps", "4",
-        "--batch-size", "24", "--device", "cpu", "--no-progress"]
+        "--batch-size", "24", "--eval-size", "10", "--device", "cpu", "--no-progress"]
 
 
 def run(command, out):
