@@ -6,13 +6,14 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
 
 import pytest
 
-from annotated_transformer import grade, stubs
+from annotated_transformer import grade, manifest, stubs
 
 import variants
 
@@ -186,3 +187,87 @@ def test_one_exercise_from_an_earlier_report(tmp_path):
     path.unlink()
     missing = run("--exercise", "1.1")
     assert missing.returncode == 2 and "did the grading step run" in missing.stderr
+
+
+# ---------------------------------------------------------------- tamper evidence
+
+# A conftest.py above tests/ that turns every failure into a pass, were pytest to load it.
+PASS_EVERYTHING = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+
+
+def test_the_grading_manifest_is_current():
+    committed = manifest.load(grade.ROOT / manifest.MANIFEST)
+    assert committed == manifest.compute(), (
+        "the tests, the grader or the pytest settings changed: run python -m "
+        "annotated_transformer.grade --write-manifest tests/grading_manifest.json")
+
+
+def copy_of_the_course(tmp_path):
+    """The parts of the repository that grading needs, copied to ``tmp_path / "course"``."""
+    root = tmp_path / "course"
+    for name in ("annotated_transformer", "solutions", "exercises", "tests"):
+        shutil.copytree(grade.ROOT / name, root / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(grade.ROOT / "pyproject.toml", root)
+    return root
+
+
+def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_path):
+    from xml.etree import ElementTree as ET
+
+    root = copy_of_the_course(tmp_path)
+    manifest.write(tmp_path / "manifest.json", root)  # the course as published
+    test_file = root / "tests" / "test_ch01_positional_encoding.py"
+    test_file.write_text(test_file.read_text().replace("points=3", "points=30", 1))
+    (root / "conftest.py").write_text(PASS_EVERYTHING)
+    stubs.write_stubs(root / "mine")
+    done = subprocess.run(
+        [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1", "--impl", "mine",
+         "--verify-manifest", str(tmp_path / "manifest.json"), "--json", "r.json",
+         "--junit", "r.xml", "--markdown", "r.md"],
+        cwd=root, capture_output=True, text=True)  # the copy's own grader, from its folder
+    assert done.returncode == 0, done.stderr
+    tampered = ["conftest.py", "tests/test_ch01_positional_encoding.py"]
+    data = json.loads((root / "r.json").read_text())
+    assert data["tampered"] == tampered
+    assert data["integrity"]["changes"] == {"conftest.py": "added", tampered[1]: "changed"}
+    for text in (done.stdout, (root / "r.md").read_text()):
+        assert "TAMPERED" in text and all(path in text for path in tampered)
+    integrity = ET.parse(root / "r.xml").getroot().find("testsuite[@name='integrity']")
+    assert integrity.find("testcase/failure").get("type") == "tampered"
+    # Graded all the same, and the conftest.py above tests/ was not loaded.
+    assert [r["status"] for r in data["exercises"]] == ["not implemented"] * 4
+    report = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+                             "--from-report", "r.json", "--score"],
+                            cwd=root, capture_output=True, text=True)
+    assert "TAMPERED: " + ", ".join(tampered) in report.stdout
+
+
+def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
+    root = copy_of_the_course(tmp_path)
+    published = manifest.compute(root)
+    assert manifest.verify(published, root) == {}
+    (root / "tests" / "variants" / "ch01.py").unlink()
+    (root / "tests" / "test_ch09_bonus.py").write_text("CHAPTER = 9\n")
+    (root / "tests" / "pytest.ini").write_text("[pytest]\n")
+    (root / "setup.cfg").write_text("[metadata]\nname = x\n")  # no pytest settings: fine
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('testpaths = ["tests"]',
+                                                       'testpaths = ["tests"]\nxfail_strict = 1'))
+    assert manifest.verify(published, root) == {
+        manifest.PYTEST_SETTINGS: "changed", "tests/pytest.ini": "added",
+        "tests/test_ch09_bonus.py": "added", "tests/variants/ch01.py": "missing"}
+    # Line endings do not count.
+    checks = root / "tests" / "checks.py"
+    checks.write_bytes(checks.read_bytes().replace(b"\n", b"\r\n"))
+    assert "tests/checks.py" not in manifest.verify(published, root)
+    ignored = grade.Integrity("m.json", "../alice", {"tests/checks.py": "changed"}, used=False)
+    assert "The course's own copies graded this run" in " ".join(ignored.lines())

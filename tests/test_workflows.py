@@ -124,6 +124,10 @@ def check_course_checkout(workflow: dict, job: dict) -> list[str]:
             problems.append("the grading run does not grade ../exercises from .course")
         if not parsed.json:
             problems.append("the grading run writes no JSON report")
+        if str(parsed.verify_manifest) != "tests/grading_manifest.json" \
+                or str(parsed.submission_root) != "..":
+            problems.append("the grading run does not check the submission against the "
+                            "course's manifest")
     return problems
 
 
@@ -194,6 +198,11 @@ def test_grade_workflow_check_catches_mistakes():
             step["run"] = step["run"].replace("--junit", "--junit-xml")
     with pytest.raises(AssertionError, match="rejects"):
         check_grade_workflow(broken)
+    broken = copy.deepcopy(good)
+    for step in broken["jobs"]["grade"]["steps"]:
+        if "--verify-manifest" in step.get("run", ""):
+            step["run"] = step["run"].replace("--verify-manifest", "--json")
+    assert any("manifest" in p for p in check_grade_workflow(broken))
 
 
 # ---------------------------------------------------------------- classroom.yml (GitHub Classroom)
