@@ -12,6 +12,7 @@ Bad arguments and bad data end with a one-line message and exit status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -130,7 +131,8 @@ def run_train(args) -> int:
                   f"parts from {parts.describe()}, {device}, {args.precision}"
                   f"{', compiled' if args.compile else ''}, {distributed.world_size()} "
                   f"process(es), {config.steps} steps of {config.batch_size}")
-        history = train(model, task, config, log=print if main else None, runtime=runtime)
+        log = functools.partial(print, flush=True) if main else None
+        history = train(model, task, config, log=log, runtime=runtime)
         if main:
             rate = history.tokens / max(history.seconds, 1e-9)
             print(f"held-out exact match {history.exact_match[-1]:.1%} "

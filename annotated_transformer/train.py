@@ -171,7 +171,7 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     parts = model.parts
     losses, tokens, correct = 0.0, 0, 0
     for start in range(0, src.size(0), batch_size):
-        s, t = src[start:start + batch_size], tgt[start:start + batch_size]
+        s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
         with use_parts(parts), autocast(s.device, precision):
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
             if isinstance(model, DecoderOnlyTransformer):
@@ -186,6 +186,12 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
         target = nn.functional.pad(t, (0, width - t.size(1)), value=PAD)
         correct += int((decoded == target).all(dim=1).sum())
     return losses / max(tokens, 1), correct / src.size(0)
+
+
+def trim(ids: Tensor) -> Tensor:
+    """Drop the columns that are padding in every row (a chunk of a length-sorted set)."""
+    width = int((ids != PAD).sum(dim=1).max()) if ids.numel() else 0
+    return ids[:, :max(width, 1)]
 
 
 class Metrics:
