@@ -1,8 +1,9 @@
 """Which implementation each chapter's parts come from.
 
 A :class:`Parts` names a *source* per chapter: ``"solutions"`` (the reference),
-``"exercises"`` (the learner's), or a folder holding ``chNN_*.py`` files (a
-submission elsewhere, freshly generated stubs). Anything is looked up by the
+``"exercises"`` (the learner's), ``"fast"`` (the reference on PyTorch's fused
+kernels, :mod:`annotated_transformer.fast_parts`), or a folder holding ``chNN_*.py``
+files (a submission elsewhere, freshly generated stubs). Anything is looked up by the
 name the syllabus gives it::
 
     parts = Parts.reference().with_chapter(2, "exercises")  # my attention, reference rest
@@ -31,13 +32,14 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 PACKAGES = ("solutions", "exercises")
+NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
 CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$")
 
 
 def _source_dir(source: str) -> Path:
     """The folder that holds a source's chapter files."""
-    if source in PACKAGES:
-        spec = importlib.util.find_spec(source)
+    if source in PACKAGES or source in NAMED:
+        spec = importlib.util.find_spec(NAMED.get(source, source))
         if spec is None or not spec.submodule_search_locations:
             raise ModuleNotFoundError(
                 f"the package {source!r} is not importable; install the course with "
@@ -47,8 +49,8 @@ def _source_dir(source: str) -> Path:
     path = Path(source)
     if not path.is_dir():
         raise ValueError(
-            f"a parts source is 'solutions', 'exercises' or a folder of chNN_*.py files; "
-            f"got {source!r}, which is none of them"
+            f"a parts source is 'solutions', 'exercises', 'fast' or a folder of chNN_*.py "
+            f"files; got {source!r}, which is none of them"
         )
     return path.resolve()
 
@@ -95,8 +97,8 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
             f"{source!r} has no file for chapter {chapter} (ch{chapter:02d}_*.py)"
         )
     path = files[chapter]
-    if source in PACKAGES:
-        return importlib.import_module(f"{source}.{path.stem}")
+    if source in PACKAGES or source in NAMED:
+        return importlib.import_module(f"{NAMED.get(source, source)}.{path.stem}")
     # A folder: a module name of its own, so that it never shadows the packages.
     tag = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     spec = importlib.util.spec_from_file_location(f"_parts_{tag}_{path.stem}", path)

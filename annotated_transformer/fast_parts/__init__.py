@@ -1,0 +1,25 @@
+"""The ``fast`` parts: the chapters' modules on PyTorch's fused kernels.
+
+``Parts("fast")`` (``--parts fast`` on the command line) takes every chapter from
+here; ``Parts.reference().with_chapter(3, "fast")`` only chapter 3. Each
+``chNN_*.py`` exports the same names as the reference (``solutions/``), with the
+same constructor arguments, submodule names and state-dict keys, so a checkpoint
+trained with one set of parts loads into the other. ``tests/test_fast_parts.py``
+checks in float64 that every part computes what the reference computes.
+
+What is faster, and where:
+
+- chapter 2: PyTorch's softmax (zeros for a query whose keys are all masked, as
+  the reference gives);
+- chapter 3: one packed projection for self-attention (``q_proj``, ``k_proj`` and
+  ``v_proj`` concatenated at forward time, one matrix product instead of three;
+  ``k_proj`` and ``v_proj`` packed for cross-attention), the mask turned into an
+  additive bias once per mask rather than once per layer, PyTorch's softmax, and
+  ``F.scaled_dot_product_attention`` for keys from
+  :data:`~annotated_transformer.fast_parts.ch03_multi_head.SDPA_MIN_LENGTH` on;
+- chapter 5: ``F.layer_norm``, and no dropout call where dropout is off;
+- chapter 6: ``F.cross_entropy`` with ``label_smoothing``.
+
+Chapters 1, 4 and 7 have nothing worth fusing: their files re-export the reference.
+The reference parts stay the readable ones the book teaches.
+"""

@@ -1,0 +1,175 @@
+"""Chapter 3, fast: multi-head attention with packed projections and fused attention.
+
+The same module as the reference (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``,
+the same state-dict keys and shapes, the same ``forward``), computed with fewer
+operations:
+
+- self-attention (``query is key is value``) projects once with the three weight
+  matrices concatenated at forward time, ``[3D, D]``: one larger matrix product
+  instead of three (the gradient flows back to the three ``nn.Linear`` as usual);
+  cross-attention (``key is value``) packs ``k_proj`` and ``v_proj`` the same way;
+- a mask becomes an additive bias (``0`` or ``-inf``) once, and every layer that
+  gets the same mask tensor reuses it;
+- when no one asks for the weights, keys at least :data:`SDPA_MIN_LENGTH` long
+  go through ``F.scaled_dot_product_attention`` (PyTorch's fused kernel: it never
+  stores the ``[B, H, Lq, Lk]`` weights); shorter ones through two matrix products
+  and PyTorch's softmax, which costs less there than the fused kernel's set-up.
+
+``attention_weights``. The fused kernel does not return the weights, so a module keeps
+them only when asked: ``keep_weights=None`` (the default) keeps them in ``eval()`` mode,
+which is when the attention-map tool and decoding run, and not in training;
+``True`` always, ``False`` never. When they are not kept, ``attention_weights`` is
+``None``.
+
+Masks follow the course's convention, which is also ``F.scaled_dot_product_attention``'s:
+``True`` = allowed. A query whose keys are all masked gets zero weights and a zero
+output, as in the reference: such masks (rare: no task of the course makes one) are
+detected once per mask and computed by the reference's formula.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from annotated_transformer.fast_parts._ops import dropout as _dropout
+from annotated_transformer.fast_parts._ops import is_compiling
+from annotated_transformer.parts import load_chapter
+
+_reference = load_chapter("solutions", 3)
+split_heads = _reference.split_heads
+merge_heads = _reference.merge_heads
+
+__all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
+
+SDPA_MIN_LENGTH = 128
+"""From this many keys on, attention without weights runs ``F.scaled_dot_product_attention``.
+
+Measured on a 2-core CPU (``python -m annotated_transformer.bench``, "attention alone"):
+below it, two matrix products and a softmax cost less than the fused kernel's set-up."""
+
+
+class _MaskBiases:
+    """Per mask tensor: whether some query has no key, and its additive bias per dtype.
+
+    A training step builds its masks once and passes the same tensors to every layer;
+    remembering the last few (by identity and version, through a weak reference) turns
+    the bias and the empty-row test into once-per-step work."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.entries: dict[int, tuple] = {}
+
+    def get(self, mask: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """The additive bias ``[mask's shape]`` in ``dtype``, or None if a row has no key."""
+        entry = self.entries.get(id(mask))
+        if entry is None or entry[0]() is not mask or entry[1] != mask._version:
+            has_empty_row = not bool(mask.any(dim=-1).all())
+            if len(self.entries) >= self.size:
+                self.entries.clear()
+            entry = (weakref.ref(mask), mask._version, has_empty_row, {})
+            self.entries[id(mask)] = entry
+        if entry[2]:
+            return None
+        biases = entry[3]
+        if dtype not in biases:
+            bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+            biases[dtype] = bias.masked_fill_(~mask, float("-inf"))
+        return biases[dtype]
+
+
+_biases = _MaskBiases()
+
+
+def _linear_packed(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
+    """``cat([layer(x) for layer in layers], -1)`` as one matrix product."""
+    weight = torch.cat([layer.weight for layer in layers])
+    biases = [layer.bias for layer in layers]
+    bias = None if biases[0] is None else torch.cat(biases)
+    return F.linear(x, weight, bias)
+
+
+class MultiHeadAttention(nn.Module):
+    """Exercise 3.3, fast: the reference's module and contract on fused kernels.
+
+    ``(d_model, num_heads, dropout=0.0, bias=True)``; ``forward(query [B, Lq, D],
+    key [B, Lk, D], value [B, Lk, D], mask=None) -> [B, Lq, D]``. ``keep_weights``
+    (attribute): ``None`` keeps ``attention_weights`` in ``eval()`` mode only, ``True``
+    always, ``False`` never. ``sdpa_min_length`` (attribute): from how many keys on
+    the fused kernel runs.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True) -> None:
+        super().__init__()
+        if num_heads <= 0 or d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.d_model, self.num_heads = d_model, num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights: Tensor | None = None
+        self.keep_weights: bool | None = None
+        self.sdpa_min_length = SDPA_MIN_LENGTH
+
+    def _heads(self, x: Tensor, count: int) -> tuple[Tensor, ...]:
+        """``[B, L, count*D]`` -> ``count`` tensors ``[B, H, L, d_k]`` (views)."""
+        batch, length, _ = x.shape
+        heads = x.view(batch, length, count, self.num_heads, self.d_model // self.num_heads)
+        return heads.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor,
+                mask: Tensor | None = None) -> Tensor:
+        """``query [B, Lq, D]``, ``key`` and ``value [B, Lk, D]`` -> ``[B, Lq, D]``."""
+        if mask is not None and mask.dim() not in (2, 4):
+            raise ValueError(f"mask must be 2-D [Lq, Lk] or 4-D [B, H, Lq, Lk] (dimensions "
+                             f"of size 1 broadcast); got shape {tuple(mask.shape)}")
+        if query is key and key is value:  # self-attention: one projection
+            q, k, v = self._heads(_linear_packed(query, (self.q_proj, self.k_proj,
+                                                         self.v_proj)), 3)
+        else:
+            (q,) = self._heads(self.q_proj(query), 1)
+            if key is value:  # cross-attention: keys and values from the same memory
+                k, v = self._heads(_linear_packed(key, (self.k_proj, self.v_proj)), 2)
+            else:
+                (k,) = self._heads(self.k_proj(key), 1)
+                (v,) = self._heads(self.v_proj(value), 1)
+        keep = (not self.training) if self.keep_weights is None else self.keep_weights
+        dropout = self.dropout.p if self.training else 0.0
+        bias = None
+        if mask is not None:
+            bias = (_mask_bias_traced(mask, q.dtype) if is_compiling()
+                    else _biases.get(mask, q.dtype))
+            if bias is None:  # a query sees no key: the reference's formula gives it zeros
+                heads, weights = load_chapter("solutions", 2).scaled_dot_product_attention(
+                    q, k, v, mask=mask, dropout=self.dropout)
+                self.attention_weights = weights.detach() if keep else None
+                return self.out_proj(merge_heads(heads))
+        if keep or k.size(-2) < self.sdpa_min_length:
+            scores = torch.matmul(q, k.transpose(-2, -1))  # [B, H, Lq, Lk]
+            scale = 1.0 / math.sqrt(q.size(-1))
+            scores = scores * scale if bias is None else torch.add(bias, scores, alpha=scale)
+            weights = torch.softmax(scores, dim=-1)
+            if mask is not None and is_compiling():
+                weights = weights * mask.any(dim=-1, keepdim=True)  # rows with no key: zeros
+            if dropout:
+                weights = _dropout(weights, dropout)
+            self.attention_weights = weights.detach() if keep else None
+            heads = torch.matmul(weights, v)  # [B, H, Lq, d_k]
+        else:
+            self.attention_weights = None
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.out_proj(merge_heads(heads))  # [B, Lq, D]
+
+
+def _mask_bias_traced(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """The bias inside ``torch.compile``: no cache, and finite, so that a row with no key
+    gives finite weights (zeroed after the softmax) instead of NaN."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+        ~mask, torch.finfo(dtype).min)
