@@ -17,10 +17,13 @@ from types import ModuleType
 import pytest
 import torch
 
-from annotated_transformer import forbidden
+from annotated_transformer import forbidden, parts
 from annotated_transformer.parts import Parts, chapter_files, load_chapter, use_parts
 
 import variants
+
+# The course's own sources: they may load the reference, a learner's file may not.
+TRUSTED_SOURCES = {"solutions", *getattr(parts, "NAMED", {})}
 
 
 class ExerciseImportError(RuntimeError):
@@ -28,7 +31,8 @@ class ExerciseImportError(RuntimeError):
 
 
 class ForbiddenCall(RuntimeError):
-    """The exercise's code uses the PyTorch op it asks the learner to write."""
+    """The exercise's code uses the PyTorch op it asks the learner to write, or the
+    learner's file reaches the reference solutions."""
 
 
 def _check_forbidden(request: pytest.FixtureRequest, module: ModuleType, chapter: int) -> None:
@@ -42,6 +46,19 @@ def _check_forbidden(request: pytest.FixtureRequest, module: ModuleType, chapter
         solution = None
     if rules and path and solution:
         message = forbidden.check(Path(path), solution, exercise, rules)
+        if message:
+            raise ForbiddenCall(message)
+
+
+def _check_reference(request: pytest.FixtureRequest, spec: str, module: ModuleType,
+                     chapter: int) -> None:
+    """No learner file may reach the reference: the chapter's own, and for a test that
+    assembles every chapter from the source (the capstone), each of them."""
+    files = {chapter: Path(module.__file__)} if getattr(module, "__file__", None) else {}
+    if "impl_source" in request.fixturenames:
+        files |= dict(chapter_files(spec))
+    for number, path in sorted(files.items()):
+        message = forbidden.check_reference(path, number)
         if message:
             raise ForbiddenCall(message)
 
@@ -86,6 +103,8 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
         raise ExerciseImportError(
             f"could not import chapter {chapter} from {spec}: {type(error).__name__}: {error}"
         ) from error
+    if spec not in TRUSTED_SOURCES and not spec.startswith("variant:"):
+        _check_reference(request, spec, module, chapter)
     if not spec.startswith("variant:"):
         _check_forbidden(request, module, chapter)
     source = "solutions" if spec.startswith("variant:") else spec

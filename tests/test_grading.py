@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from annotated_transformer import grade, manifest, stubs
+from annotated_transformer import forbidden, grade, manifest, stubs
 
 import variants
 
@@ -187,6 +187,62 @@ def test_one_exercise_from_an_earlier_report(tmp_path):
     path.unlink()
     missing = run("--exercise", "1.1")
     assert missing.returncode == 2 and "did the grading step run" in missing.stderr
+
+
+# Lines of a learner's file that reach the reference, and what the finding names.
+WAYS_TO_THE_REFERENCE = [
+    ("import solutions.ch02_attention as reference", "import solutions.ch02_attention"),
+    ("from solutions import ch02_attention", "from solutions import"),
+    ("from variants import ch02", "from variants import"),
+    ("ref = importlib.import_module('solutions.ch02_attention')", "'solutions.ch02_attention'"),
+    ("ref = __import__('sol' + 'utions')", "__import__() of a computed name"),
+    ("code = open(Path(__file__).parents[1] / 'solutions' / 'ch02_attention.py').read()",
+     "'solutions'"),
+    ("code = Path(f'{ROOT}/solutions/ch02_attention.py').read_text()", "'/solutions/"),
+    ("ref = Parts.reference().module(2)", "Parts.reference"),
+    ("ref = Parts().module(2)", "Parts(...)"),
+    ("ref = Parts('fast').module(2)", "Parts(...)"),
+    ("ref = load_chapter(SOURCE, 2)", "load_chapter(...)"),
+    ("from annotated_transformer import fast_parts", "import fast_parts"),
+]
+
+
+@pytest.mark.parametrize("line, finding", WAYS_TO_THE_REFERENCE,
+                         ids=[w[0].split("(")[0].strip() for w in WAYS_TO_THE_REFERENCE])
+def test_ways_to_the_reference_are_found_anywhere_in_the_file(line, finding):
+    source = f"import importlib\nfrom pathlib import Path\n\n\nclass A:\n    def f(self):\n" \
+             f"        {line}\n"
+    uses = forbidden.reference_uses(source)
+    assert uses and uses[0].startswith("line 7: ") and finding in uses[0], uses
+
+
+def test_mentioning_the_solutions_is_not_reaching_them():
+    source = ('"""Compare with solutions/ch02_attention.py once it passes."""\n'
+              "# the reference is in solutions/\n"
+              "def solve(a, b):\n"
+              '    """Like solutions.ch01_positional_encoding."""\n'
+              '    raise ValueError("the system has no solutions.")\n')
+    assert forbidden.reference_uses(source) == []
+
+
+def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_path):
+    for path in stubs.SOLUTIONS_DIR.glob("ch0[1-6]_*.py"):
+        shutil.copy(path, tmp_path)
+    target = tmp_path / "ch02_attention.py"
+    text = target.read_text()
+    start = text.index("    # BEGIN SOLUTION 2.1")
+    end = text.index("    # END SOLUTION", start)
+    target.write_text(text[:start] + '    reference = __import__("importlib").import_module('
+                      '"solutions.ch02_attention")\n    return reference.softmax(x, dim=dim)\n'
+                      + text[end:])
+    rows = {r.id: r for r in grade.summarize(grade.run_tests([1, 2, 6], str(tmp_path)))}
+    for exercise in ("2.1", "2.2", "2.3"):
+        assert rows[exercise].status == "forbidden" and rows[exercise].points == 0
+        assert "reference solutions" in rows[exercise].message
+        assert "ch02_attention.py line" in rows[exercise].message
+    assert {rows[e].status for e in ("1.1", "1.2", "6.1", "6.4")} == {"passed"}
+    # The capstone assembles every chapter from the source, chapter 2's file included.
+    assert rows["6.5"].status == "forbidden" and "Chapter 2" in rows["6.5"].message
 
 
 # ---------------------------------------------------------------- tamper evidence
