@@ -2,8 +2,9 @@
 
     python -m annotated_transformer train --task dates --out runs/dates
     python -m annotated_transformer evaluate --checkpoint runs/dates/checkpoint.pt --json
-    python -m annotated_transformer translate --checkpoint runs/dates/checkpoint.pt "3rd of March 1998"
-    python -m annotated_transformer attention --checkpoint runs/dates/checkpoint.pt "3 mars 1998" --out maps.png
+    python -m annotated_transformer translate --checkpoint runs/dates/checkpoint.pt "3 May 98"
+    python -m annotated_transformer attention --checkpoint runs/dates/checkpoint.pt "3 mai 1998" \
+        --out maps.png
     python -m annotated_transformer export --checkpoint runs/dates/checkpoint.pt --out dates.pt
 
 Bad arguments and bad data end with a one-line message and exit status 2.
@@ -89,6 +90,7 @@ def add_train(sub) -> None:
     p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the "
                    "recipe's); each one also saves the checkpoint")
     p.add_argument("--eval-size", type=int, help="held-out examples per evaluation")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: one per core)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -104,7 +106,7 @@ def run_train(args) -> int:
     options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
     if args.data and args.task != "tsv":
         raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
-    for name in ("steps", "batch_size", "eval_every", "eval_size"):
+    for name in ("steps", "batch_size", "eval_every", "eval_size", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     task = make_task(args.task, **options)
@@ -116,6 +118,8 @@ def run_train(args) -> int:
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.compile and sys.platform == "win32":
         raise UsageError("--compile is not supported on Windows by this course")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = distributed.setup(pick_device(args.device))
     try:
         torch.manual_seed(config.seed)
@@ -129,7 +133,8 @@ def run_train(args) -> int:
         if main:
             print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters, "
                   f"parts from {parts.describe()}, {device}, {args.precision}"
-                  f"{', compiled' if args.compile else ''}, {distributed.world_size()} "
+                  f"{', compiled' if args.compile else ''}, {torch.get_num_threads()} "
+                  f"thread(s), {distributed.world_size()} "
                   f"process(es), {config.steps} steps of {config.batch_size}")
         log = functools.partial(print, flush=True) if main else None
         history = train(model, task, config, log=log, runtime=runtime)

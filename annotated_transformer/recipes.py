@@ -38,11 +38,14 @@ RECIPES: dict[str, Recipe] = {
     # One layer each way suffices to copy: decoder position i attends to source position i.
     "copy": Recipe(model={"num_layers": 1}, train=TrainConfig()),
     "reverse": Recipe(model={"num_layers": 1}, train=TrainConfig()),
-    "dates": Recipe(model={"d_model": 128, "d_ff": 512},
-                    train=TrainConfig(steps=2400, lr_factor=1.0, warmup_steps=200,
-                                      eval_every=300, eval_size=1000)),
-    "addition": Recipe(model={"d_model": 128, "d_ff": 512},
-                       train=TrainConfig(steps=3000, lr_factor=1.0, warmup_steps=200,
+    # 1,500 steps: 98.6% held-out exact match at step 1,000, 100% at 1,500 (seed 0).
+    "dates": Recipe(model={},
+                    train=TrainConfig(steps=1500, lr_factor=0.5, warmup_steps=200,
+                                      eval_every=250, eval_size=1000)),
+    # Writing the sum from its first digit needs the carries ahead: three layers, not two
+    # (two layers of d_model 128 stalled near 82% at step 2,500; three reach 97%).
+    "addition": Recipe(model={"num_layers": 3, "d_model": 128, "d_ff": 512},
+                       train=TrainConfig(steps=3000, lr_factor=0.5, warmup_steps=200,
                                          eval_every=500, eval_size=1000)),
     "tsv": Recipe(model={"d_model": 128, "d_ff": 512},
                   train=TrainConfig(steps=2000, lr_factor=1.0, warmup_steps=200,

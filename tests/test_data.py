@@ -7,8 +7,15 @@ import datetime
 import pytest
 import torch
 
-from annotated_transformer.data import (BOS, EOS, PAD, DataError, Vocabulary, VocabularyError,
-                                        make_task)
+from annotated_transformer.data import (
+    BOS,
+    EOS,
+    PAD,
+    DataError,
+    Vocabulary,
+    VocabularyError,
+    make_task,
+)
 from annotated_transformer.data.addition import count_carries
 from annotated_transformer.data.dates import NUM_FORMATS, write_date
 
