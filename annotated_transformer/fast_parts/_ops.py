@@ -9,10 +9,8 @@ from torch import Tensor, nn
 _INT32_SPAN = 2**32
 
 
-def is_compiling() -> bool:
-    """Whether ``torch.compile`` is tracing this call (older PyTorch: never)."""
-    check = getattr(torch.compiler, "is_compiling", None)
-    return bool(check and check())
+is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
+"""Whether ``torch.compile`` is tracing this call (older PyTorch: never)."""
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
@@ -20,8 +18,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 
     On a CPU, ``F.dropout`` draws one Bernoulli variable per element from the Mersenne
     Twister, about 10 ns each: in a small model that is a fifth of a training step. Here
-    one draw of 64 random bits (``torch.randint``, the same generator, so
-    ``torch.manual_seed`` still fixes the masks) serves two elements: an element is kept
+    one draw of 64 random bits (``Tensor.random_`` over the full 64-bit range, the same
+    generator, so ``torch.manual_seed`` still fixes the masks) serves two elements: an element is kept
     when its 32 random bits, read as an integer, are at least ``p * 2**32`` above the
     smallest one, which happens with probability ``1 - p`` up to ``2**-32``; kept elements
     are scaled by ``1 / (1 - p)``, as ``F.dropout`` does. Other devices use ``F.dropout``
@@ -32,8 +30,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     if x.device.type != "cpu" or p >= 1.0 or is_compiling():
         return F.dropout(x, p, training=True)
     count = x.numel()
-    bits = torch.randint(-(2**63), 2**63 - 1, ((count + 1) // 2,), dtype=torch.int64,
-                         device=x.device).view(torch.int32)[:count].view(x.shape)
+    bits = torch.empty((count + 1) // 2, dtype=torch.int64, device=x.device)
+    bits = bits.random_(-(2**63), None).view(torch.int32)  # all 64 bits random
+    bits = (bits[:count] if count % 2 else bits).view(x.shape)
     threshold = round(p * _INT32_SPAN) - 2**31
     scale = torch.ge(bits, threshold).to(x.dtype).mul_(1.0 / (1.0 - p))
     return x * scale

@@ -1,0 +1,738 @@
+"""How fast the course's Transformer trains, beside PyTorch's own, measured in one run.
+
+    python -m annotated_transformer.bench [--quick] [--json PATH] [--plot PATH] [--rounds N]
+
+What it measures, in this order (the book's performance page shows the latest figures):
+
+1. **The matmul ceiling**: the best fp32 matrix-product rate of this machine (GFLOP/s,
+   square products of a few sizes), against which utilisation is reported.
+2. **Training throughput** of three contenders of the same size, post-LN, ReLU, dropout
+   0.1, label smoothing 0.1, the same masks, tied embeddings, sinusoidal positions and a
+   generator: the model built from the reference parts, the one built from the fast parts
+   (:mod:`annotated_transformer.fast_parts`), and ``torch.nn.Transformer`` wrapped in the
+   same embeddings and generator. One step is forward, loss, backward, gradient clipping
+   and Adam (:func:`adam`: the paper's settings, PyTorch's fused kernel, the same for
+   all three). The contenders take turns round by round (a slow spell of the machine
+   hits all of them), and the figure is target tokens per second: median and range over
+   the rounds, and its ratio to ``nn.Transformer``'s median. Three shapes:
+   the copy task's (``d_model=64``), a middle one (``d_model=256``) and the paper's base
+   model (``d_model=512``).
+3. **Attention alone**, forward and backward, ``B=8, H=8, d_k=64``, ``L = 64, 256, 1024``:
+   the reference (Exercise 2.2) against ``F.scaled_dot_product_attention``, and the fast
+   parts' explicit formula.
+4. **The copy task**: the training time until greedy decoding reproduces all of 1,000
+   held-out sequences, with the course's default recipe (``recipes.RECIPES["copy"]``),
+   three seeds, the reference and the fast parts; beside it the Annotated Transformer's
+   recipe on ``nn.Transformer`` (Adam at ``0.5 x`` Noam, warmup 400, batch 80, 400 steps,
+   post-LN, two layers, no label smoothing) and the exact match it reaches. Evaluation
+   is not counted in the time; sampling the batches is.
+5. **On a CUDA device** (the rest runs there unchanged), the base model at 8,192 target
+   tokens a step in bf16 autocast, eager and ``torch.compile``-d, with its model-FLOPs
+   utilisation against the bf16 matrix-product rate measured on the same GPU.
+
+**How FLOPs are counted.** Only matrix products, ``2·m·n·k`` each, as the model's
+arithmetic requires them: the projections, the feed-forward layers, the generator, and
+both attention products over the full ``Lq x Lk`` square (masked entries included, as
+every kernel here computes them). The backward pass counts twice the forward (one product
+for the input's gradient, one for the weight's). Softmax, LayerNorm, dropout, the loss
+and Adam are not counted. The same count serves all contenders, so utilisation compares
+them on the work the model needs, not on the work an implementation chose to do.
+
+``--quick`` runs every section with tiny rounds in under a minute (a smoke test: its
+numbers mean nothing). ``--json PATH`` writes every figure; ``--plot PATH`` a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from annotated_transformer.data.copy import CopyTask
+from annotated_transformer.data.vocab import BOS, PAD
+from annotated_transformer.model import EncoderDecoder, TransformerConfig
+from annotated_transformer.parts import Parts, load_chapter, use_parts
+from annotated_transformer.recipes import RECIPES
+from annotated_transformer.train import TrainConfig, evaluate, make_optimizer, train_step
+
+REFERENCE = Parts.reference()
+CONTENDERS = ("reference", "fast", "torch")
+
+
+# ---------------------------------------------------------------- shapes and FLOPs
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model's size and one training batch: ``batch`` sequences of ``length`` tokens
+    each side (source, and target labels)."""
+
+    name: str
+    d_model: int
+    num_heads: int
+    num_layers: int
+    d_ff: int
+    vocab: int
+    batch: int
+    length: int
+
+    def config(self, dropout: float = 0.1) -> TransformerConfig:
+        return TransformerConfig(self.vocab, self.vocab, num_layers=self.num_layers,
+                                 d_model=self.d_model, d_ff=self.d_ff,
+                                 num_heads=self.num_heads, dropout=dropout,
+                                 max_len=max(64, self.length + 1), norm_first=False)
+
+    @property
+    def tokens(self) -> int:
+        """Target tokens (labels) a step."""
+        return self.batch * self.length
+
+
+SHAPES = (
+    Shape("copy", d_model=64, num_heads=4, num_layers=2, d_ff=256, vocab=11, batch=80,
+          length=10),
+    Shape("medium", d_model=256, num_heads=8, num_layers=3, d_ff=1024, vocab=1000, batch=32,
+          length=64),
+    Shape("base", d_model=512, num_heads=8, num_layers=6, d_ff=2048, vocab=1000, batch=16,
+          length=32),
+)
+
+
+def model_flops(shape: Shape) -> float:
+    """Matrix-product FLOPs of one training step (forward and backward) of an
+    encoder-decoder of ``shape``, source and target both ``shape.length`` long (see the
+    module docstring for what is counted)."""
+    d, f, n, v = shape.d_model, shape.d_ff, shape.num_layers, shape.vocab
+    ls = lt = shape.length
+    src, tgt = shape.batch * ls, shape.batch * lt  # tokens on each side
+    attention = 2 * 2 * d  # QK^T and weights @ V: 2·d FLOPs each per (query, key) pair
+    encoder = src * (4 * 2 * d * d + 2 * 2 * d * f) + shape.batch * ls * ls * attention
+    decoder = (tgt * (4 * 2 * d * d + 2 * 2 * d * f)  # self-attention projections, FFN
+               + shape.batch * lt * lt * attention  # self-attention
+               + tgt * 2 * 2 * d * d + src * 2 * 2 * d * d  # cross: Q, out; K, V of memory
+               + shape.batch * lt * ls * attention)  # cross-attention
+    forward = n * (encoder + decoder) + tgt * 2 * d * v  # and the generator
+    return 3.0 * forward
+
+
+# ---------------------------------------------------------------- devices and clocks
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device, repeat: int = 1) -> float:
+    """Seconds for ``repeat`` calls of ``fn``, the device's queue drained before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def matmul_ceiling(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...],
+                   rounds: int) -> dict:
+    """The best rate of square matrix products ``n x n @ n x n`` over ``sizes`` (GFLOP/s):
+    for each size the median of ``rounds`` timings; the ceiling is the best median."""
+    rates = {}
+    for n in sizes:
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        repeat = max(1, int(2e9 // (2 * n**3))) if device.type == "cpu" else 20
+        timed(lambda a=a, b=b: a @ b, device, 2)  # warm-up
+        samples = [2 * n**3 * repeat / timed(lambda a=a, b=b: a @ b, device, repeat) / 1e9
+                   for _ in range(rounds)]
+        rates[n] = statistics.median(samples)
+    best = max(rates, key=rates.get)
+    return {"dtype": str(dtype).removeprefix("torch."), "gflops": rates[best], "size": best,
+            "by_size": {str(n): r for n, r in rates.items()}}
+
+
+def summary(samples: list[float]) -> dict:
+    """Median, smallest and largest of a list of rates, and the spread (range / median)."""
+    median = statistics.median(samples)
+    return {"median": median, "min": min(samples), "max": max(samples),
+            "spread": (max(samples) - min(samples)) / median if median else 0.0,
+            "samples": samples}
+
+
+def adam(parameters, lr: float) -> torch.optim.Adam:
+    """The paper's Adam (betas 0.9 and 0.98, eps 1e-9), on PyTorch's fused kernel where the
+    device has one: every contender of the throughput runs gets this one optimizer."""
+    parameters = list(parameters)
+    try:
+        return torch.optim.Adam(parameters, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    except (RuntimeError, TypeError):  # no fused kernel for this device or PyTorch
+        return torch.optim.Adam(parameters, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+
+
+# ---------------------------------------------------------------- nn.Transformer contender
+
+
+class TorchTransformer(nn.Module):
+    """``torch.nn.Transformer`` with the course model's embeddings (scaled by
+    ``sqrt(d_model)``, plus the sinusoidal table, dropout), tied generator and masks.
+
+    ``forward(src, tgt, src_mask, tgt_mask)`` takes the course's masks (``True`` =
+    allowed: ``src_mask [B, 1, 1, Ls]`` padding, ``tgt_mask [B, 1, Lt, Lt]`` or
+    ``[Lt, Lt]``) and hands PyTorch its own convention (``True`` = masked): a key padding
+    mask for the source, and the target's causal mask with its key padding mask. It also
+    has ``encode``, ``decode`` and ``generator``, so that the course's greedy decoding
+    runs it."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.parts = REFERENCE  # decoding and masks: the reference's chapter 4 and 6
+        self.embedding = nn.Embedding(c.src_vocab_size, c.d_model)
+        table = load_chapter("solutions", 1).positional_encoding(c.max_len, c.d_model)
+        self.register_buffer("pe", table)
+        self.dropout = nn.Dropout(c.dropout)
+        self.transformer = nn.Transformer(
+            c.d_model, c.num_heads, c.num_layers, c.num_layers, c.d_ff, c.dropout,
+            activation="relu", batch_first=True, norm_first=c.norm_first)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        for parameter in self.parameters():
+            if parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)
+        self.generator.weight = self.embedding.weight
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        x = self.embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.dropout(x + self.pe[: tokens.size(1)])
+
+    @staticmethod
+    def _key_padding(mask: Tensor | None) -> Tensor | None:
+        """``[B, 1, 1, L]`` allowed -> ``[B, L]`` masked (PyTorch's convention)."""
+        return None if mask is None else ~mask.reshape(mask.size(0), mask.size(-1))
+
+    @staticmethod
+    def _target(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """The course's target mask -> ``(causal [Lt, Lt], key padding [B, Lt])``, masked =
+        True. A ``[B, 1, Lt, Lt]`` target mask is causal & padding: its last row is the
+        padding of the keys (the last query sees every earlier key)."""
+        if mask is None:
+            return None, None
+        length = mask.size(-1)
+        causal = ~torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
+        if mask.dim() == 2:
+            return causal, None
+        return causal, ~mask[:, 0, -1, :]
+
+    def encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        return self.transformer.encoder(self.embed(src),
+                                        src_key_padding_mask=self._key_padding(src_mask))
+
+    def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+               tgt_mask: Tensor | None) -> Tensor:
+        causal, padding = self._target(tgt_mask)
+        return self.transformer.decoder(
+            self.embed(tgt), memory, tgt_mask=causal, tgt_key_padding_mask=padding,
+            memory_key_padding_mask=self._key_padding(src_mask), tgt_is_causal=True)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
+
+
+def build(contender: str, config: TransformerConfig, device: torch.device
+          ) -> tuple[nn.Module, Callable[[Tensor, Tensor], Tensor]]:
+    """A contender's model (on ``device``) and its loss function."""
+    if contender == "torch":
+        model = TorchTransformer(config)
+
+        def loss_fn(logits: Tensor, target: Tensor) -> Tensor:
+            return F.cross_entropy(logits, target, ignore_index=PAD, label_smoothing=0.1)
+    else:
+        parts = REFERENCE if contender == "reference" else Parts("fast")
+        model = EncoderDecoder(config, parts=parts)
+        with use_parts(parts):
+            loss_fn = parts.LabelSmoothingLoss(0.1, ignore_index=PAD)
+    return model.to(device), loss_fn
+
+
+# ---------------------------------------------------------------- training throughput
+
+
+class Trainer:
+    """One contender at one shape: a model, its optimizer and a fixed batch."""
+
+    def __init__(self, contender: str, shape: Shape, device: torch.device,
+                 precision: str = "fp32", compile: bool = False, seed: int = 0) -> None:
+        torch.manual_seed(seed)
+        self.model, self.loss_fn = build(contender, shape.config(), device)
+        self.net = torch.compile(self.model) if compile else self.model
+        self.optimizer = adam(self.model.parameters(), lr=1e-4)  # small: no step diverges
+        self.device, self.shape, self.precision = device, shape, precision
+        generator = torch.Generator().manual_seed(seed)
+        src = torch.randint(3, shape.vocab, (shape.batch, shape.length), generator=generator)
+        tgt = torch.randint(3, shape.vocab, (shape.batch, shape.length + 1),
+                            generator=generator)
+        tgt[:, 0] = BOS
+        self.src, self.tgt = src.to(device), tgt.to(device)
+
+        self.model.train()
+        self.parameters = list(self.model.parameters())
+
+    def step(self) -> float:
+        device = self.device
+        batch = REFERENCE.make_batch(self.src, self.tgt, PAD)  # the same masks for everyone
+        autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
+                    if self.precision == "bf16" else _nothing())
+        with autocast:
+            logits = self.net(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)
+            loss = self.loss_fn(logits.reshape(-1, logits.size(-1)),
+                                batch.tgt_labels.reshape(-1))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.parameters, 1.0, foreach=True)
+        self.optimizer.step()
+        return loss.item()
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def throughput(shapes: tuple[Shape, ...], device: torch.device, rounds: int,
+               steps: dict[str, int], warmup: int, ceiling: float,
+               contenders: tuple[str, ...] = CONTENDERS, precision: str = "fp32",
+               compile: tuple[str, ...] = (), log=print) -> dict:
+    """Tokens per second of every contender at every shape, rounds interleaved."""
+    results = {}
+    for shape in shapes:
+        names = list(contenders) + [f"{c}+compile" for c in compile]
+        trainers = {}
+        for name in names:
+            trainers[name] = Trainer(name.removesuffix("+compile"), shape, device, precision,
+                                     compile=name.endswith("+compile"))
+            started = time.perf_counter()
+            for _ in range(warmup + (2 if name.endswith("+compile") else 0)):
+                trainers[name].step()
+            if name.endswith("+compile"):
+                log(f"  {shape.name}: {name} compiled and warmed up in "
+                    f"{time.perf_counter() - started:.0f} s")
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        count = steps[shape.name]
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)]  # a different first each round
+            for name in order:
+                seconds = timed(lambda t=trainers[name]: t.step(), device, count)
+                samples[name].append(shape.tokens * count / seconds)
+        flops = model_flops(shape)
+        entry = {"shape": asdict(shape), "model_flops_per_step": flops,
+                 "steps_per_round": count, "contenders": {}}
+        base = statistics.median(samples["torch"]) if "torch" in samples else None
+        for name in names:
+            stats = summary(samples[name])
+            rate = stats["median"] / shape.tokens * flops / 1e9  # GFLOP/s
+            stats.update(gflops=rate, utilisation=rate / ceiling,
+                         ratio_to_torch=stats["median"] / base if base else None,
+                         step_ms=1000 * shape.tokens / stats["median"])
+            entry["contenders"][name] = stats
+        results[shape.name] = entry
+        log(format_throughput(shape, entry))
+    return results
+
+
+def format_throughput(shape: Shape, entry: dict) -> str:
+    lines = [f"  {shape.name}: d_model={shape.d_model}, h={shape.num_heads}, "
+             f"N={shape.num_layers}, d_ff={shape.d_ff}, V={shape.vocab}, batch "
+             f"{shape.batch} x {shape.length} ({entry['model_flops_per_step'] / 1e9:.2f} "
+             f"GFLOP a step)"]
+    for name, s in entry["contenders"].items():
+        ratio = f"{s['ratio_to_torch']:.2f}x" if s["ratio_to_torch"] else "-"
+        lines.append(f"    {name:17s} {s['median']:10,.0f} tokens/s  (range {s['min']:,.0f}"
+                     f"-{s['max']:,.0f})  {ratio:>6s} nn.Transformer  "
+                     f"{s['utilisation']:5.1%} of the ceiling  {s['step_ms']:7.1f} ms/step")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- attention alone
+
+
+def attention_alone(lengths: tuple[int, ...], device: torch.device, rounds: int,
+                    log=print, batch: int = 8, heads: int = 8, d_k: int = 64,
+                    seconds: float = 0.25) -> dict:
+    """Milliseconds of one forward and backward of attention alone, per implementation."""
+    fast = Parts("fast")
+    implementations = {
+        "reference": lambda q, k, v: REFERENCE.scaled_dot_product_attention(q, k, v)[0],
+        "fast_explicit": lambda q, k, v: fast.scaled_dot_product_attention(q, k, v)[0],
+        "fused": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    }
+    results = {}
+    for length in lengths:
+        q, k, v = (torch.randn(batch, heads, length, d_k, device=device, requires_grad=True)
+                   for _ in range(3))
+        grad = torch.randn(batch, heads, length, d_k, device=device)
+
+        def run(fn, q=q, k=k, v=v, grad=grad):
+            fn(q, k, v).backward(grad)
+            q.grad = k.grad = v.grad = None
+
+        once = min(timed(lambda fn=fn: run(fn), device) for fn in implementations.values())
+        repeat = max(1, round(seconds / once))  # calls per sample: about `seconds` each
+        samples: dict[str, list[float]] = {name: [] for name in implementations}
+        for _ in range(rounds):
+            for name, fn in implementations.items():
+                samples[name].append(1000 * timed(lambda fn=fn: run(fn), device, repeat)
+                                     / repeat)
+        entry = {name: summary(s) for name, s in samples.items()}
+        fused = entry["fused"]["median"]
+        for stats in entry.values():
+            stats["ratio_to_fused"] = stats["median"] / fused
+        results[str(length)] = entry
+        log(f"  L={length:5d}: " + "   ".join(
+            f"{name} {s['median']:8.2f} ms ({s['ratio_to_fused']:.2f}x fused)"
+            for name, s in entry.items()))
+    return results
+
+
+# ---------------------------------------------------------------- the copy task
+
+
+def _time_to_exact_match(model, task, config: TrainConfig, optimizer, scheduler, loss_fn,
+                         held_out, eval_every: int, device, log, label: str) -> dict:
+    """Train until greedy decoding reproduces every held-out sequence (or the recipe's
+    steps run out): seconds of training (evaluation not counted), steps, exact match."""
+    generator = torch.Generator().manual_seed(config.seed)
+    torch.manual_seed(config.seed)
+    seconds, curve, reached = 0.0, [], None
+    for step in range(1, config.steps + 1):
+        synchronize(device)
+        started = time.perf_counter()
+        src, tgt = task.sample(config.batch_size, generator)
+        train_step(model, src.to(device), tgt.to(device), loss_fn, optimizer, scheduler,
+                   config.clip_norm)
+        synchronize(device)
+        seconds += time.perf_counter() - started
+        if step % eval_every == 0 or step == config.steps:
+            with warnings.catch_warnings():  # nn.Transformer's inference path: a prototype
+                warnings.filterwarnings("ignore", message=".*nested tensors.*")
+                _, exact = evaluate(model, *held_out, loss_fn)
+            curve.append({"step": step, "seconds": seconds, "exact_match": exact})
+            if exact == 1.0:
+                reached = {"step": step, "seconds": seconds}
+                break
+    last = curve[-1]
+    log(f"    {label}: " + (f"100% at step {reached['step']} after {reached['seconds']:.1f} s"
+                            if reached else f"{last['exact_match']:.1%} after {last['step']} "
+                                            f"steps, {last['seconds']:.1f} s"))
+    return {"reached": reached, "final_exact_match": last["exact_match"],
+            "final_step": last["step"], "seconds": last["seconds"], "curve": curve}
+
+
+def annotated_transformer_recipe(steps: int = 400) -> tuple[dict, TrainConfig]:
+    """The Annotated Transformer's copy-task run (its ``example_simple_model``): Adam with
+    a base rate of 0.5 times the Noam schedule (factor 1, warmup 400, the model's
+    ``d_model``), batch 80, 400 steps, no label smoothing; here on ``nn.Transformer`` of the
+    copy-task shape (post-LN, two layers, dropout 0.1)."""
+    model = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 256, "dropout": 0.1,
+             "norm_first": False}
+    return model, TrainConfig(steps=steps, batch_size=80, lr_factor=1.0, warmup_steps=400,
+                              label_smoothing=0.0, clip_norm=0.0)
+
+
+def copy_task(device: torch.device, seeds: tuple[int, ...], held_out_size: int,
+              parts_names: tuple[str, ...], eval_every: int | None, max_steps: int | None,
+              at_steps: int, log=print) -> dict:
+    """Time to 100% held-out exact match: the default recipe per parts and seed, and the
+    Annotated Transformer's recipe on ``nn.Transformer``."""
+    recipe = RECIPES["copy"]
+    task = CopyTask()
+    held_out = tuple(x.to(device) for x in task.held_out_set(held_out_size))
+    results: dict = {"held_out": held_out_size, "recipe": {
+        "model": {**asdict(recipe.model_config(task)), **recipe.model},
+        "train": asdict(recipe.train)}, "default": {}}
+    for parts_name in parts_names:
+        parts = Parts(parts_name)
+        runs = []
+        for seed in seeds:
+            config = recipe.train_config(seed=seed, steps=max_steps and min(
+                max_steps, recipe.train.steps))
+            torch.manual_seed(seed)
+            model = EncoderDecoder(recipe.model_config(task), parts=parts).to(device)
+            optimizer, scheduler = make_optimizer(model, config)
+            with use_parts(parts):
+                loss_fn = parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+            runs.append(_time_to_exact_match(
+                model, task, config, optimizer, scheduler, loss_fn, held_out,
+                eval_every or config.eval_every, device, log, f"{parts_name}, seed {seed}"))
+        times = [r["reached"]["seconds"] for r in runs if r["reached"]]
+        results["default"][parts_name] = {
+            "runs": runs, "all_reached": len(times) == len(runs),
+            "median_seconds": statistics.median(times) if len(times) == len(runs) else None,
+            "median_final_exact_match": statistics.median(r["final_exact_match"]
+                                                          for r in runs)}
+    model_changes, config = annotated_transformer_recipe(at_steps)
+    torch.manual_seed(0)
+    model = TorchTransformer(replace(recipe.model_config(task), **model_changes)).to(device)
+    optimizer = adam(model.parameters(), lr=0.5)
+    d_model = model.config.d_model
+    noam = REFERENCE.noam_lr
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: noam(step, d_model, config.warmup_steps, config.lr_factor))
+    loss_fn = REFERENCE.LabelSmoothingLoss(0.0, ignore_index=PAD)
+    results["annotated_transformer"] = {
+        "recipe": {"model": model_changes, "train": asdict(config), "adam_lr": 0.5},
+        **_time_to_exact_match(model, task, config, optimizer, scheduler, loss_fn, held_out,
+                               eval_every or 100, device, log,
+                               "Annotated Transformer's recipe, nn.Transformer")}
+    return results
+
+
+# ---------------------------------------------------------------- the report
+
+
+def environment(device: torch.device, threads: int) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"torch": torch.__version__, "python": platform.python_version(), "cpu": cpu,
+            "cpu_count": os.cpu_count(), "threads": threads, "device": str(device),
+            "command": " ".join(["python -m annotated_transformer.bench", *sys.argv[1:]])}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def goals(report: dict) -> dict:
+    """The issue's goals, checked against this run's figures (None: not measured)."""
+    t = report["throughput"]
+
+    def ratio(shape, name):
+        entry = t.get(shape, {}).get("contenders", {}).get(name)
+        return entry and entry["ratio_to_torch"]
+
+    checks = {
+        "fast_copy_at_least_1.3x": ratio("copy", "fast"),
+        "fast_medium_at_least_1.05x": ratio("medium", "fast"),
+        "fast_base_at_least_1.05x": ratio("base", "fast"),
+        "reference_at_least_0.95x": min((ratio(s, "reference") or 0.0) for s in t) if t
+        else None,
+        "fast_base_utilisation_at_least_65%": t.get("base", {}).get("contenders", {}).get(
+            "fast", {}).get("utilisation"),
+    }
+    thresholds = {"fast_copy_at_least_1.3x": 1.3, "fast_medium_at_least_1.05x": 1.05,
+                  "fast_base_at_least_1.05x": 1.05, "reference_at_least_0.95x": 0.95,
+                  "fast_base_utilisation_at_least_65%": 0.65}
+    result = {name: {"value": value, "met": None if value is None else value >= thresholds[name]}
+              for name, value in checks.items()}
+    copy = report.get("copy_task", {}).get("default", {}).get("solutions")
+    seconds = copy and copy["median_seconds"]
+    result["copy_default_recipe_100%_within_20s"] = {
+        "value": seconds, "met": None if copy is None else bool(seconds and seconds <= 20)}
+    cuda = report.get("cuda")
+    mfu = cuda and max((c["mfu"] for c in cuda["contenders"].values()
+                        if c.get("name", "").startswith("fast")), default=None)
+    result["cuda_bf16_mfu_at_least_40%"] = {"value": mfu,
+                                            "met": None if mfu is None else mfu >= 0.40}
+    return result
+
+
+def plot(report: dict, path: Path) -> None:
+    """One figure: throughput ratios, utilisation, attention alone, the copy task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    colours = {"reference": "tab:blue", "fast": "tab:orange", "torch": "tab:gray"}
+    labels = {"reference": "reference parts", "fast": "fast parts", "torch": "nn.Transformer"}
+    shapes = list(report["throughput"])
+    width = 0.8 / len(CONTENDERS)
+    ax = axes[0, 0]
+    for i, name in enumerate(CONTENDERS):
+        stats = [report["throughput"][s]["contenders"][name] for s in shapes]
+        base = [report["throughput"][s]["contenders"]["torch"]["median"] for s in shapes]
+        values = [st["median"] / b for st, b in zip(stats, base, strict=True)]
+        low = [v - st["min"] / b for v, st, b in zip(values, stats, base, strict=True)]
+        high = [st["max"] / b - v for v, st, b in zip(values, stats, base, strict=True)]
+        xs = [j + (i - 1) * width for j in range(len(shapes))]
+        ax.bar(xs, values, width, yerr=[low, high], capsize=3, color=colours[name],
+               label=labels[name])
+        for x, v in zip(xs, values, strict=True):
+            ax.text(x, v + 0.03, f"{v:.2f}", ha="center", fontsize=8)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(range(len(shapes)), shapes)
+    ax.set_ylabel("training tokens/s relative to nn.Transformer")
+    ax.set_title("Training throughput (median; bars: range over rounds)")
+    ax.legend(fontsize=8)
+    ax = axes[0, 1]
+    for i, name in enumerate(CONTENDERS):
+        values = [100 * report["throughput"][s]["contenders"][name]["utilisation"]
+                  for s in shapes]
+        ax.bar([j + (i - 1) * width for j in range(len(shapes))], values, width,
+               color=colours[name], label=labels[name])
+    ax.set_xticks(range(len(shapes)), shapes)
+    ax.set_ylabel("% of the measured fp32 matmul rate")
+    ax.set_title(f"Utilisation (ceiling {report['ceiling']['gflops']:.0f} GFLOP/s)")
+    ax = axes[1, 0]
+    lengths = [int(n) for n in report["attention"]]
+    for name, colour in (("reference", "tab:blue"), ("fast_explicit", "tab:orange"),
+                         ("fused", "tab:green")):
+        ax.plot(lengths, [report["attention"][str(n)][name]["median"] for n in lengths], "o-",
+                color=colour, label={"fused": "F.scaled_dot_product_attention",
+                                     "fast_explicit": "fast parts, explicit",
+                                     "reference": "reference (Exercise 2.2)"}[name])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel("ms, forward + backward")
+    ax.set_title("Attention alone (B=8, H=8, d_k=64)")
+    ax.legend(fontsize=8)
+    ax = axes[1, 1]
+    copy = report["copy_task"]
+    for parts_name, entry in copy["default"].items():
+        for k, run in enumerate(entry["runs"]):
+            ax.plot([0] + [p["seconds"] for p in run["curve"]],
+                    [0] + [100 * p["exact_match"] for p in run["curve"]], "o-", ms=3,
+                    color=colours["fast" if parts_name == "fast" else "reference"],
+                    label=f"default recipe, {parts_name} parts" if k == 0 else None)
+    at = copy["annotated_transformer"]
+    ax.plot([0] + [p["seconds"] for p in at["curve"]],
+            [0] + [100 * p["exact_match"] for p in at["curve"]], "s--", ms=3,
+            color=colours["torch"], label="Annotated Transformer's recipe, nn.Transformer")
+    ax.set_xlabel("training seconds (evaluation not counted)")
+    ax.set_ylabel(f"% exact match, {copy['held_out']} held-out sequences")
+    ax.set_title("The copy task")
+    ax.legend(fontsize=8)
+    env = report["environment"]
+    fig.suptitle(f"{env['cpu']}, {env['threads']} threads, torch {env['torch']}"
+                 + (f", {env['gpu']}" if env.get("gpu") else ""), fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+def cuda_section(device: torch.device, quick: bool, rounds: int, log=print) -> dict:
+    """The base model at 8,192 target tokens a step, bf16 autocast, eager and compiled,
+    with its model-FLOPs utilisation against the measured bf16 matmul rate."""
+    sizes = (1024, 2048) if quick else (4096, 8192)
+    ceiling = matmul_ceiling(device, torch.bfloat16, sizes, rounds=3)
+    log(f"  bf16 matmul: {ceiling['gflops'] / 1000:,.1f} TFLOP/s (n={ceiling['size']})")
+    shape = replace(SHAPES[2], name="base_bf16", batch=32 if quick else 256)
+    compiled = ("fast", "torch") if not quick else ()
+    entry = throughput((shape,), device, rounds, {shape.name: 2 if quick else 10},
+                       warmup=1 if quick else 3, ceiling=ceiling["gflops"],
+                       precision="bf16", compile=compiled, log=log)[shape.name]
+    for name, stats in entry["contenders"].items():
+        stats["name"] = name
+        stats["mfu"] = stats["utilisation"]
+    return {"ceiling": ceiling, "tokens_per_step": shape.tokens, **entry}
+
+
+# ---------------------------------------------------------------- main
+
+
+def run(quick: bool = False, rounds: int | None = None, device: str | None = None,
+        threads: int | None = None, log=print) -> dict:
+    """Every section; returns the report (see the module docstring)."""
+    started = time.perf_counter()
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    threads = threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    rounds = rounds or (2 if quick else 7)
+    report: dict = {"environment": environment(dev, threads), "quick": quick, "rounds": rounds}
+    log(f"annotated_transformer.bench on {dev} ({report['environment']['cpu']}, "
+        f"{threads} threads), torch {torch.__version__}, {rounds} rounds"
+        + (" [quick: the numbers mean nothing]" if quick else ""))
+    log("matmul ceiling (fp32)")
+    report["ceiling"] = matmul_ceiling(dev, torch.float32, (256,) if quick else (512, 1024, 2048),
+                                       rounds=3 if quick else 5)
+    log(f"  {report['ceiling']['gflops']:.1f} GFLOP/s (n={report['ceiling']['size']})")
+    log("training throughput (forward, backward, clipping, Adam; target tokens/s)")
+    shapes = SHAPES
+    if quick:  # the same three, much smaller: only that the code runs
+        shapes = tuple(replace(s, num_layers=1, batch=4, length=8) for s in SHAPES)
+    steps = ({s.name: 1 for s in shapes} if quick
+             else {"copy": 20, "medium": 2, "base": 2} if dev.type == "cpu"
+             else {"copy": 50, "medium": 20, "base": 20})
+    report["throughput"] = throughput(shapes, dev, rounds, steps, warmup=1 if quick else 3,
+                                      ceiling=report["ceiling"]["gflops"], log=log)
+    log("attention alone (forward and backward, B=8, H=8, d_k=64)")
+    report["attention"] = attention_alone((16, 64) if quick else (64, 256, 1024), dev,
+                                          rounds=1 if quick else 5, log=log,
+                                          seconds=0.01 if quick else 0.25)
+    log("the copy task: training seconds to 100% exact match on held-out sequences")
+    report["copy_task"] = copy_task(
+        dev, seeds=(0,) if quick else (0, 1, 2), held_out_size=50 if quick else 1000,
+        parts_names=("solutions",) if quick else ("solutions", "fast"),
+        eval_every=5 if quick else None, max_steps=10 if quick else None,
+        at_steps=10 if quick else 400, log=log)
+    for name, entry in report["copy_task"]["default"].items():
+        seconds = entry["median_seconds"]
+        log(f"  default recipe, {name} parts: " + (
+            f"median {seconds:.1f} s to 100%" if seconds is not None else
+            f"not every seed reached 100% (median final {entry['median_final_exact_match']:.1%})"))
+    report["cuda"] = None
+    if dev.type == "cuda":
+        log("CUDA: the base model in bf16 at 8,192 target tokens a step")
+        report["cuda"] = cuda_section(dev, quick, rounds, log=log)
+    report["goals"] = goals(report)
+    report["seconds"] = time.perf_counter() - started
+    verdict = {True: "met", False: "not met", None: "not measured"}
+    log("goals: " + ", ".join(f"{name} {verdict[g['met']]}"
+                              for name, g in report["goals"].items()))
+    log(f"done in {report['seconds']:.0f} s")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m annotated_transformer.bench",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny rounds of every section, under a minute (a smoke test)")
+    parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    parser.add_argument("--plot", type=Path, help="draw the figures into this PNG file")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7; quick 2)")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads (default: torch.get_num_threads())")
+    args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    report = run(quick=args.quick, rounds=args.rounds, device=args.device, threads=args.threads)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(report, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
