@@ -12,7 +12,9 @@ its status is ``passed`` (every test passed), ``not implemented`` (a stub still
 raises ``NotImplementedError``), ``failed`` (a test's check failed), ``error``
 (your code raised), ``timeout``, or ``forbidden`` (it calls the PyTorch op the exercise
 asks you to write). Passing tests is evidence, not a proof, that
-the work is correct. With ``--verify-manifest``, every report also names the files that
+the work is correct. The tests' random inputs come from a fresh seed each run, named in
+the report (``--seed N`` repeats a run), so that an answer hard-coded for some inputs
+fails. With ``--verify-manifest``, every report also names the files that
 decide the grade (tests, grader, pytest settings) that differ from the course's
 (see :mod:`annotated_transformer.manifest`); grading runs all the same.
 """
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -99,14 +102,19 @@ def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
 
 
 def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
-              extra_args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Run the graded tests in a fresh interpreter; one record a test (see grading_plugin)."""
+              extra_args: tuple[str, ...] = (), seed: int = 0) -> list[dict[str, Any]]:
+    """Run the graded tests in a fresh interpreter; one record a test (see grading_plugin).
+
+    Every test starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own
+    test suite; the command line draws a fresh one per run.
+    """
     files = chapter_test_files(chapters)
     if impl not in ("solutions", "exercises", "variants") and Path(impl).exists():
         impl = str(Path(impl).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        command = _pytest_command(list(files.values()), impl, report, timeout, extra_args)
+        command = _pytest_command(list(files.values()), impl, report, timeout,
+                                  (f"--grade-seed={seed}", *extra_args))
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -152,9 +160,17 @@ def _points(value: float) -> str:
     return f"{round(value, 2):g}"
 
 
+def _graded(impl: str, seed: int | None, markdown: bool = False) -> str:
+    where = f"`{impl}`" if markdown else impl
+    if seed is None:
+        return f"Graded: {where}"
+    option = f"`--seed {seed}`" if markdown else f"--seed {seed}"
+    return f"Graded: {where}, random inputs from seed {seed} (the same again: {option})"
+
+
 def format_table(rows: list[ExerciseResult], impl: str,
-                 integrity: Integrity | None = None) -> str:
-    lines = [f"Graded: {impl}", ""]
+                 integrity: Integrity | None = None, seed: int | None = None) -> str:
+    lines = [_graded(impl, seed), ""]
     width = max([len(r.title) for r in rows] + [5])
     lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
     for row in rows:
@@ -172,13 +188,14 @@ def format_table(rows: list[ExerciseResult], impl: str,
 
 
 def report(rows: list[ExerciseResult], impl: str,
-           integrity: Integrity | None = None) -> dict[str, Any]:
+           integrity: Integrity | None = None, seed: int | None = None) -> dict[str, Any]:
     """The JSON report: the rows, the totals, and (null when not checked) the grading files
     that differ from the course's manifest."""
     return {
         "tampered": integrity.tampered if integrity else None,
         "integrity": asdict(integrity) if integrity else None,
         "impl": impl,
+        "seed": seed,
         "exercises": [asdict(r) for r in rows],
         "points": sum(r.points for r in rows),
         "max_points": sum(r.max_points for r in rows),
@@ -223,11 +240,12 @@ def format_points(rows: list[ExerciseResult]) -> str:
 
 
 def format_markdown(rows: list[ExerciseResult], impl: str,
-                    integrity: Integrity | None = None) -> str:
+                    integrity: Integrity | None = None, seed: int | None = None) -> str:
     """The table as Markdown (for a CI job summary)."""
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
-             f"Graded: `{impl}`", "", "| id | exercise | points | status | what to look at |",
+             _graded(impl, seed, markdown=True), "",
+             "| id | exercise | points | status | what to look at |",
              "| --- | --- | --- | --- | --- |"]
     for row in rows:
         message = row.message.splitlines()[0].replace("|", "\\|") if row.message else ""
@@ -239,7 +257,8 @@ def format_markdown(rows: list[ExerciseResult], impl: str,
     return "\n".join(lines) + "\n"
 
 
-def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = None) -> str:
+def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = None,
+                 seed: int | None = None) -> str:
     """JUnit XML: one test case per graded test, grouped in one suite per chapter, and with
     ``integrity`` one more suite whose test case fails when grading files were changed."""
     from xml.etree import ElementTree as ET
@@ -271,6 +290,10 @@ def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = No
         suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
         suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
         suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+        if seed is not None:
+            properties = ET.Element("properties")
+            ET.SubElement(properties, "property", name="seed", value=str(seed))
+            suite.insert(0, properties)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
@@ -293,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also write the table as Markdown")
     parser.add_argument("--fail-under", type=float, metavar="PCT",
                         help="exit 1 when the total is below PCT percent of the points")
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="the seed of the tests' random inputs (default: a fresh one each "
+                        "run, printed with the report)")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a single test may take (default 60)")
     parser.add_argument("--from-report", type=Path, metavar="PATH",
@@ -359,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--verify-manifest goes with the grading run; its report keeps the result")
     if args.verify_manifest:
         integrity = _verify(args.verify_manifest, args.submission_root or ROOT, parser)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     if args.from_report:
         if args.junit:
             parser.error("--junit needs the graded tests; a report read with --from-report "
@@ -367,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             data = json.loads(args.from_report.read_text())
             rows, impl = rows_from_report(data), data["impl"]
             integrity = integrity_from_report(data)
+            seed = data.get("seed")
         except (OSError, ValueError, KeyError, TypeError) as error:
             parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
                          f"{error}")
@@ -375,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         impl = args.impl
         try:
-            records = run_tests(chapters, impl, timeout=args.timeout)
+            records = run_tests(chapters, impl, timeout=args.timeout, seed=seed)
         except ValueError as error:
             parser.error(str(error))
         rows = summarize(records)
@@ -383,17 +411,18 @@ def main(argv: list[str] | None = None) -> int:
     if records is not None and args.exercise:
         records = [r for r in records if r["exercise"] in args.exercise]
 
-    print(format_score(rows, integrity) if args.score else format_table(rows, impl, integrity))
+    print(format_score(rows, integrity) if args.score
+          else format_table(rows, impl, integrity, seed))
     if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
         kind = "warning" if integrity and integrity.changes else "notice"
         print(f"::{kind} title=Grade::{format_score(rows, integrity)}")
     if args.json:
-        args.json.write_text(json.dumps(report(rows, impl, integrity), indent=2) + "\n")
+        args.json.write_text(json.dumps(report(rows, impl, integrity, seed), indent=2) + "\n")
         print(f"\nJSON report written to {args.json}")
     if args.junit and records is not None:
-        args.junit.write_text(format_junit(records, integrity))
+        args.junit.write_text(format_junit(records, integrity, seed))
     if args.markdown:
-        args.markdown.write_text(format_markdown(rows, impl, integrity))
+        args.markdown.write_text(format_markdown(rows, impl, integrity, seed))
     possible = sum(r.max_points for r in rows)
     percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
     if args.fail_under is not None and percent < args.fail_under:

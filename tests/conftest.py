@@ -5,11 +5,14 @@
 right variant of each chapter, each against its own exercise's tests). A graded
 test module sets ``CHAPTER`` and ``EXERCISES`` and asks for the ``impl`` fixture:
 the chapter's module from that source. Earlier chapters' parts come from the
-reference, so a learner stuck in one chapter can still be graded on the next.
+reference, so a learner stuck in one chapter can still be graded on the next. Every test
+starts from the seed ``--grade-seed`` (0 unless given); the grader draws a fresh one per
+run and reports it, so the random inputs change and a hard-coded answer fails.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -70,6 +73,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="comma-separated sources to grade: solutions (default), exercises, "
         "a folder of chNN_*.py files, or variants",
     )
+    parser.addoption(
+        "--grade-seed",
+        type=int,
+        default=0,
+        help="the seed every test starts from, so the random inputs change with it "
+        "(default 0; the grader draws a fresh one per run and reports it)",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -119,9 +129,12 @@ def impl_source(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_torch_state() -> Iterator[None]:
-    """A fixed seed for every test, and global torch settings restored after it."""
-    torch.manual_seed(0)
+def _isolated_torch_state(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test starts from the run's seed (``--grade-seed``), and global torch settings
+    are restored after it."""
+    seed = request.config.getoption("--grade-seed")
+    torch.manual_seed(seed)
+    random.seed(seed)
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
     yield
     torch.set_default_dtype(dtype)

@@ -113,7 +113,9 @@ def test_command_line_table_and_json(tmp_path):
                           capture_output=True, text=True, check=True)
     assert "1.1" in done.stdout and "passed" in done.stdout and "Total:" in done.stdout
     data = json.loads(path.read_text())
-    assert set(data) >= {"exercises", "points", "max_points", "chapters"}
+    assert set(data) >= {"exercises", "points", "max_points", "chapters", "seed"}
+    # A fresh seed each run, reported so that the run can be repeated.
+    assert isinstance(data["seed"], int) and f"--seed {data['seed']}" in done.stdout
     row = data["exercises"][0]
     assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message"}
     assert data["points"] == data["max_points"] > 0
@@ -128,7 +130,7 @@ def test_reports_and_fail_under(tmp_path):
     stubs.write_stubs(tmp_path / "stubs")
     command = [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
                "--impl", str(tmp_path / "stubs"), "--junit", str(tmp_path / "r.xml"),
-               "--markdown", str(tmp_path / "r.md")]
+               "--markdown", str(tmp_path / "r.md"), "--seed", "7"]
     assert subprocess.run(command, capture_output=True).returncode == 0, "grading exits 0"
     failing = subprocess.run(command + ["--fail-under", "50"], capture_output=True, text=True)
     assert failing.returncode == 1 and "below --fail-under" in failing.stdout
@@ -137,6 +139,8 @@ def test_reports_and_fail_under(tmp_path):
     assert cases and int(suite.get("tests")) == len(cases)
     assert all(c.find("failure") is not None for c in cases), "stubs fail every test case"
     assert "| 1.1 |" in (tmp_path / "r.md").read_text()
+    assert "seed 7" in (tmp_path / "r.md").read_text()
+    assert suite.find("properties/property[@name='seed']").get("value") == "7"
     bad = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--fail-under",
                           "120"], capture_output=True)
     assert bad.returncode == 2, "a usage error exits 2"
@@ -327,3 +331,44 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
     assert "tests/checks.py" not in manifest.verify(published, root)
     ignored = grade.Integrity("m.json", "../alice", {"tests/checks.py": "changed"}, used=False)
     assert "The course's own copies graded this run" in " ".join(ignored.lines())
+
+
+# ---------------------------------------------------------------- fresh random inputs
+
+# Exercise 3.2 answered from a table: the outputs that the reference gave in an earlier run.
+RECORD_ANSWERS = """
+
+_reference_merge_heads = merge_heads
+_answers = []
+
+
+def merge_heads(x):
+    _answers.append(_reference_merge_heads(x))
+    torch.save(_answers, {path!r})
+    return _answers[-1]
+"""
+REPLAY_ANSWERS = """
+
+_answers = iter(torch.load({path!r}))
+
+
+def merge_heads(x):
+    return next(_answers)
+"""
+
+
+def test_a_memorized_answer_fails_with_another_seed(tmp_path):
+    reference = (stubs.SOLUTIONS_DIR / "ch03_multi_head.py").read_text()
+    answers = str(tmp_path / "answers.pt")
+    for name, code in (("record", RECORD_ANSWERS), ("replay", REPLAY_ANSWERS)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ch03_multi_head.py").write_text(reference + code.format(path=answers))
+
+    def status(source, seed):
+        records = grade.run_tests([3], str(tmp_path / source), extra_args=("-k", "merge"),
+                                  seed=seed)
+        return next(r for r in grade.summarize(records) if r.id == "3.2").status
+
+    assert status("record", seed=11) == "passed"
+    assert status("replay", seed=11) == "passed", "the table answers the run it was made in"
+    assert status("replay", seed=12) == "failed", "and no other"
