@@ -153,6 +153,15 @@ def test_attention_weights_are_kept_in_eval_mode_or_when_asked(kind):
     assert fast.attention_weights is None
 
 
+def test_the_fused_kernel_runs_where_it_wins():
+    module = FAST.MultiHeadAttention(D, H, dropout=0.1)
+    short, long = torch.zeros(1, 1, 16, 8), torch.zeros(1, 1, 256, 8)
+    assert not module._fused_wins(short, 0.0) and module._fused_wins(long, 0.0)
+    assert not module._fused_wins(long, 0.1), "no dropout in PyTorch's CPU kernel"
+    module.sdpa_min_length = 8
+    assert module._fused_wins(short, 0.0)
+
+
 def test_a_mask_changed_in_place_is_read_again():
     ref, fast = twins("MultiHeadAttention", D, H)
     x = torch.randn(B, LQ, D, dtype=torch.float64)

@@ -19,9 +19,10 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     On a CPU, ``F.dropout`` draws one Bernoulli variable per element from the Mersenne
     Twister, about 10 ns each: in a small model that is a fifth of a training step. Here
     one draw of 64 random bits (``Tensor.random_`` over the full 64-bit range, the same
-    generator, so ``torch.manual_seed`` still fixes the masks) serves two elements: an element is kept
-    when its 32 random bits, read as an integer, are at least ``p * 2**32`` above the
-    smallest one, which happens with probability ``1 - p`` up to ``2**-32``; kept elements
+    generator, so ``torch.manual_seed`` still fixes the masks) serves two elements: an
+    element is kept when its 32 random bits, read as an integer, are at least
+    ``p * 2**32`` above the smallest one, which happens with probability ``1 - p`` up to
+    ``2**-32``; kept elements
     are scaled by ``1 / (1 - p)``, as ``F.dropout`` does. Other devices use ``F.dropout``
     (their kernels draw counter-based random numbers already).
     """
