@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from annotated_transformer import checkpoint, distributed
 from annotated_transformer.batch import Batch
