@@ -183,3 +183,12 @@ def test_bf16_autocast_trains_on_the_cpu(capsys, tmp_path, task):
                            "--device", "cpu", "--no-progress")
     assert status == 0, err
     assert "bf16" in out and "held-out exact match" in out
+
+
+def test_fast_parts_train_and_load_into_the_reference(capsys, tmp_path):
+    status, _, err = run(capsys, "train", "--task", "copy", "--parts", "fast", "--out", tmp_path,
+                         *TINY)
+    assert status == 0, err
+    status, out, _ = run(capsys, "evaluate", "--checkpoint", tmp_path / "checkpoint.pt",
+                         "--parts", "solutions", "--json", "--size", "10", "--device", "cpu")
+    assert status == 0 and json.loads(out)["num_examples"] == 10
