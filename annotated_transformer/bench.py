@@ -556,6 +556,69 @@ def goals(report: dict) -> dict:
     return result
 
 
+def markdown(report: dict) -> str:
+    """The figures as Markdown tables (what the book's performance page shows)."""
+    env = report["environment"]
+    out = [f"Measured by `{env['command']}` on {env['cpu']} ({env['cpu_count']} cores, "
+           f"{env['threads']} threads), torch {env['torch']}, {report['rounds']} rounds, "
+           f"{report['seconds'] / 60:.1f} minutes"
+           + (f", {env['gpu']}" if env.get("gpu") else "") + ".", "",
+           f"Matmul ceiling (fp32): **{report['ceiling']['gflops']:.0f} GFLOP/s** "
+           f"(n = {report['ceiling']['size']}).", "",
+           "| shape | contender | target tokens/s (median) | range | vs nn.Transformer "
+           "| utilisation | ms/step |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    labels = {"reference": "reference parts", "fast": "fast parts", "torch": "nn.Transformer",
+              "solutions": "reference parts"}
+    for shape, entry in report["throughput"].items():
+        for name, s in entry["contenders"].items():
+            ratio = f"{s['ratio_to_torch']:.2f}x" if s["ratio_to_torch"] else "-"
+            out.append(f"| {shape} | {labels.get(name, name)} | {s['median']:,.0f} | "
+                       f"{s['min']:,.0f}-{s['max']:,.0f} | {ratio} | {s['utilisation']:.0%} | "
+                       f"{s['step_ms']:.1f} |")
+    out += ["", "| L | reference (Exercise 2.2) | fast parts, explicit | "
+            "F.scaled_dot_product_attention |", "| ---: | ---: | ---: | ---: |"]
+    for length, entry in report["attention"].items():
+        out.append(f"| {length} | " + " | ".join(
+            f"{entry[name]['median']:.2f} ms ({entry[name]['ratio_to_fused']:.2f}x)"
+            for name in ("reference", "fast_explicit", "fused")) + " |")
+    copy = report["copy_task"]
+    out += ["", f"| copy task ({copy['held_out']} held-out sequences) | seeds | training "
+            "seconds to 100% | steps | exact match reached |", "| --- | --- | ---: | ---: | ---: |"]
+    for name, entry in copy["default"].items():
+        runs = entry["runs"]
+        seconds = ", ".join(f"{r['reached']['seconds']:.1f}" if r["reached"] else "-"
+                            for r in runs)
+        median = entry["median_seconds"]
+        seconds += (f" (median {median:.1f})" if median is not None
+                    else " (not every seed reached 100%)")
+        steps = ", ".join(str(r["reached"]["step"]) if r["reached"] else "-" for r in runs)
+        reached = ", ".join(f"{r['final_exact_match']:.1%}" for r in runs)
+        out.append(f"| default recipe, {labels.get(name, name + ' parts')} | {len(runs)} | "
+                   f"{seconds} | {steps} | {reached} |")
+    at = copy["annotated_transformer"]
+    out.append("| Annotated Transformer's recipe, nn.Transformer | 1 | "
+               + (f"{at['reached']['seconds']:.1f}" if at["reached"] else
+                  f"- ({at['seconds']:.1f} s trained)")
+               + f" | {at['final_step']} | {at['final_exact_match']:.1%} |")
+    cuda = report.get("cuda")
+    if cuda:
+        out += ["", f"GPU: bf16 matmul {cuda['ceiling']['gflops'] / 1000:,.0f} TFLOP/s; the "
+                f"base model at {cuda['tokens_per_step']:,} target tokens a step in bf16:", "",
+                "| contender | target tokens/s | vs nn.Transformer | model-FLOPs utilisation |",
+                "| --- | ---: | ---: | ---: |"]
+        for name, s in cuda["contenders"].items():
+            ratio = f"{s['ratio_to_torch']:.2f}x" if s["ratio_to_torch"] else "-"
+            out.append(f"| {name} | {s['median']:,.0f} | {ratio} | {s['mfu']:.0%} |")
+    verdict = {True: "met", False: "**not met**", None: "not measured"}
+    out += ["", "| goal | this run | |", "| --- | ---: | --- |"]
+    for name, goal in report["goals"].items():
+        value = goal["value"]
+        shown = ("-" if value is None else f"{value:.0%}" if "utilisation" in name or "mfu"
+                 in name else f"{value:.1f} s" if name.startswith("copy") else f"{value:.2f}x")
+        out.append(f"| {name.replace('_', ' ')} | {shown} | {verdict[goal['met']]} |")
+    return "\n".join(out) + "\n"
+
+
 def plot(report: dict, path: Path) -> None:
     """One figure: throughput ratios, utilisation, attention alone, the copy task."""
     import matplotlib
@@ -589,8 +652,10 @@ def plot(report: dict, path: Path) -> None:
     for i, name in enumerate(CONTENDERS):
         values = [100 * report["throughput"][s]["contenders"][name]["utilisation"]
                   for s in shapes]
-        ax.bar([j + (i - 1) * width for j in range(len(shapes))], values, width,
-               color=colours[name], label=labels[name])
+        xs = [j + (i - 1) * width for j in range(len(shapes))]
+        ax.bar(xs, values, width, color=colours[name], label=labels[name])
+        for x, v in zip(xs, values, strict=True):
+            ax.text(x, v + 0.5, f"{v:.0f}", ha="center", fontsize=8)
     ax.set_xticks(range(len(shapes)), shapes)
     ax.set_ylabel("% of the measured fp32 matmul rate")
     ax.set_title(f"Utilisation (ceiling {report['ceiling']['gflops']:.0f} GFLOP/s)")
@@ -603,6 +668,7 @@ def plot(report: dict, path: Path) -> None:
                                      "fast_explicit": "fast parts, explicit",
                                      "reference": "reference (Exercise 2.2)"}[name])
     ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.set_yscale("log")
     ax.set_xlabel("sequence length L")
     ax.set_ylabel("ms, forward + backward")
@@ -615,11 +681,14 @@ def plot(report: dict, path: Path) -> None:
             ax.plot([0] + [p["seconds"] for p in run["curve"]],
                     [0] + [100 * p["exact_match"] for p in run["curve"]], "o-", ms=3,
                     color=colours["fast" if parts_name == "fast" else "reference"],
-                    label=f"default recipe, {parts_name} parts" if k == 0 else None)
+                    label=(f"default recipe, {labels.get(parts_name, 'reference parts')}, "
+                           f"{len(entry['runs'])} seeds") if k == 0 else None)
     at = copy["annotated_transformer"]
     ax.plot([0] + [p["seconds"] for p in at["curve"]],
             [0] + [100 * p["exact_match"] for p in at["curve"]], "s--", ms=3,
             color=colours["torch"], label="Annotated Transformer's recipe, nn.Transformer")
+    ax.axvline(20, color="black", lw=0.8, ls=":")
+    ax.set_ylim(0, 102)
     ax.set_xlabel("training seconds (evaluation not counted)")
     ax.set_ylabel(f"% exact match, {copy['held_out']} held-out sequences")
     ax.set_title("The copy task")
@@ -716,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny rounds of every section, under a minute (a smoke test)")
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="draw the figures into this PNG file")
+    parser.add_argument("--markdown", type=Path,
+                        help="write the figures as Markdown tables (for the book)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7; quick 2)")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
     parser.add_argument("--threads", type=int,
@@ -731,6 +802,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(report, args.plot)
         print(f"wrote {args.plot}")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown(report))
+        print(f"wrote {args.markdown}")
     return 0
 
 

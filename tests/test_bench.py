@@ -47,10 +47,10 @@ def test_nn_transformer_gets_the_same_masks_and_decodes():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_quick_run_writes_json_and_a_plot(tmp_path):
-    path, image = tmp_path / "bench.json", tmp_path / "bench.png"
+def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
+    path, image, table = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "bench.md"
     assert bench.main(["--quick", "--threads", "1", "--json", str(path), "--plot",
-                       str(image)]) == 0
+                       str(image), "--markdown", str(table)]) == 0
     report = json.loads(path.read_text())
     assert {"environment", "quick", "rounds", "ceiling", "throughput", "attention",
             "copy_task", "cuda", "goals", "seconds"} <= set(report)
@@ -70,6 +70,7 @@ def test_quick_run_writes_json_and_a_plot(tmp_path):
     assert {"reached", "final_exact_match", "curve"} <= set(copy["annotated_transformer"])
     assert "copy_default_recipe_100%_within_20s" in report["goals"]
     assert image.stat().st_size > 10_000
+    assert "| copy | fast parts |" in table.read_text()
 
 
 def test_bad_arguments_are_refused(capsys):
