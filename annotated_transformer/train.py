@@ -166,10 +166,14 @@ def autocast(device: torch.device, precision: str):
 def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
              precision: str = "fp32", batch_size: int = 500) -> tuple[float, float]:
     """``(loss, exact match)`` on a held-out set: teacher-forced loss per token, and the
-    fraction of sequences that greedy decoding reproduces exactly."""
+    fraction of sequences that greedy decoding reproduces exactly (in chunks of
+    ``batch_size`` rows of similar length)."""
     model.eval()
     parts = model.parts
     losses, tokens, correct = 0.0, 0, 0
+    # Batching by length: rows sorted by length, so that each chunk, trimmed, has little padding.
+    order = torch.argsort((src != PAD).sum(dim=1), stable=True)
+    src, tgt = src[order], tgt[order]
     for start in range(0, src.size(0), batch_size):
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
         with use_parts(parts), autocast(s.device, precision):

@@ -83,10 +83,8 @@ class Task:
         return self.pairs(size, torch.Generator().manual_seed(seed), held_out=True)
 
     def held_out_set(self, size: int, seed: int = 1234) -> tuple[Tensor, Tensor]:
-        """:meth:`held_out_pairs` as tensors, sorted by length (batching by length: the
-        evaluation's chunks then carry little padding)."""
-        pairs = sorted(self.held_out_pairs(size, seed), key=lambda p: (len(p[0]), len(p[1])))
-        return self.encode_pairs(pairs)
+        """:meth:`held_out_pairs` as tensors."""
+        return self.encode_pairs(self.held_out_pairs(size, seed))
 
 
 def draw_pairs(draw, count: int, generator: torch.Generator, held_out: bool,
