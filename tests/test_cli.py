@@ -121,7 +121,7 @@ def bad_tsv(tmp_path, content):
     ("resume without checkpoint", lambda t, c, b, f: ["train", "--task", "copy", "--resume",
                                                       "--out", t / "none"], "does not exist"),
     ("resume another config", lambda t, c, b, f: ["train", "--task", "reverse", "--resume",
-                                                  "--out", c, *TINY], "trained on"),
+                                                  "--out", c, *TINY], "config differs in num_layers"),
     ("bad parts", lambda t, c, b, f: ["train", "--task", "copy", "--parts", "nowhere",
                                       "--out", t], "--parts"),
     ("bad device", lambda t, c, b, f: ["train", "--task", "copy", "--device", "toaster",
