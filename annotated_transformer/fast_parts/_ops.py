@@ -22,10 +22,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     generator, so ``torch.manual_seed`` still fixes the masks) serves two elements: an
     element is kept when its 32 random bits, read as an integer, are at least
     ``p * 2**32`` above the smallest one, which happens with probability ``1 - p`` up to
-    ``2**-32``; kept elements
-    are scaled by ``1 / (1 - p)``, as ``F.dropout`` does. Other devices use ``F.dropout``
-    (their kernels draw counter-based random numbers already).
-    """
+    ``2**-32``; kept elements are scaled by ``1 / (1 - p)``, as ``F.dropout`` does. Other
+    devices, and ``torch.compile``, use ``F.dropout`` (their kernels draw counter-based
+    random numbers already)."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or p >= 1.0 or is_compiling():
