@@ -80,7 +80,8 @@ def add_train(sub) -> None:
     p.add_argument("--out", required=True, type=Path,
                    help="folder for checkpoint.pt and metrics.jsonl")
     p.add_argument("--parts", default="solutions",
-                   help="solutions (default), exercises (yours) or a folder of chNN_*.py")
+                   help="solutions (default), exercises (yours), fast (fused kernels) or a "
+                   "folder of chNN_*.py")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: autocast to bfloat16 (for GPUs that support it)")
