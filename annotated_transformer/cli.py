@@ -117,8 +117,6 @@ def run_train(args) -> int:
                                  eval_every=args.eval_every, eval_size=args.eval_size)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
-    if args.compile and sys.platform == "win32":
-        raise UsageError("--compile is not supported on Windows by this course")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = distributed.setup(pick_device(args.device))
@@ -127,7 +125,7 @@ def run_train(args) -> int:
         model_config = recipe.model_config(task)
         Model = DecoderOnlyTransformer if task.decoder_only else EncoderDecoder
         model = Model(model_config, parts=parts).to(device)
-        runtime = Runtime(device=str(device), precision=args.precision, compile=args.compile,
+        runtime = Runtime(precision=args.precision, compile=args.compile,
                           out=args.out, resume=args.resume,
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0

@@ -53,9 +53,8 @@ class TrainConfig:
 
 @dataclass
 class Runtime:
-    """Where and how a run executes (none of it changes what is learned on one device)."""
+    """How a run executes (the device is the model's own; none of this changes what is learned)."""
 
-    device: str = "cpu"
     precision: str = "fp32"  # or "bf16": autocast to bfloat16
     compile: bool = False  # torch.compile the model for training
     out: Path | None = None  # checkpoint.pt and metrics.jsonl go here
@@ -219,10 +218,10 @@ class Metrics:
 
 def train(model: Model, task: Task, config: TrainConfig,
           log: Callable[[str], None] | None = None, runtime: Runtime | None = None) -> History:
-    """Train ``model`` (already on ``runtime.device``) on ``task``; evaluate on held-out
+    """Train ``model`` (on the device it is on) on ``task``; evaluate on held-out
     examples every ``eval_every`` steps; checkpoint and write metrics when ``runtime.out``
     is set; resume from the checkpoint when ``runtime.resume``."""
-    runtime = runtime or Runtime(device=str(next(model.parameters()).device))
+    runtime = runtime or Runtime()
     device = next(model.parameters()).device
     rank, world = distributed.rank(), distributed.world_size()
     torch.manual_seed(config.seed)
