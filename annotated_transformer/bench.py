@@ -65,7 +65,7 @@ from torch import Tensor, nn
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.vocab import BOS, PAD
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
-from annotated_transformer.parts import Parts, load_chapter, use_parts
+from annotated_transformer.parts import Parts, has_reference, load_chapter, use_parts
 from annotated_transformer.recipes import RECIPES
 from annotated_transformer.train import TrainConfig, evaluate, make_optimizer, train_step
 
@@ -796,6 +796,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if not has_reference():
+        parser.error("the benchmark compares the reference and the fast parts, which a "
+                     "student release leaves out; run it in the course's repository")
     report = run(quick=args.quick, rounds=args.rounds, device=args.device, threads=args.threads)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -280,3 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, DataError, VocabularyError, checkpoint.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except NotImplementedError as error:  # a stub of the parts the model is built from
+        print(f"error: {unfinished(error)}", file=sys.stderr)
+        return 1
+
+
+def unfinished(error: NotImplementedError) -> str:
+    """What to do when the model needs an exercise that is still a stub."""
+    match = re.match(r"Exercise (\d+\.\d+)", str(error))
+    check = f" --exercise {match[1]}" if match else ""
+    return (f"{error}: the model is built from parts that include this stub. Write it in "
+            f"exercises/ (`python -m annotated_transformer.grade{check}` checks it), or "
+            f"train with other --parts")

@@ -5,8 +5,8 @@
         --submission-root ../alice --impl ../alice/exercises
 
 The manifest holds the hash of every graded test file and its helpers
-(``tests/conftest.py``, ``tests/checks.py``, ``tests/test_chNN_*.py``,
-``tests/variants/*.py``), of the grader's modules, and of the pytest settings in
+(``tests/conftest.py``, ``tests/checks.py``, ``tests/test_chNN_*.py``), of the grader's
+modules, and of the pytest settings in
 ``pyproject.toml``. Verifying a repository against it names each of those files that
 differs (``changed``), is gone (``missing``), or was added (``added``: another graded
 test file, or a ``conftest.py`` or pytest configuration file where pytest would read
@@ -54,7 +54,6 @@ def graded_files(root: Path) -> list[str]:
     paths = [root / "annotated_transformer" / m for m in GRADER_MODULES]
     paths += [tests / "conftest.py", tests / "checks.py"]
     paths += [p for p in tests.glob("test_ch*.py") if TEST_FILE.match(p.name)]
-    paths += list((tests / "variants").glob("*.py"))
     return sorted(p.relative_to(root).as_posix() for p in paths if p.is_file())
 
 

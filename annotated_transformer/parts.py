@@ -13,6 +13,10 @@ name the syllabus gives it::
 Code that builds modules from earlier chapters' parts (a chapter file, the model
 builder) asks :func:`active_parts` *while it is built*, so a model made under
 ``with use_parts(parts):`` keeps those classes wherever it later runs.
+
+A student release of the course (``python -m annotated_transformer.release``) has no
+``solutions/`` and no fast parts: there every chapter the reference would give comes
+from ``exercises/`` instead, and the first such :class:`Parts` warns once that it does.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import importlib
 import importlib.util
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -34,12 +39,40 @@ from typing import Any
 PACKAGES = ("solutions", "exercises")
 NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
 CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$")
+RELEASE_NOTE = (
+    "this copy of the course is a student release: it has no solutions/, so the parts "
+    "that would come from the reference come from your exercises/"
+)
+
+
+@cache
+def has_reference() -> bool:
+    """Whether the reference solutions are here (False in a student release)."""
+    return importlib.util.find_spec("solutions") is not None
+
+
+def _resolve(source: str) -> str:
+    """``source``, except that the reference means ``exercises`` in a student release."""
+    if source != "solutions" or has_reference():
+        return source
+    if not _warned:
+        _warned.append(True)
+        warnings.warn(RELEASE_NOTE, stacklevel=4)
+    return "exercises"
+
+
+_warned: list[bool] = []
 
 
 def _source_dir(source: str) -> Path:
     """The folder that holds a source's chapter files."""
     if source in PACKAGES or source in NAMED:
         spec = importlib.util.find_spec(NAMED.get(source, source))
+        if spec is None and source in NAMED and not has_reference():
+            raise ModuleNotFoundError(
+                f"the {source!r} parts are not in a student release of the course (they "
+                f"build on the reference solutions); use them in the course's repository"
+            )
         if spec is None or not spec.submodule_search_locations:
             raise ModuleNotFoundError(
                 f"the package {source!r} is not importable; install the course with "
@@ -110,17 +143,25 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
 
 @dataclass(frozen=True)
 class Parts:
-    """The source of each chapter's parts: ``default`` unless ``chapters`` names another."""
+    """The source of each chapter's parts: ``default`` unless ``chapters`` names another.
+
+    In a student release, ``"solutions"`` (given or by default) becomes ``"exercises"``.
+    """
 
     default: str = "solutions"
     chapters: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "chapters", MappingProxyType(dict(self.chapters)))
+        object.__setattr__(self, "default", _resolve(self.default))
+        chapters = {chapter: _resolve(source) for chapter, source in self.chapters.items()}
+        object.__setattr__(self, "chapters", MappingProxyType(chapters))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy.deepcopy and pickle of a model
+        return (Parts, (self.default, dict(self.chapters)))
 
     @classmethod
     def reference(cls) -> Parts:
-        """Every chapter from ``solutions``."""
+        """Every chapter from ``solutions`` (from ``exercises`` in a student release)."""
         return cls("solutions")
 
     @classmethod
@@ -157,13 +198,13 @@ class Parts:
         return f"{named}; {rest}" if named else rest
 
 
-_REFERENCE = Parts()
-_ACTIVE: ContextVar[Parts] = ContextVar("annotated_transformer_parts", default=_REFERENCE)
+_ACTIVE: ContextVar[Parts | None] = ContextVar("annotated_transformer_parts", default=None)
 
 
 def active_parts() -> Parts:
     """The parts that modules built now take their pieces from (the reference by default)."""
-    return _ACTIVE.get()
+    active = _ACTIVE.get()
+    return Parts.reference() if active is None else active
 
 
 @contextlib.contextmanager

@@ -1,11 +1,12 @@
 """Choose the implementation the graded tests run against, and keep every test independent.
 
-``--impl`` takes a comma-separated list of sources: ``solutions`` (default),
-``exercises``, a folder of ``chNN_*.py`` files, or ``variants`` (every wrong and
-right variant of each chapter, each against its own exercise's tests). A graded
-test module sets ``CHAPTER`` and ``EXERCISES`` and asks for the ``impl`` fixture:
-the chapter's module from that source. Earlier chapters' parts come from the
-reference, so a learner stuck in one chapter can still be graded on the next. Every test
+``--impl`` takes a comma-separated list of sources: ``solutions`` (the default, or
+``exercises`` in a student release, which has no reference), ``exercises``, a folder of
+``chNN_*.py`` files, or ``variants`` (every wrong and right variant of each chapter, each
+against its own exercise's tests). A graded test module sets ``CHAPTER`` and
+``EXERCISES`` and asks for the ``impl`` fixture: the chapter's module from that source.
+Earlier chapters' parts come from the reference (the learner's own in a student
+release), so a learner stuck in one chapter can still be graded on the next. Every test
 starts from the seed ``--grade-seed`` (0 unless given); the grader draws a fresh one per
 run and reports it, so the random inputs change and a hard-coded answer fails.
 """
@@ -21,9 +22,7 @@ import pytest
 import torch
 
 from annotated_transformer import forbidden, parts
-from annotated_transformer.parts import Parts, chapter_files, load_chapter, use_parts
-
-import variants
+from annotated_transformer.parts import Parts, chapter_files, has_reference, load_chapter, use_parts
 
 # The course's own sources: they may load the reference, a learner's file may not.
 TRUSTED_SOURCES = {"solutions", *getattr(parts, "NAMED", {})}
@@ -69,8 +68,9 @@ def _check_reference(request: pytest.FixtureRequest, spec: str, module: ModuleTy
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--impl",
-        default="solutions",
-        help="comma-separated sources to grade: solutions (default), exercises, "
+        default="solutions" if has_reference() else "exercises",
+        help="comma-separated sources to grade: solutions (default; exercises in a "
+        "student release), exercises, "
         "a folder of chNN_*.py files, or variants",
     )
     parser.addoption(
@@ -91,6 +91,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     specs: list[str] = []
     for spec in metafunc.config.getoption("--impl").split(","):
         if spec == "variants":
+            import variants  # the course's own check of its tests; a student release has none
+
             specs += [f"variant:{v.name}" for v in variants.for_chapter(chapter)
                       if v.exercise == exercise]
         elif spec:
@@ -106,6 +108,8 @@ def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
     chapter: int = request.module.CHAPTER
     try:
         if spec.startswith("variant:"):
+            import variants
+
             module = variants.load(chapter, spec.removeprefix("variant:"))
         else:
             module = load_chapter(spec, chapter)
