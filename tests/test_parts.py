@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import shutil
 from pathlib import Path
 
@@ -60,6 +62,17 @@ def test_a_module_keeps_the_parts_it_was_built_with(tmp_path):
     assert active_parts() == Parts.reference()
     assert type(embed.positions) is folder.PositionalEncoding
     assert type(embed.positions) is not reference_ch01.PositionalEncoding
+
+
+def test_a_model_can_be_copied_and_pickled_with_its_parts():
+    from annotated_transformer.model import EncoderDecoder, TransformerConfig
+
+    parts = Parts.reference().with_chapter(5, "fast")
+    model = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=parts)
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert twin.parts == parts and twin.parts.source(5) == "fast"
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(twin.state_dict()[name], tensor), name
 
 
 def test_the_learners_unfinished_parts_say_so(tmp_path):
