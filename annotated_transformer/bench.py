@@ -12,10 +12,11 @@ What it measures, in this order (the book's performance page shows the latest fi
    generator: the model built from the reference parts, the one built from the fast parts
    (:mod:`annotated_transformer.fast_parts`), and ``torch.nn.Transformer`` wrapped in the
    same embeddings and generator. One step is forward, loss, backward, gradient clipping
-   and Adam (:func:`adam`: the paper's settings, PyTorch's fused kernel, the same for
-   all three). The contenders take turns round by round (a slow spell of the machine
-   hits all of them), and the figure is target tokens per second: median and range over
-   the rounds, and its ratio to ``nn.Transformer``'s median. Three shapes:
+   and Adam (:func:`~annotated_transformer.train.adam`: the paper's settings, PyTorch's
+   fused kernel, the same for all three). The contenders take turns round by round (a
+   slow spell of the machine hits all of them), and the figure is target tokens per
+   second: median and range over the rounds, and its ratio to ``nn.Transformer``'s
+   median. Three shapes:
    the copy task's (``d_model=64``), a middle one (``d_model=256``) and the paper's base
    model (``d_model=512``).
 3. **Attention alone**, forward and backward, ``B=8, H=8, d_k=64``, ``L = 64, 256, 1024``:
@@ -67,7 +68,7 @@ from annotated_transformer.data.vocab import BOS, PAD
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
 from annotated_transformer.parts import Parts, has_reference, load_chapter, use_parts
 from annotated_transformer.recipes import RECIPES
-from annotated_transformer.train import TrainConfig, evaluate, make_optimizer, train_step
+from annotated_transformer.train import TrainConfig, adam, evaluate, make_optimizer, train_step
 
 REFERENCE = Parts.reference()
 CONTENDERS = ("reference", "fast", "torch")
@@ -172,16 +173,6 @@ def summary(samples: list[float]) -> dict:
     return {"median": median, "min": min(samples), "max": max(samples),
             "spread": (max(samples) - min(samples)) / median if median else 0.0,
             "samples": samples}
-
-
-def adam(parameters, lr: float) -> torch.optim.Adam:
-    """The paper's Adam (betas 0.9 and 0.98, eps 1e-9), on PyTorch's fused kernel where the
-    device has one: every contender of the throughput runs gets this one optimizer."""
-    parameters = list(parameters)
-    try:
-        return torch.optim.Adam(parameters, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True)
-    except (RuntimeError, TypeError):  # no fused kernel for this device or PyTorch
-        return torch.optim.Adam(parameters, lr=lr, betas=(0.9, 0.98), eps=1e-9)
 
 
 # ---------------------------------------------------------------- nn.Transformer contender
@@ -453,7 +444,7 @@ def annotated_transformer_recipe(steps: int = 400) -> tuple[dict, TrainConfig]:
     model = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 256, "dropout": 0.1,
              "norm_first": False}
     return model, TrainConfig(steps=steps, batch_size=80, lr_factor=1.0, warmup_steps=400,
-                              label_smoothing=0.0, clip_norm=0.0)
+                              decay="noam", label_smoothing=0.0, clip_norm=0.0)
 
 
 def copy_task(device: torch.device, seeds: tuple[int, ...], held_out_size: int,

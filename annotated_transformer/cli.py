@@ -89,6 +89,11 @@ def add_train(sub) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
+    p.add_argument("--decay", choices=("linear", "noam"),
+                   help="the learning rate after warmup: linear (to 0 at the last step) or "
+                   "noam (1/sqrt(step)) (default: the recipe's)")
+    p.add_argument("--lr-factor", type=float,
+                   help="the Noam schedule's factor, which sets the peak (default: the recipe's)")
     p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the "
                    "recipe's); each one also saves the checkpoint")
     p.add_argument("--eval-size", type=int, help="held-out examples per evaluation")
@@ -114,8 +119,11 @@ def run_train(args) -> int:
     task = make_task(args.task, **options)
     parts = parse_parts(args.parts)
     recipe = RECIPES[args.task]
+    if args.lr_factor is not None and not args.lr_factor > 0:
+        raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
     config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-                                 eval_every=args.eval_every, eval_size=args.eval_size)
+                                 eval_every=args.eval_every, eval_size=args.eval_size,
+                                 decay=args.decay, lr_factor=args.lr_factor)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.threads:

@@ -118,6 +118,8 @@ def bad_tsv(tmp_path, content):
      "--data is for --task tsv"),
     ("zero steps", lambda t, c, b, f: ["train", "--task", "copy", "--steps", "0", "--out", t],
      "--steps must be at least 1"),
+    ("negative lr factor", lambda t, c, b, f: ["train", "--task", "copy", "--lr-factor", "-1",
+                                               "--out", t], "--lr-factor must be positive"),
     ("resume without checkpoint", lambda t, c, b, f: ["train", "--task", "copy", "--resume",
                                                       "--out", t / "none"], "does not exist"),
     ("resume another config", lambda t, c, b, f: ["train", "--task", "reverse", "--resume",

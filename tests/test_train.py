@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from annotated_transformer.data.copy import BOS, EOS, PAD, CopyTask
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
-from annotated_transformer.train import TrainConfig, evaluate, make_optimizer, train
+from annotated_transformer.parts import Parts
+from annotated_transformer.train import TrainConfig, adam, evaluate, make_optimizer, train
 
 
 def test_copy_task_batches():
@@ -44,6 +46,52 @@ def test_optimizer_is_adam_with_the_noam_schedule():
     assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
     expected = 2.0 * 64 ** -0.5 * 10 ** -1.5  # step 0 counts as step 1
     assert abs(scheduler.get_last_lr()[0] - expected) < 1e-12
+
+
+def rates_of(config: TrainConfig, steps: int) -> list[float]:
+    model = EncoderDecoder(TransformerConfig.small(13))
+    optimizer, scheduler = make_optimizer(model, config)
+    rates = []
+    for _ in range(steps + 1):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def test_the_linear_decay_warms_up_as_noam_then_falls_to_zero_at_the_last_step():
+    noam_lr = Parts.reference().noam_lr
+    linear = rates_of(TrainConfig(steps=50, warmup_steps=10, lr_factor=2.0), 50)
+    noam = rates_of(TrainConfig(steps=50, warmup_steps=10, lr_factor=2.0, decay="noam"), 50)
+    assert noam == [noam_lr(step, 64, 10, 2.0) for step in range(51)]
+    assert linear[:11] == noam[:11], "the warmup is Noam's in both"
+    peak = noam[10]
+    assert linear[30] == pytest.approx(peak / 2) and linear[50] == 0.0
+    assert all(a > b for a, b in zip(linear[10:50], linear[11:51], strict=True))
+    assert linear[40] < noam[40], "the linear decay anneals further than Noam's"
+    # A run no longer than its warmup is all warmup, whatever the decay.
+    assert rates_of(TrainConfig(steps=8, warmup_steps=10), 8) == [
+        noam_lr(step, 64, 10, 0.3) for step in range(9)]
+    with pytest.raises(ValueError, match="decay must be 'linear' or 'noam', got 'cosine'"):
+        TrainConfig(decay="cosine")
+
+
+def test_the_fused_adam_takes_the_steps_of_the_plain_one():
+    torch.manual_seed(0)
+    weights = [torch.randn(5, 3, dtype=torch.float64), torch.randn(7, dtype=torch.float64)]
+    fused = [w.clone().requires_grad_() for w in weights]
+    plain = [w.clone().requires_grad_() for w in weights]
+    optimizers = (adam(fused, lr=1e-2),
+                  torch.optim.Adam(plain, lr=1e-2, betas=(0.9, 0.98), eps=1e-9))
+    assert optimizers[0].defaults["fused"], "PyTorch has a fused Adam for CPU tensors"
+    for _ in range(20):
+        grads = [torch.randn_like(w) for w in weights]
+        for params, optimizer in zip((fused, plain), optimizers, strict=True):
+            for param, grad in zip(params, grads, strict=True):
+                param.grad = grad.clone()
+            optimizer.step()
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_a_short_run_learns_something():
