@@ -121,6 +121,23 @@ def learning_rate(step: int, config: TrainConfig, noam_lr: Callable[..., float],
     return peak * max(0.0, (config.steps - step) / (config.steps - config.warmup_steps))
 
 
+def check_same_schedule(state: dict, config: TrainConfig, model: Model) -> None:
+    """Resuming must not change the learning rate of any step: raise
+    :class:`~annotated_transformer.checkpoint.CheckpointError` naming both schedules if the
+    checkpoint's run (``decay`` missing: an older run, Noam's) had another."""
+    recorded = TrainConfig(**{"decay": "noam", **state["train_config"]})
+    steps = range(max(recorded.steps, config.steps) + 1)
+    args = model.parts.noam_lr, model.config.d_model
+    if any(learning_rate(s, recorded, *args) != learning_rate(s, config, *args) for s in steps):
+        def describe(c: TrainConfig) -> str:
+            return (f"{c.decay} decay, warmup {c.warmup_steps}, factor {c.lr_factor}, "
+                    f"{c.steps} steps")
+        raise checkpoint.CheckpointError(
+            f"the checkpoint's run has another learning-rate schedule ({describe(recorded)}) "
+            f"than this one ({describe(config)}): resume with the same --steps, --decay and "
+            f"--lr-factor, or start a new run")
+
+
 def batch_loss(model: nn.Module, batch: Batch, loss_fn: nn.Module) -> Tensor:
     """The loss of the teacher-forced predictions of ``batch``, per real label token."""
     logits = model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)  # [B, Lt-1, V]
@@ -260,6 +277,7 @@ def train(model: Model, task: Task, config: TrainConfig,
     if runtime.resume:
         state = checkpoint.load(runtime.out / checkpoint.FILE_NAME, map_location=device)
         checkpoint.check_compatible(state, model, task)
+        check_same_schedule(state, config, model)
         start_step = checkpoint.restore_training(state, model, optimizer, scheduler, generator)
         history = History(**state.get("history", {}))
     held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
