@@ -17,6 +17,7 @@ import functools
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ import torch
 from annotated_transformer import checkpoint, distributed
 from annotated_transformer.data import TASKS, DataError, Task, VocabularyError, make_task
 from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
-from annotated_transformer.parts import Parts
+from annotated_transformer.parts import RELEASE_NOTE, Parts, has_reference
 
 
 class UsageError(Exception):
@@ -81,7 +82,8 @@ def add_train(sub) -> None:
     p.add_argument("--out", required=True, type=Path,
                    help="folder for checkpoint.pt and metrics.jsonl")
     p.add_argument("--parts", default="solutions",
-                   help="solutions (default), exercises (yours), fast (fused kernels) or a "
+                   help="solutions (default; yours in a student release), exercises "
+                   "(yours), fast (fused kernels) or a "
                    "folder of chNN_*.py")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
@@ -284,8 +286,12 @@ def build_parser(prog: str = "python -m annotated_transformer") -> argparse.Argu
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not has_reference():  # a student release: say so once, as a line of its own
+        print(f"note: {RELEASE_NOTE}", file=sys.stderr)
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=re.escape(RELEASE_NOTE))
+            return args.run(args)
     except (UsageError, DataError, VocabularyError, checkpoint.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -298,6 +304,8 @@ def unfinished(error: NotImplementedError) -> str:
     """What to do when the model needs an exercise that is still a stub."""
     match = re.match(r"Exercise (\d+\.\d+)", str(error))
     check = f" --exercise {match[1]}" if match else ""
-    return (f"{error}: the model is built from parts that include this stub. Write it in "
-            f"exercises/ (`python -m annotated_transformer.grade{check}` checks it), or "
-            f"train with other --parts")
+    other = ", or train with other --parts" if has_reference() else ""
+    return (f"{error}: the model is built from parts that include this stub (the first one "
+            f"met while building it). Write it in exercises/ (`python -m "
+            f"annotated_transformer.grade{check}` checks it; without --exercise it lists "
+            f"every unfinished one){other}")

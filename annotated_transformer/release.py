@@ -95,6 +95,13 @@ def release_files(workflow: str = "grade") -> list[str]:
 def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False) -> list[str]:
     """Write the release into the new (or empty) folder ``out``; return its files."""
     out = Path(out)
+    if not (ROOT / "solutions").is_dir():
+        raise ReleaseError(f"{ROOT} has no solutions/: a release is made from the course's "
+                           f"repository, not from a release")
+    top = Path(_git("rev-parse", "--show-toplevel").strip())
+    if top.resolve() != ROOT.resolve():
+        raise ReleaseError(f"{ROOT} is not the top folder of its git repository ({top}); a "
+                           f"release is made from a git clone of the course")
     if out.resolve() == ROOT.resolve() or ROOT.resolve() in out.resolve().parents:
         raise ReleaseError(f"the release goes outside the course's folder, not to {out}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -114,6 +121,8 @@ def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False)
     for stale in (out / "exercises").glob("ch*.py"):
         stale.unlink()
     written = stubs.write_stubs(out / "exercises", force=True)
+    if not written:
+        raise ReleaseError(f"no stubs were written to {out / 'exercises'}")
     return sorted(set(files) | {p.relative_to(out).as_posix() for p in written})
 
 

@@ -155,6 +155,18 @@ def test_errors_exit_2_with_a_message(capsys, tmp_path, copy_run, corrupted, for
     assert __import__("re").search(message, err), f"{case}: {err!r} lacks {message!r}"
 
 
+def test_training_unfinished_parts_names_the_stub_and_the_way_on(capsys, tmp_path):
+    from annotated_transformer.stubs import write_stubs
+
+    write_stubs(tmp_path / "stubs")
+    status, _, err = run(capsys, "train", "--task", "copy", "--parts", tmp_path / "stubs",
+                         "--out", tmp_path / "run", *TINY)
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: Exercise 1.3: TokenEmbedding")
+    assert "grade --exercise 1.3" in err and "other --parts" in err
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
 def test_the_real_entry_point_exits_2_without_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "annotated_transformer", "evaluate",
                              "--checkpoint", str(tmp_path / "none.pt")],

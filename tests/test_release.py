@@ -148,6 +148,9 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
     assert train.stderr.splitlines()[-1].startswith("error: Exercise 1.")
     bench = run(python, out, "-m", "annotated_transformer.bench", "--quick")
     assert bench.returncode == 2 and "student release" in bench.stderr
+    again = run(python, out, "-m", "annotated_transformer.release", str(out.parent / "again"))
+    assert again.returncode == 2 and "not from a release" in again.stderr
+    assert not (out.parent / "again").exists()
 
 
 @pytest.mark.slow
