@@ -34,8 +34,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     bits = bits.random_(-(2**63), None).view(torch.int32)  # all 64 bits random
     bits = (bits[:count] if count % 2 else bits).view(x.shape)
     threshold = round(p * _INT32_SPAN) - 2**31
-    scale = torch.ge(bits, threshold).to(x.dtype).mul_(1.0 / (1.0 - p))
-    return x * scale
+    scale = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    torch.ge(bits, threshold, out=scale)  # 1 where kept, 0 where dropped: one kernel
+    return x * scale.mul_(1.0 / (1.0 - p))
 
 
 def module_dropout(x: Tensor, module: nn.Dropout) -> Tensor:
