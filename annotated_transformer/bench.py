@@ -68,7 +68,14 @@ from annotated_transformer.data.vocab import BOS, PAD
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
 from annotated_transformer.parts import Parts, has_reference, load_chapter, use_parts
 from annotated_transformer.recipes import RECIPES
-from annotated_transformer.train import TrainConfig, adam, evaluate, make_optimizer, train_step
+from annotated_transformer.train import (
+    TrainConfig,
+    adam,
+    evaluate,
+    learning_rate,
+    make_optimizer,
+    train_step,
+)
 
 REFERENCE = Parts.reference()
 CONTENDERS = ("reference", "fast", "torch")
@@ -483,9 +490,8 @@ def copy_task(device: torch.device, seeds: tuple[int, ...], held_out_size: int,
     model = TorchTransformer(replace(recipe.model_config(task), **model_changes)).to(device)
     optimizer = adam(model.parameters(), lr=0.5)
     d_model = model.config.d_model
-    noam = REFERENCE.noam_lr
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: noam(step, d_model, config.warmup_steps, config.lr_factor))
+        optimizer, lambda step: learning_rate(step, config, REFERENCE.noam_lr, d_model))
     loss_fn = REFERENCE.LabelSmoothingLoss(0.0, ignore_index=PAD)
     results["annotated_transformer"] = {
         "recipe": {"model": model_changes, "train": asdict(config), "adam_lr": 0.5},

@@ -68,14 +68,13 @@ def _git(*args: str) -> str:
     return done.stdout
 
 
-def _left_out(path: str, workflow: str) -> bool:
-    other_workflows = [p for name, p in WORKFLOWS.items() if name != workflow]
-    for prefix in (*ANSWERS, *MAINTAINERS_ONLY, *other_workflows):
-        if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
-            return True
-    if path.startswith("tests/"):  # the graded tests, their helpers and the manifest stay
-        return path not in set(manifest.graded_files(ROOT)) | {manifest.MANIFEST}
-    return False
+def _left_out(path: str, left_out: tuple[str, ...], kept_tests: set[str]) -> bool:
+    """Whether ``path`` stays out: under (or equal to) one of ``left_out``, or a file of
+    ``tests/`` other than ``kept_tests``."""
+    if any(path == prefix or (prefix.endswith("/") and path.startswith(prefix))
+           for prefix in left_out):
+        return True
+    return path.startswith("tests/") and path not in kept_tests
 
 
 def release_readme(text: str) -> str:
@@ -87,9 +86,13 @@ def release_files(workflow: str = "grade") -> list[str]:
     """The tracked files (relative paths) that a release copies."""
     if workflow not in WORKFLOWS:
         raise ReleaseError(f"--workflow is one of {', '.join(WORKFLOWS)}, got {workflow!r}")
+    other_workflows = tuple(p for name, p in WORKFLOWS.items() if name != workflow)
+    left_out = (*ANSWERS, *MAINTAINERS_ONLY, *other_workflows)
+    # The graded tests, their helpers and the manifest stay.
+    kept_tests = set(manifest.graded_files(ROOT)) | {manifest.MANIFEST}
     tracked = _git("ls-files", "-z").split("\0")
-    return [path for path in tracked
-            if path and (ROOT / path).is_file() and not _left_out(path, workflow)]
+    return [path for path in tracked if path and (ROOT / path).is_file()
+            and not _left_out(path, left_out, kept_tests)]
 
 
 def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False) -> list[str]:
