@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from annotated_transformer import cli, grade, stubs
+from annotated_transformer import cli
+from annotated_transformer.grading import grade, stubs
 
 COMMANDS = {"grade": grade.main, "stubs": stubs.main}
 

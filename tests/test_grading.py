@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from annotated_transformer import forbidden, grade, manifest, stubs
+from annotated_transformer.grading import forbidden, grade, manifest, stubs
 
 import variants
 
@@ -111,7 +111,7 @@ def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
 
 def test_command_line_table_and_json(tmp_path):
     path = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grading.grade", "--chapter", "1",
                            "--impl", "solutions", "--json", str(path)],
                           capture_output=True, text=True, check=True)
     assert "1.1" in done.stdout and "passed" in done.stdout and "Total:" in done.stdout
@@ -122,7 +122,7 @@ def test_command_line_table_and_json(tmp_path):
     row = data["exercises"][0]
     assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message"}
     assert data["points"] == data["max_points"] > 0
-    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "99"],
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grading.grade", "--chapter", "99"],
                            capture_output=True, text=True)
     assert usage.returncode == 2 and "chapter" in usage.stderr
 
@@ -131,7 +131,7 @@ def test_reports_and_fail_under(tmp_path):
     from xml.etree import ElementTree as ET
 
     stubs.write_stubs(tmp_path / "stubs")
-    command = [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
+    command = [sys.executable, "-m", "annotated_transformer.grading.grade", "--chapter", "1",
                "--impl", str(tmp_path / "stubs"), "--junit", str(tmp_path / "r.xml"),
                "--markdown", str(tmp_path / "r.md"), "--seed", "7"]
     assert subprocess.run(command, capture_output=True).returncode == 0, "grading exits 0"
@@ -144,7 +144,7 @@ def test_reports_and_fail_under(tmp_path):
     assert "| 1.1 |" in (tmp_path / "r.md").read_text()
     assert "seed 7" in (tmp_path / "r.md").read_text()
     assert suite.find("properties/property[@name='seed']").get("value") == "7"
-    bad = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--fail-under",
+    bad = subprocess.run([sys.executable, "-m", "annotated_transformer.grading.grade", "--fail-under",
                           "120"], capture_output=True)
     assert bad.returncode == 2, "a usage error exits 2"
 
@@ -181,7 +181,7 @@ def test_one_exercise_from_an_earlier_report(tmp_path):
     path.write_text(json.dumps(grade.report(rows, "exercises")))
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+        return subprocess.run([sys.executable, "-m", "annotated_transformer.grading.grade",
                                "--from-report", str(path), *args], capture_output=True, text=True)
 
     passed = run("--exercise", "1.1", "--fail-under", "100")
@@ -270,7 +270,7 @@ def test_the_grading_manifest_is_current():
     committed = manifest.load(grade.ROOT / manifest.MANIFEST)
     assert committed == manifest.compute(), (
         "the tests, the grader or the pytest settings changed: run python -m "
-        "annotated_transformer.grade --write-manifest tests/grading_manifest.json")
+        "annotated_transformer.grading.grade --write-manifest tests/grading_manifest.json")
 
 
 def copy_of_the_course(tmp_path):
@@ -293,7 +293,7 @@ def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_pa
     (root / "conftest.py").write_text(PASS_EVERYTHING)
     stubs.write_stubs(root / "mine")
     done = subprocess.run(
-        [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1", "--impl", "mine",
+        [sys.executable, "-m", "annotated_transformer.grading.grade", "--chapter", "1", "--impl", "mine",
          "--verify-manifest", str(tmp_path / "manifest.json"), "--json", "r.json",
          "--junit", "r.xml", "--markdown", "r.md"],
         cwd=root, capture_output=True, text=True)  # the copy's own grader, from its folder
@@ -308,7 +308,7 @@ def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_pa
     assert integrity.find("testcase/failure").get("type") == "tampered"
     # Graded all the same, and the conftest.py above tests/ was not loaded.
     assert [r["status"] for r in data["exercises"]] == ["not implemented"] * 4
-    report = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+    report = subprocess.run([sys.executable, "-m", "annotated_transformer.grading.grade",
                              "--from-report", "r.json", "--score"],
                             cwd=root, capture_output=True, text=True)
     assert "TAMPERED: " + ", ".join(tampered) in report.stdout

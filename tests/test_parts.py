@@ -14,7 +14,7 @@ import torch
 import solutions.ch01_positional_encoding as reference_ch01
 from annotated_transformer import Parts, active_parts, use_parts
 from annotated_transformer.model import build_embeddings
-from annotated_transformer.stubs import write_stubs
+from annotated_transformer.grading.stubs import write_stubs
 
 
 def test_names_resolve_to_their_chapter_and_source():

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from annotated_transformer import stubs
+from annotated_transformer.grading import stubs
 
 SOURCE = '''"""A chapter."""
 import torch

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from annotated_transformer import classroom, grade
+from annotated_transformer.grading import classroom, grade
 
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / ".github/workflows"
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from annotated_transformer.stubs import BEGIN, enclosing_names
+from annotated_transformer.grading.stubs import BEGIN, enclosing_names
 
 
 def exercise_functions(solution_source: str) -> dict[str, set[str]]:

@@ -1,6 +1,6 @@
 """A pytest plugin that records every graded test's outcome for the grader.
 
-Loaded by :mod:`annotated_transformer.grade` with ``-p``; writes one JSON record a
+Loaded by :mod:`annotated_transformer.grading.grade` with ``-p``; writes one JSON record a
 test (``--grade-report PATH``): its exercise, points, the implementation it ran
 against, its outcome and the first message a learner should read.
 """
@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-TESTS_DIR = PACKAGE_DIR.parent / "tests"
+from annotated_transformer.grading.layout import PACKAGE_DIR, TESTS_DIR
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
 
 OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped")

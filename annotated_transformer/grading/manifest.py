@@ -23,12 +23,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.grade import ROOT, TEST_FILE
+from annotated_transformer.grading.layout import MANIFEST, ROOT, TEST_FILE
 
-GRADER_MODULES = ("grade.py", "grading_plugin.py", "forbidden.py", "manifest.py", "parts.py",
-                  "stubs.py")
+# Every module of the grading subpackage, and the parts registry the worker builds with.
+GRADER_MODULES = ("parts.py",)
 PYTEST_SETTINGS = "pyproject.toml [tool.pytest.ini_options]"
-MANIFEST = "tests/grading_manifest.json"
 # Files from which pytest reads its settings; only pyproject.toml's section is the course's.
 CONFIG_FILES = {"pytest.ini": "", ".pytest.ini": "", "tox.ini": "[pytest]",
                 "setup.cfg": "[tool:pytest]", "pyproject.toml": "[tool.pytest"}
@@ -52,6 +51,7 @@ def graded_files(root: Path) -> list[str]:
     """The files of ``root`` that decide a grade (paths relative to it, with ``/``)."""
     tests = root / "tests"
     paths = [root / "annotated_transformer" / m for m in GRADER_MODULES]
+    paths += sorted((root / "annotated_transformer" / "grading").glob("*.py"))
     paths += [tests / "conftest.py", tests / "checks.py"]
     paths += [p for p in tests.glob("test_ch*.py") if TEST_FILE.match(p.name)]
     return sorted(p.relative_to(root).as_posix() for p in paths if p.is_file())
@@ -81,7 +81,7 @@ def compute(root: Path = ROOT) -> dict[str, Any]:
     if settings is not None:
         files[PYTEST_SETTINGS] = digest(settings)
     return {"about": "sha256 of the files that decide a grade; python -m "
-                     "annotated_transformer.grade --write-manifest " + MANIFEST,
+                     "annotated_transformer.grading.grade --write-manifest " + MANIFEST,
             "files": dict(sorted(files.items()))}
 
 

@@ -1,0 +1,446 @@
+"""Grade the exercises: run the graded tests and report points per exercise.
+
+    python -m annotated_transformer.grade                  # every chapter, your exercises/
+    python -m annotated_transformer.grade --chapter 1      # one chapter (repeat for more)
+    python -m annotated_transformer.grade --impl solutions --json report.json
+    python -m annotated_transformer.grade --points         # the points on offer, nothing run
+    python -m annotated_transformer.grade --verify-manifest tests/grading_manifest.json
+    python -m annotated_transformer.grade --from-report report.json --exercise 2.1 --fail-under 100
+
+An exercise's points are the points of its tests that passed (partial credit);
+its status is ``passed`` (every test passed), ``not implemented`` (a stub still
+raises ``NotImplementedError``), ``failed`` (a test's check failed), ``error``
+(your code raised), ``timeout``, or ``forbidden`` (it calls the PyTorch op the exercise
+asks you to write). Passing tests is evidence, not a proof, that
+the work is correct. The tests' random inputs come from a fresh seed each run, named in
+the report (``--seed N`` repeats a run), so that an answer hard-coded for some inputs
+fails. With ``--verify-manifest``, every report also names the files that
+decide the grade (tests, grader, pytest settings) that differ from the course's
+(see :mod:`annotated_transformer.grading.manifest`); grading runs all the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.grading.layout import ROOT, TESTS_DIR, chapter_test_files
+
+# The worst outcome of an exercise's tests names its status.
+PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed",
+            "collected")
+
+
+@dataclass
+class ExerciseResult:
+    id: str
+    chapter: int
+    title: str
+    points: float
+    max_points: float
+    status: str
+    message: str
+
+
+@dataclass
+class Integrity:
+    """How a submission's grading files compare with the course's manifest."""
+
+    manifest: str  # the manifest's path, as given
+    submission: str  # the repository that was compared with it
+    changes: dict[str, str]  # {path: "changed" | "missing" | "added"}
+    used: bool  # True: those files graded this run (the grader ran from the submission)
+
+    @property
+    def tampered(self) -> list[str]:
+        return sorted(self.changes)
+
+    def lines(self) -> list[str]:
+        if not self.changes:
+            return [f"Grading files: as in the course's manifest ({self.manifest})."]
+        listed = ", ".join(f"{path} ({change})" for path, change in self.changes.items())
+        effect = ("These files graded this run: compare the submission with the course." if
+                  self.used else "The course's own copies graded this run, not these.")
+        return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
+                f"manifest ({self.manifest}): {listed}.", effect]
+
+
+def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
+                    extra_args: tuple[str, ...]) -> list[str]:
+    # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
+    # tests/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
+    return [
+        sys.executable, "-m", "pytest", *map(str, files), f"--impl={impl}",
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+        "--confcutdir", str(TESTS_DIR), "-p", "pytest_timeout",
+        "-p", "annotated_transformer.grading.plugin", f"--grade-report={report}",
+        f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
+    ]
+
+
+def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
+              extra_args: tuple[str, ...] = (), seed: int = 0) -> list[dict[str, Any]]:
+    """Run the graded tests in a fresh interpreter; one record a test (see grading_plugin).
+
+    Every test starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own
+    test suite; the command line draws a fresh one per run.
+    """
+    files = chapter_test_files(chapters)
+    if impl not in ("solutions", "exercises", "variants") and Path(impl).exists():
+        impl = str(Path(impl).resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        command = _pytest_command(list(files.values()), impl, report, timeout,
+                                  (f"--grade-seed={seed}", *extra_args))
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+        if not report.exists():
+            raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
+                               f"{process.stderr[-3000:]}")
+        return json.loads(report.read_text())
+
+
+def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
+    """The points on offer per exercise, read from the graded tests without running them.
+
+    One row an exercise, as :func:`summarize` gives, with ``points`` 0 and status
+    ``"collected"``. The GitHub Classroom workflow takes its steps' points from here.
+    """
+    records = run_tests(chapters, "exercises", extra_args=("--collect-only",))
+    if any(r["exercise"] is None for r in records):
+        problem = next(r for r in records if r["exercise"] is None)
+        raise RuntimeError(problem["message"])
+    return summarize(records)
+
+
+def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
+    """One row an exercise: points earned, status from its worst test, that test's message."""
+    by_exercise: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record["exercise"] is not None:
+            by_exercise.setdefault(record["exercise"], []).append(record)
+    rows = []
+    for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
+        tests = by_exercise[exercise]
+        worst = min(tests, key=lambda r: PRIORITY.index(r["outcome"]))
+        rows.append(ExerciseResult(
+            id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
+            points=round(sum(r["points"] for r in tests if r["outcome"] == "passed"), 2),
+            max_points=round(sum(r["points"] for r in tests), 2),
+            status=worst["outcome"], message=worst["message"],
+        ))
+    return rows
+
+
+def _points(value: float) -> str:
+    return f"{round(value, 2):g}"
+
+
+def _graded(impl: str, seed: int | None, markdown: bool = False) -> str:
+    where = f"`{impl}`" if markdown else impl
+    if seed is None:
+        return f"Graded: {where}"
+    option = f"`--seed {seed}`" if markdown else f"--seed {seed}"
+    return f"Graded: {where}, random inputs from seed {seed} (the same again: {option})"
+
+
+def format_table(rows: list[ExerciseResult], impl: str,
+                 integrity: Integrity | None = None, seed: int | None = None) -> str:
+    lines = [_graded(impl, seed), ""]
+    width = max([len(r.title) for r in rows] + [5])
+    lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
+    for row in rows:
+        score = f"{_points(row.points)}/{_points(row.max_points)}"
+        lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
+        if row.status != "passed":
+            lines.append(f"{'':<5} -> {row.message.splitlines()[0] if row.message else ''}")
+    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    lines += ["", f"Total: {_points(total)}/{_points(possible)} points "
+              f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with all "
+              f"tests passed)"]
+    if integrity is not None:
+        lines += ["", *integrity.lines()]
+    return "\n".join(lines)
+
+
+def report(rows: list[ExerciseResult], impl: str,
+           integrity: Integrity | None = None, seed: int | None = None) -> dict[str, Any]:
+    """The JSON report: the rows, the totals, and (null when not checked) the grading files
+    that differ from the course's manifest."""
+    return {
+        "tampered": integrity.tampered if integrity else None,
+        "integrity": asdict(integrity) if integrity else None,
+        "impl": impl,
+        "seed": seed,
+        "exercises": [asdict(r) for r in rows],
+        "points": sum(r.points for r in rows),
+        "max_points": sum(r.max_points for r in rows),
+        "chapters": {
+            str(c): {"points": sum(r.points for r in rows if r.chapter == c),
+                     "max_points": sum(r.max_points for r in rows if r.chapter == c)}
+            for c in sorted({r.chapter for r in rows})
+        },
+    }
+
+
+def rows_from_report(data: dict[str, Any]) -> list[ExerciseResult]:
+    """The rows of a JSON report written by ``--json``."""
+    return [ExerciseResult(**row) for row in data["exercises"]]
+
+
+def integrity_from_report(data: dict[str, Any]) -> Integrity | None:
+    return Integrity(**data["integrity"]) if data.get("integrity") else None
+
+
+def format_score(rows: list[ExerciseResult], integrity: Integrity | None = None) -> str:
+    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    score = (f"{_points(total)}/{_points(possible)} points from passed tests "
+             f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
+             f"passed)")
+    if integrity and integrity.changes:
+        score += f"; TAMPERED: {', '.join(integrity.tampered)}"
+    return score
+
+
+def format_points(rows: list[ExerciseResult]) -> str:
+    """The points on offer: one line an exercise, the chapter totals and the course's."""
+    width = max([len(r.title) for r in rows] + [5])
+    lines = [f"{'id':<5} {'exercise':<{width}} {'points':>6}"]
+    for chapter in sorted({r.chapter for r in rows}):
+        chapter_rows = [r for r in rows if r.chapter == chapter]
+        lines += [f"{r.id:<5} {r.title:<{width}} {_points(r.max_points):>6}" for r in chapter_rows]
+        total = _points(sum(r.max_points for r in chapter_rows))
+        lines.append(f"{'':<5} {f'chapter {chapter}':>{width}} {total:>6}")
+    lines += ["", f"Total: {_points(sum(r.max_points for r in rows))} points"]
+    return "\n".join(lines)
+
+
+def format_markdown(rows: list[ExerciseResult], impl: str,
+                    integrity: Integrity | None = None, seed: int | None = None) -> str:
+    """The table as Markdown (for a CI job summary)."""
+    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
+             _graded(impl, seed, markdown=True), "",
+             "| id | exercise | points | status | what to look at |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        message = row.message.splitlines()[0].replace("|", "\\|") if row.message else ""
+        lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
+                     f"{_points(row.max_points)} | {row.status} | {message} |")
+    if integrity is not None:
+        warning = " ".join(integrity.lines())
+        lines += ["", f"> **{warning}**" if integrity.changes else warning]
+    return "\n".join(lines) + "\n"
+
+
+def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = None,
+                 seed: int | None = None) -> str:
+    """JUnit XML: one test case per graded test, grouped in one suite per chapter, and with
+    ``integrity`` one more suite whose test case fails when grading files were changed."""
+    from xml.etree import ElementTree as ET
+
+    root = ET.Element("testsuites", name="annotated_transformer.grading.grade")
+    suites: dict[Any, ET.Element] = {}
+    for record in records:
+        chapter = record["chapter"]
+        if chapter not in suites:
+            suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
+        case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
+                             classname=f"exercise {record['exercise']}")
+        outcome = record["outcome"]
+        if outcome == "skipped":
+            ET.SubElement(case, "skipped", message=record["message"])
+        elif outcome == "error":
+            ET.SubElement(case, "error", message=record["message"], type=outcome)
+        elif outcome != "passed":
+            ET.SubElement(case, "failure", message=record["message"], type=outcome)
+    if integrity is not None:
+        suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")
+        case = ET.SubElement(suite, "testcase", name="the grading files are the course's",
+                             classname=integrity.manifest)
+        if integrity.changes:
+            ET.SubElement(case, "failure", message=" ".join(integrity.lines()), type="tampered")
+    for suite in suites.values():
+        cases = list(suite)
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
+        suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
+        suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+        if seed is not None:
+            properties = ET.Element("properties")
+            ET.SubElement(properties, "property", name="seed", value=str(seed))
+            suite.insert(0, properties)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m annotated_transformer.grade",
+        description="Run the graded tests and report points per exercise.")
+    parser.add_argument("--chapter", type=int, action="append",
+                        help="grade this chapter only (repeatable; default: every chapter)")
+    parser.add_argument("--exercise", action="append", metavar="ID",
+                        help="report this exercise only, e.g. 2.1 (repeatable; its chapter is "
+                        "graded)")
+    parser.add_argument("--impl", default="exercises",
+                        help="what to grade: exercises (default), solutions, or a folder of "
+                        "chNN_*.py files")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--junit", type=Path, metavar="PATH",
+                        help="also write JUnit XML, one test case per graded test")
+    parser.add_argument("--markdown", type=Path, metavar="PATH",
+                        help="also write the table as Markdown")
+    parser.add_argument("--fail-under", type=float, metavar="PCT",
+                        help="exit 1 when the total is below PCT percent of the points")
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="the seed of the tests' random inputs (default: a fresh one each "
+                        "run, printed with the report)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds a single test may take (default 60)")
+    parser.add_argument("--from-report", type=Path, metavar="PATH",
+                        help="run nothing: read the JSON report that an earlier --json wrote "
+                        "(with --exercise and --fail-under, one CI step per exercise)")
+    parser.add_argument("--score", action="store_true",
+                        help="print the total only, one line (in GitHub Actions also as a "
+                        "notice on the run's page)")
+    parser.add_argument("--points", action="store_true",
+                        help="run nothing: list the points on offer per exercise and chapter")
+    parser.add_argument("--verify-manifest", type=Path, metavar="PATH",
+                        help="name, in every report, the grading files (tests, grader, pytest "
+                        "settings) of --submission-root that differ from this manifest")
+    parser.add_argument("--submission-root", type=Path, metavar="DIR",
+                        help="the learner's repository that --verify-manifest checks "
+                        "(default: the repository the grader runs from)")
+    parser.add_argument("--write-manifest", type=Path, metavar="PATH",
+                        help="for course maintainers: write the manifest of this repository's "
+                        "grading files to PATH (tests/grading_manifest.json), grade nothing")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.fail_under is not None and not 0 <= args.fail_under <= 100:
+        parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
+    if args.exercise:
+        bad = [e for e in args.exercise if not re.fullmatch(r"\d+\.\d+", e)]
+        if bad:
+            parser.error(f"an exercise is named by its number, like 2.1; got {bad}")
+    chapters = args.chapter
+    if chapters and args.exercise:
+        chapters = sorted(set(chapters) | {int(e.split(".")[0]) for e in args.exercise})
+    elif args.exercise:
+        chapters = sorted({int(e.split(".")[0]) for e in args.exercise})
+
+    if args.write_manifest:
+        from annotated_transformer.grading import manifest
+
+        manifest.write(args.write_manifest)
+        print(f"wrote {args.write_manifest}")
+        return 0
+    if args.submission_root and not args.verify_manifest:
+        parser.error("--submission-root is the repository that --verify-manifest checks")
+
+    if args.points:
+        if args.from_report or args.junit or args.markdown or args.fail_under is not None:
+            parser.error("--points lists the points on offer; it takes --chapter, --exercise "
+                         "and --json only")
+        try:
+            rows = _only(exercise_points(chapters), args.exercise, parser)
+        except ValueError as error:
+            parser.error(str(error))
+        print(format_points(rows))
+        if args.json:
+            data = report(rows, "points")
+            args.json.write_text(json.dumps(data, indent=2) + "\n")
+        return 0
+
+    records: list[dict[str, Any]] | None = None
+    integrity: Integrity | None = None
+    if args.from_report and args.verify_manifest:
+        parser.error("--verify-manifest goes with the grading run; its report keeps the result")
+    if args.verify_manifest:
+        integrity = _verify(args.verify_manifest, args.submission_root or ROOT, parser)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    if args.from_report:
+        if args.junit:
+            parser.error("--junit needs the graded tests; a report read with --from-report "
+                         "has only the exercises")
+        try:
+            data = json.loads(args.from_report.read_text())
+            rows, impl = rows_from_report(data), data["impl"]
+            integrity = integrity_from_report(data)
+            seed = data.get("seed")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
+                         f"{error}")
+        if chapters:
+            rows = [r for r in rows if r.chapter in chapters]
+    else:
+        impl = args.impl
+        try:
+            records = run_tests(chapters, impl, timeout=args.timeout, seed=seed)
+        except ValueError as error:
+            parser.error(str(error))
+        rows = summarize(records)
+    rows = _only(rows, args.exercise, parser)
+    if records is not None and args.exercise:
+        records = [r for r in records if r["exercise"] in args.exercise]
+
+    print(format_score(rows, integrity) if args.score
+          else format_table(rows, impl, integrity, seed))
+    if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
+        kind = "warning" if integrity and integrity.changes else "notice"
+        print(f"::{kind} title=Grade::{format_score(rows, integrity)}")
+    if args.json:
+        args.json.write_text(json.dumps(report(rows, impl, integrity, seed), indent=2) + "\n")
+        print(f"\nJSON report written to {args.json}")
+    if args.junit and records is not None:
+        args.junit.write_text(format_junit(records, integrity, seed))
+    if args.markdown:
+        args.markdown.write_text(format_markdown(rows, impl, integrity, seed))
+    possible = sum(r.max_points for r in rows)
+    percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
+    if args.fail_under is not None and percent < args.fail_under:
+        print(f"\n{percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
+        return 1
+    return 0
+
+
+def _verify(path: Path, submission: Path, parser: argparse.ArgumentParser) -> Integrity:
+    from annotated_transformer.grading import manifest
+
+    if not submission.is_dir():
+        parser.error(f"--submission-root {submission} is not a folder")
+    try:
+        changes = manifest.verify(manifest.load(path), submission)
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot read the manifest {path}: {error}")
+    used = submission.resolve() == ROOT.resolve()
+    return Integrity(str(path), str(submission), changes, used)
+
+
+def _only(rows: list[ExerciseResult], exercises: list[str] | None,
+          parser: argparse.ArgumentParser) -> list[ExerciseResult]:
+    """The rows of the exercises asked for (all of them without --exercise)."""
+    if not exercises:
+        return rows
+    missing = sorted(set(exercises) - {r.id for r in rows})
+    if missing:
+        parser.error(f"no graded exercise {', '.join(missing)}; exercises: "
+                     f"{', '.join(r.id for r in rows)}")
+    return [r for r in rows if r.id in exercises]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
