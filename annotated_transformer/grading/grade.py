@@ -16,16 +16,21 @@ the work is correct. The tests' random inputs come from a fresh seed each run, n
 the report (``--seed N`` repeats a run), so that an answer hard-coded for some inputs
 fails. With ``--verify-manifest``, every report also names the files that
 decide the grade (tests, grader, pytest settings) that differ from the course's
-(see :mod:`annotated_transformer.grading.manifest`); grading runs all the same.
+(see :mod:`annotated_transformer.grading.manifest`); grading runs all the same. With
+``--workflow-file``, every report names the sha256 of the workflow file a CI job ran
+beside the course's copy, and says ``WORKFLOW CHANGED`` when they differ. Every message
+in a report is cut to ``MESSAGE_LIMIT`` characters, with a marker saying how much went.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,11 +38,45 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.grading.layout import ROOT, TESTS_DIR, chapter_test_files
+from annotated_transformer.grading.layout import (
+    ROOT,
+    TESTS_DIR,
+    WORKFLOWS_DIR,
+    chapter_test_files,
+)
 
 # The worst outcome of an exercise's tests names its status.
 PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed",
             "collected")
+# The most characters of a message that a report keeps (the marker of the cut included).
+MESSAGE_LIMIT = 2000
+# Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` (made a string) of at most ``limit`` characters: a longer one keeps its
+    beginning and ends with ``[... cut: N characters]``; a lone surrogate (which no file
+    can hold) becomes its escape."""
+    text = str(text)
+    if any("\ud800" <= c <= "\udfff" for c in text[:limit * 2]):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    keep = limit - len(f"\n[... cut: {len(text)} characters]")
+    return f"{text[:keep]}\n[... cut: {len(text) - keep} characters]"
+
+
+def bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with every message cut (see :func:`cut`)."""
+    return [{**r, "message": cut(r.get("message") or "")} for r in records]
+
+
+def _first_line(message: str) -> str:
+    """A message's first line for a one-line report, without control characters."""
+    lines = cut(message).splitlines()
+    return _CONTROL.sub("\ufffd", lines[0]) if lines else ""
 
 
 @dataclass
@@ -72,6 +111,47 @@ class Integrity:
                   self.used else "The course's own copies graded this run, not these.")
         return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
                 f"manifest ({self.manifest}): {listed}.", effect]
+
+
+@dataclass
+class WorkflowCheck:
+    """The workflow file a CI job ran (the submission's copy) against the course's copy."""
+
+    path: str  # as given to --workflow-file
+    sha256: str | None  # None: no regular file there
+    course_sha256: str | None  # the course's .github/workflows/<same name>; None: none
+    changed: bool
+
+    def lines(self) -> list[str]:
+        """What every report says about it."""
+        if not self.changed:
+            return [f"Workflow: {self.path} is the course's (sha256 {self.sha256})."]
+        ran = f"sha256 {self.sha256}" if self.sha256 else "not a regular file"
+        course = (f"sha256 {self.course_sha256}" if self.course_sha256
+                  else "the course has no file of that name")
+        return [f"WORKFLOW CHANGED: {self.path} ({ran}) is not the course's copy ({course}).",
+                "GitHub ran the submission's copy: this run may not be the course's grading; "
+                "re-grade the submission to be sure."]
+
+
+def file_sha256(path: Path) -> str | None:
+    """The sha256 of a regular file (a symbolic link is not followed), else None."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest()
+    except OSError:
+        return None
+
+
+def check_workflow(path: Path, course_dir: Path = WORKFLOWS_DIR) -> WorkflowCheck:
+    """Compare the workflow file at ``path`` with the course's file of the same name."""
+    ran, course = file_sha256(path), file_sha256(course_dir / path.name)
+    return WorkflowCheck(str(path), ran, course, ran is None or ran != course)
 
 
 def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
@@ -137,7 +217,7 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
             id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
             points=round(sum(r["points"] for r in tests if r["outcome"] == "passed"), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
-            status=worst["outcome"], message=worst["message"],
+            status=worst["outcome"], message=cut(worst["message"] or ""),
         ))
     return rows
 
@@ -155,7 +235,9 @@ def _graded(impl: str, seed: int | None, markdown: bool = False) -> str:
 
 
 def format_table(rows: list[ExerciseResult], impl: str,
-                 integrity: Integrity | None = None, seed: int | None = None) -> str:
+                 integrity: Integrity | None = None, seed: int | None = None,
+                 workflow: WorkflowCheck | None = None) -> str:
+    """The table for the terminal: one line an exercise, what to look at, the total."""
     lines = [_graded(impl, seed), ""]
     width = max([len(r.title) for r in rows] + [5])
     lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
@@ -163,26 +245,30 @@ def format_table(rows: list[ExerciseResult], impl: str,
         score = f"{_points(row.points)}/{_points(row.max_points)}"
         lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
         if row.status != "passed":
-            lines.append(f"{'':<5} -> {row.message.splitlines()[0] if row.message else ''}")
+            lines.append(f"{'':<5} -> {_first_line(row.message)}")
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines += ["", f"Total: {_points(total)}/{_points(possible)} points "
               f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with all "
               f"tests passed)"]
     if integrity is not None:
         lines += ["", *integrity.lines()]
+    if workflow is not None:
+        lines += ["", *workflow.lines()]
     return "\n".join(lines)
 
 
 def report(rows: list[ExerciseResult], impl: str,
-           integrity: Integrity | None = None, seed: int | None = None) -> dict[str, Any]:
+           integrity: Integrity | None = None, seed: int | None = None,
+           workflow: WorkflowCheck | None = None) -> dict[str, Any]:
     """The JSON report: the rows, the totals, and (null when not checked) the grading files
-    that differ from the course's manifest."""
+    that differ from the course's manifest and the workflow file the CI job ran."""
     return {
         "tampered": integrity.tampered if integrity else None,
         "integrity": asdict(integrity) if integrity else None,
+        "workflow": asdict(workflow) if workflow else None,
         "impl": impl,
         "seed": seed,
-        "exercises": [asdict(r) for r in rows],
+        "exercises": [{**asdict(r), "message": cut(r.message)} for r in rows],
         "points": sum(r.points for r in rows),
         "max_points": sum(r.max_points for r in rows),
         "chapters": {
@@ -195,20 +281,30 @@ def report(rows: list[ExerciseResult], impl: str,
 
 def rows_from_report(data: dict[str, Any]) -> list[ExerciseResult]:
     """The rows of a JSON report written by ``--json``."""
-    return [ExerciseResult(**row) for row in data["exercises"]]
+    return [ExerciseResult(**{**row, "message": cut(row["message"])})
+            for row in data["exercises"]]
 
 
 def integrity_from_report(data: dict[str, Any]) -> Integrity | None:
     return Integrity(**data["integrity"]) if data.get("integrity") else None
 
 
-def format_score(rows: list[ExerciseResult], integrity: Integrity | None = None) -> str:
+def workflow_from_report(data: dict[str, Any]) -> WorkflowCheck | None:
+    """The workflow check of a JSON report (None when the run had no --workflow-file)."""
+    return WorkflowCheck(**data["workflow"]) if data.get("workflow") else None
+
+
+def format_score(rows: list[ExerciseResult], integrity: Integrity | None = None,
+                 workflow: WorkflowCheck | None = None) -> str:
+    """The total on one line, with what a reader must not miss (tampering, the workflow)."""
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     score = (f"{_points(total)}/{_points(possible)} points from passed tests "
              f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
              f"passed)")
     if integrity and integrity.changes:
         score += f"; TAMPERED: {', '.join(integrity.tampered)}"
+    if workflow and workflow.changed:
+        score += f"; WORKFLOW CHANGED: {workflow.path}"
     return score
 
 
@@ -226,7 +322,8 @@ def format_points(rows: list[ExerciseResult]) -> str:
 
 
 def format_markdown(rows: list[ExerciseResult], impl: str,
-                    integrity: Integrity | None = None, seed: int | None = None) -> str:
+                    integrity: Integrity | None = None, seed: int | None = None,
+                    workflow: WorkflowCheck | None = None) -> str:
     """The table as Markdown (for a CI job summary)."""
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
@@ -234,24 +331,29 @@ def format_markdown(rows: list[ExerciseResult], impl: str,
              "| id | exercise | points | status | what to look at |",
              "| --- | --- | --- | --- | --- |"]
     for row in rows:
-        message = row.message.splitlines()[0].replace("|", "\\|") if row.message else ""
+        message = _first_line(row.message).replace("|", "\\|")
         lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
                      f"{_points(row.max_points)} | {row.status} | {message} |")
     if integrity is not None:
         warning = " ".join(integrity.lines())
         lines += ["", f"> **{warning}**" if integrity.changes else warning]
+    if workflow is not None:
+        warning = " ".join(workflow.lines())
+        lines += ["", f"> **{warning}**" if workflow.changed else warning]
     return "\n".join(lines) + "\n"
 
 
 def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = None,
-                 seed: int | None = None) -> str:
+                 seed: int | None = None, workflow: WorkflowCheck | None = None) -> str:
     """JUnit XML: one test case per graded test, grouped in one suite per chapter, and with
-    ``integrity`` one more suite whose test case fails when grading files were changed."""
+    ``integrity`` or ``workflow`` one more suite whose test cases fail when grading files or
+    the workflow file were changed. Messages are cut and hold only what XML can."""
     from xml.etree import ElementTree as ET
 
     root = ET.Element("testsuites", name="annotated_transformer.grading.grade")
     suites: dict[Any, ET.Element] = {}
-    for record in records:
+    for record in bounded(records):
+        record["message"] = _NOT_XML.sub("\ufffd", record["message"])
         chapter = record["chapter"]
         if chapter not in suites:
             suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
@@ -264,12 +366,20 @@ def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = No
             ET.SubElement(case, "error", message=record["message"], type=outcome)
         elif outcome != "passed":
             ET.SubElement(case, "failure", message=record["message"], type=outcome)
-    if integrity is not None:
+    if integrity is not None or workflow is not None:
         suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")
+    if integrity is not None:
         case = ET.SubElement(suite, "testcase", name="the grading files are the course's",
                              classname=integrity.manifest)
         if integrity.changes:
-            ET.SubElement(case, "failure", message=" ".join(integrity.lines()), type="tampered")
+            message = _NOT_XML.sub("\ufffd", cut(" ".join(integrity.lines())))
+            ET.SubElement(case, "failure", message=message, type="tampered")
+    if workflow is not None:
+        case = ET.SubElement(suite, "testcase", name="the workflow is the course's",
+                             classname=workflow.path)
+        if workflow.changed:
+            ET.SubElement(case, "failure", message=" ".join(workflow.lines()),
+                          type="workflow-changed")
     for suite in suites.values():
         cases = list(suite)
         suite.set("tests", str(len(cases)))
@@ -321,6 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--submission-root", type=Path, metavar="DIR",
                         help="the learner's repository that --verify-manifest checks "
                         "(default: the repository the grader runs from)")
+    parser.add_argument("--workflow-file", type=Path, metavar="PATH",
+                        help="in CI: the submission's copy of the workflow file the job ran "
+                        "(e.g. ../.github/workflows/grade.yml); every report names its sha256 "
+                        "beside the course's and says WORKFLOW CHANGED when they differ")
     parser.add_argument("--write-manifest", type=Path, metavar="PATH",
                         help="for course maintainers: write the manifest of this repository's "
                         "grading files to PATH (tests/grading_manifest.json), grade nothing")
@@ -367,10 +481,12 @@ def main(argv: list[str] | None = None) -> int:
 
     records: list[dict[str, Any]] | None = None
     integrity: Integrity | None = None
-    if args.from_report and args.verify_manifest:
-        parser.error("--verify-manifest goes with the grading run; its report keeps the result")
+    if args.from_report and (args.verify_manifest or args.workflow_file):
+        parser.error("--verify-manifest and --workflow-file go with the grading run; its "
+                     "report keeps the result")
     if args.verify_manifest:
         integrity = _verify(args.verify_manifest, args.submission_root or ROOT, parser)
+    workflow = check_workflow(args.workflow_file) if args.workflow_file else None
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     if args.from_report:
         if args.junit:
@@ -380,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             data = json.loads(args.from_report.read_text())
             rows, impl = rows_from_report(data), data["impl"]
             integrity = integrity_from_report(data)
+            workflow = workflow_from_report(data)
             seed = data.get("seed")
         except (OSError, ValueError, KeyError, TypeError) as error:
             parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
@@ -389,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         impl = args.impl
         try:
-            records = run_tests(chapters, impl, timeout=args.timeout, seed=seed)
+            records = bounded(run_tests(chapters, impl, timeout=args.timeout, seed=seed))
         except ValueError as error:
             parser.error(str(error))
         rows = summarize(records)
@@ -397,18 +514,20 @@ def main(argv: list[str] | None = None) -> int:
     if records is not None and args.exercise:
         records = [r for r in records if r["exercise"] in args.exercise]
 
-    print(format_score(rows, integrity) if args.score
-          else format_table(rows, impl, integrity, seed))
+    print(format_score(rows, integrity, workflow) if args.score
+          else format_table(rows, impl, integrity, seed, workflow))
     if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
-        kind = "warning" if integrity and integrity.changes else "notice"
-        print(f"::{kind} title=Grade::{format_score(rows, integrity)}")
+        alarm = (integrity and integrity.changes) or (workflow and workflow.changed)
+        print(f"::{'warning' if alarm else 'notice'} title=Grade::"
+              f"{format_score(rows, integrity, workflow)}")
     if args.json:
-        args.json.write_text(json.dumps(report(rows, impl, integrity, seed), indent=2) + "\n")
+        data = report(rows, impl, integrity, seed, workflow)
+        write_report(args.json, json.dumps(data, indent=2) + "\n")
         print(f"\nJSON report written to {args.json}")
     if args.junit and records is not None:
-        args.junit.write_text(format_junit(records, integrity, seed))
+        write_report(args.junit, format_junit(records, integrity, seed, workflow))
     if args.markdown:
-        args.markdown.write_text(format_markdown(rows, impl, integrity, seed))
+        write_report(args.markdown, format_markdown(rows, impl, integrity, seed, workflow))
     possible = sum(r.max_points for r in rows)
     percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
     if args.fail_under is not None and percent < args.fail_under:
@@ -417,15 +536,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def write_report(path: Path, text: str) -> None:
+    """Write a report whole or not at all: a partial file first, renamed into place."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
 def _verify(path: Path, submission: Path, parser: argparse.ArgumentParser) -> Integrity:
     from annotated_transformer.grading import manifest
 
     if not submission.is_dir():
         parser.error(f"--submission-root {submission} is not a folder")
     try:
-        changes = manifest.verify(manifest.load(path), submission)
+        expected = manifest.load(path)
     except (OSError, ValueError) as error:
         parser.error(f"cannot read the manifest {path}: {error}")
+    try:
+        changes = manifest.verify(expected, submission)
+    except (OSError, ValueError) as error:  # a file of the submission that cannot be read
+        changes = {"(submission)": cut(f"unreadable: {type(error).__name__}: {error}", 300)}
     used = submission.resolve() == ROOT.resolve()
     return Integrity(str(path), str(submission), changes, used)
 
