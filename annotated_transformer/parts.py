@@ -47,12 +47,36 @@ RELEASE_NOTE = (
 
 @cache
 def has_reference() -> bool:
-    """Whether the reference solutions are here (False in a student release)."""
-    return importlib.util.find_spec("solutions") is not None
+    """Whether the reference solutions are here (False in a student release and in a
+    grading worker)."""
+    return not _confined and importlib.util.find_spec("solutions") is not None
+
+
+class BlockedChapter(ImportError):
+    """A learner's chapter file that the grader refused to import (it broke a rule)."""
+
+
+# Set once in a grading worker (:func:`confine`): (the learner's folder, {chapter: why blocked}).
+_confined: list[tuple[Path, Mapping[int, str]]] = []
+
+
+def confine(folder: Path, blocked: Mapping[int, str]) -> None:
+    """Make every source, the reference included, mean the learner's ``folder``.
+
+    For the grading worker, before any learner code runs: whatever a learner's file asks
+    for, it gets the learner's own parts; the chapters in ``blocked`` (files that broke
+    the rules of what an exercise file may do) are never imported.
+    """
+    if _confined:
+        raise RuntimeError("the parts are already confined to one folder")
+    _confined.append((folder.resolve(), MappingProxyType(dict(blocked))))
+    has_reference.cache_clear()
 
 
 def _resolve(source: str) -> str:
     """``source``, except that the reference means ``exercises`` in a student release."""
+    if _confined:
+        return str(_confined[0][0])
     if source != "solutions" or has_reference():
         return source
     if not _warned:
@@ -124,6 +148,11 @@ def name_index() -> Mapping[str, int]:
 @cache
 def load_chapter(source: str, chapter: int) -> ModuleType:
     """Import (once) chapter ``chapter``'s module from ``source``."""
+    if _confined:
+        folder, blocked = _confined[0]
+        source = str(folder)
+        if chapter in blocked:
+            raise BlockedChapter(blocked[chapter])
     files = chapter_files(source)
     if chapter not in files:
         raise LookupError(

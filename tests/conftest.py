@@ -4,65 +4,41 @@
 ``exercises`` in a student release, which has no reference), ``exercises``, a folder of
 ``chNN_*.py`` files, or ``variants`` (every wrong and right variant of each chapter, each
 against its own exercise's tests). A graded test module sets ``CHAPTER`` and
-``EXERCISES`` and asks for the ``impl`` fixture: the chapter's module from that source.
-Earlier chapters' parts come from the reference (the learner's own in a student
-release), so a learner stuck in one chapter can still be graded on the next. Every test
-starts from the seed ``--grade-seed`` (0 unless given); the grader draws a fresh one per
-run and reports it, so the random inputs change and a hard-coded answer fails.
+``EXERCISES`` and asks for the ``learner`` fixture: a handle on the code under test,
+which runs in a separate worker process (:mod:`annotated_transformer.grading.sandbox`).
+A test hands ``learner.run`` a *probe*, a small function of the test file that calls the
+code under test and returns plain data, and checks what comes back against what it
+computes itself with PyTorch's own ops. No learner code is ever imported here.
+
+In the worker every chapter comes from the source under test: a learner's chapter 5 is
+built on the learner's own chapters 1 to 4, in the course as in a student release and in
+CI, so a file gets the same points everywhere. Before a learner's folder is used, every
+chapter file in it is read (never run) for what an exercise file may not do
+(:mod:`annotated_transformer.grading.source_rules`); a file that breaks a rule is never
+imported, and the tests that need it are ``forbidden``. While a probe of an exercise runs,
+the ops in the test file's ``FORBIDDEN_OPS`` for it are refused at PyTorch's dispatch level.
+
+Every test starts from the seed ``--grade-seed`` (0 unless given), here and in the
+worker; the grader draws a fresh one per run and reports it, so the random inputs change
+and a hard-coded answer fails.
 """
 
 from __future__ import annotations
 
+import ast
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from functools import cache
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
-from annotated_transformer import forbidden, parts
-from annotated_transformer.parts import Parts, chapter_files, has_reference, load_chapter, use_parts
+from annotated_transformer.grading.layout import EXERCISES_DIR, chapter_test_files
+from annotated_transformer.grading.sandbox import ForbiddenCall, Learner, WorkerPool
+from annotated_transformer.parts import has_reference
 
-# The course's own sources: they may load the reference, a learner's file may not.
-TRUSTED_SOURCES = {"solutions", *getattr(parts, "NAMED", {})}
-
-
-class ExerciseImportError(RuntimeError):
-    """The learner's chapter file could not be imported."""
-
-
-class ForbiddenCall(RuntimeError):
-    """The exercise's code uses the PyTorch op it asks the learner to write, or the
-    learner's file reaches the reference solutions."""
-
-
-def _check_forbidden(request: pytest.FixtureRequest, module: ModuleType, chapter: int) -> None:
-    marker = request.node.get_closest_marker("grade")
-    exercise = marker.args[0] if marker else None
-    rules = getattr(request.module, "FORBIDDEN", {}).get(exercise)
-    path = getattr(module, "__file__", None)
-    try:
-        solution = chapter_files("solutions").get(chapter)
-    except ModuleNotFoundError:  # a release without the reference: nothing to compare with
-        solution = None
-    if rules and path and solution:
-        message = forbidden.check(Path(path), solution, exercise, rules)
-        if message:
-            raise ForbiddenCall(message)
-
-
-def _check_reference(request: pytest.FixtureRequest, spec: str, module: ModuleType,
-                     chapter: int) -> None:
-    """No learner file may reach the reference: the chapter's own, and for a test that
-    assembles every chapter from the source (the capstone), each of them."""
-    files = {chapter: Path(module.__file__)} if getattr(module, "__file__", None) else {}
-    if "impl_source" in request.fixturenames:
-        files |= dict(chapter_files(spec))
-    for number, path in sorted(files.items()):
-        message = forbidden.check_reference(path, number)
-        if message:
-            raise ForbiddenCall(message)
+TRUSTED = ("solutions",)  # the course's own sources; variants are trusted too
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -70,8 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--impl",
         default="solutions" if has_reference() else "exercises",
         help="comma-separated sources to grade: solutions (default; exercises in a "
-        "student release), exercises, "
-        "a folder of chNN_*.py files, or variants",
+        "student release), exercises, a folder of chNN_*.py files, or variants",
     )
     parser.addoption(
         "--grade-seed",
@@ -80,10 +55,75 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the seed every test starts from, so the random inputs change with it "
         "(default 0; the grader draws a fresh one per run and reports it)",
     )
+    parser.addoption(
+        "--grade-user",
+        default=None,
+        help="run the code under test as this user (e.g. nobody; the grader must run as "
+        "root): the course and the reports are then read-only to it",
+    )
+    parser.addoption(
+        "--grade-call-timeout",
+        type=float,
+        default=50.0,
+        help="seconds one call of the code under test may take (a test's own "
+        "pytest.mark.timeout, when longer, raises it)",
+    )
+
+
+def _learner_dir(spec: str) -> Path | None:
+    """The folder of a learner's source, None for the course's own code."""
+    if spec in TRUSTED or spec.startswith("variant:"):
+        return None
+    return (EXERCISES_DIR if spec == "exercises" else Path(spec)).resolve()
+
+
+@cache
+def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
+    """``{chapter: FORBIDDEN}`` read from the graded test files (without importing them)."""
+    found: dict[int, Mapping[str, tuple[str, ...]]] = {}
+    for chapter, path in chapter_test_files().items():
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == "FORBIDDEN"):
+                found[chapter] = ast.literal_eval(node.value)
+    return found
+
+
+@cache
+def _violations(spec: str) -> Mapping[int | None, list]:
+    from annotated_transformer.grading import source_rules
+
+    folder = _learner_dir(spec)
+    assert folder is not None
+    if not folder.is_dir():
+        raise pytest.UsageError(f"--impl {spec}: no such folder")
+    return source_rules.check_folder(folder, _forbidden_names())
+
+
+def _blocked(spec: str) -> Mapping[int, str]:
+    """Chapter files that break a rule for every exercise: never imported in the worker."""
+    blocked: dict[int, str] = {}
+    for chapter, found in _violations(spec).items():
+        general = [v for v in found if v.exercise is None]
+        if chapter is not None and general:
+            blocked[chapter] = _say(general[0])
+    return blocked
+
+
+def _say(violation) -> str:
+    return f"{Path(violation.path).name}, line {violation.line}: {violation.message}"
+
+
+@pytest.fixture(scope="session")
+def _workers(request: pytest.FixtureRequest) -> Iterator[WorkerPool]:
+    pool = WorkerPool(_learner_dir, _blocked, user=request.config.getoption("--grade-user"))
+    yield pool
+    pool.close()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "impl" not in metafunc.fixturenames:
+    if "learner" not in metafunc.fixturenames:
         return
     chapter = metafunc.module.CHAPTER
     marker = metafunc.definition.get_closest_marker("grade")
@@ -98,38 +138,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         elif spec:
             specs.append(spec)
     ids = [Path(s).name if s not in ("solutions", "exercises") and "/" in s else s for s in specs]
-    metafunc.parametrize("impl", specs, ids=ids, indirect=True)
+    metafunc.parametrize("learner", specs, ids=ids, indirect=True)
 
 
 @pytest.fixture
-def impl(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
-    """The module of the chapter under test, from the source chosen by ``--impl``."""
+def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
+    """The code under test of the test's chapter, from the source chosen by ``--impl``."""
     spec: str = request.param
     chapter: int = request.module.CHAPTER
-    try:
-        if spec.startswith("variant:"):
-            import variants
-
-            module = variants.load(chapter, spec.removeprefix("variant:"))
-        else:
-            module = load_chapter(spec, chapter)
-    except Exception as error:  # a learner's file can fail in any way
-        raise ExerciseImportError(
-            f"could not import chapter {chapter} from {spec}: {type(error).__name__}: {error}"
-        ) from error
-    if spec not in TRUSTED_SOURCES and not spec.startswith("variant:"):
-        _check_reference(request, spec, module, chapter)
-    if not spec.startswith("variant:"):
-        _check_forbidden(request, module, chapter)
-    source = "solutions" if spec.startswith("variant:") else spec
-    with use_parts(Parts("solutions", {chapter: source})):
-        yield module
-
-
-@pytest.fixture
-def impl_source(request: pytest.FixtureRequest) -> str:
-    """The ``--impl`` source of the test (for tests that assemble every chapter from it)."""
-    return request.node.callspec.params["impl"]
+    marker = request.node.get_closest_marker("grade")
+    exercise = marker.args[0] if marker else None
+    if _learner_dir(spec) is not None:
+        found = _violations(spec)
+        own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
+        if own:
+            raise ForbiddenCall(_say(own[0]))
+    timeout = request.config.getoption("--grade-call-timeout")
+    limit = request.node.get_closest_marker("timeout")
+    if limit and limit.args:
+        timeout = max(timeout, float(limit.args[0]) - 10)
+    return Learner(_workers, spec, chapter, exercise,
+                   tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
+                   request.config.getoption("--grade-seed"), timeout)
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,12 @@ so the workflow changes whenever a test's points or an exercise do; ``tests/test
 fails on a stale file. The workflow grades once, then gives each exercise step its points
 when every test of that exercise passed: GitHub Classroom's command grader is all or nothing
 per step, so an exercise's partial credit shows in the job summary but not in Classroom.
+
+The workflow removes the reference from the course's checkout before installing it, runs
+the grader as root (its worker runs the learner's code as the user ``nobody``), writes the
+reports under ``$RUNNER_TEMP/grade`` (outside the submission), and marks them ``ok`` only
+when the grader exited normally: an exercise step reads the report only with that mark, so
+a grader that crashed gives 0 points to every exercise.
 """
 
 from __future__ import annotations
@@ -23,7 +29,11 @@ from annotated_transformer.grading.layout import ROOT
 WORKFLOW = ROOT / ".github" / "workflows" / "classroom.yml"
 COMMAND_GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
-REPORT = "../grade.json"  # relative to the course's checkout, where the grader runs
+# Outside the submission. The command grader passes its command almost no environment
+# (not RUNNER_TEMP), so its steps name the folder with the runner context instead.
+REPORTS = "${{ runner.temp }}/grade"
+REPORT = f"{REPORTS}/grade.json"
+DONE = f"{REPORTS}/ok"  # written last by the grading step, only when the grader exited 0
 
 HEADER = """\
 # GitHub Classroom autograding: one step per exercise, worth that exercise's points.
@@ -33,10 +43,12 @@ HEADER = """\
 #
 # The course's own tests and grader, from COURSE_REPO at COURSE_REF, grade the learner's
 # exercises/: nothing else of the learner's repository is used (changes to its tests or
-# grader are named in the report as tampered). Pin COURSE_REF (a repository
-# or organization variable) to the tag or commit the assignment was made from. One grading
-# run writes grade.json; each exercise step then gives its points when every test of the
-# exercise passed (all or nothing per exercise: the partial credit is in the job summary).
+# grader are named in the report as tampered, and so is this workflow file when it is not
+# the course's). Pin COURSE_REF (a repository or organization variable) to the tag or
+# commit the assignment was made from. One grading run writes grade.json outside the
+# repository ($RUNNER_TEMP/grade) and marks it ok when the grader finished; each exercise
+# step then gives its points when that report says every test of the exercise passed (all
+# or nothing per exercise: the partial credit is in the job summary).
 name: Autograding Tests
 "on":
   - push
@@ -69,6 +81,13 @@ jobs:
           ref: ${{ env.COURSE_REF }}
           path: .course
           token: ${{ secrets.COURSE_TOKEN || github.token }}
+      # Grading needs the tests and the grader, never the answers: with the reference
+      # solutions (and the fast parts and graded variants built from them) gone from the
+      # disk, learner code that got past every other check still finds no answer to copy.
+      - name: Remove the reference from the course's checkout
+        run: |
+          rm -rf .course/solutions/ .course/annotated_transformer/fast_parts/ \\
+            .course/tests/variants/
       - uses: actions/setup-python@v5
         with:
           python-version: "3.11"
@@ -77,14 +96,34 @@ jobs:
       - name: Install the course (CPU build of PyTorch)
         working-directory: .course
         run: pip install -r requirements.txt -e .
+      # The reports go to $RUNNER_TEMP/grade (a grade.* committed in the repository is never
+      # read): written under partial/, moved into place and marked ok only when the grader
+      # exited 0. The grader runs as root because its sandboxed worker runs the learner's
+      # code as the unprivileged user nobody, which can then write neither the course nor
+      # the reports.
       - name: Grade exercises/ with the course's tests (once, for every step below)
+        id: grade
         working-directory: .course
         continue-on-error: true
+        shell: bash
         run: |
-          python -m annotated_transformer.grade --impl ../exercises \\
+          mkdir -m 700 "$RUNNER_TEMP/grade" "$RUNNER_TEMP/grade/partial"
+          sudo -E env "PATH=$PATH" python -m annotated_transformer.grade --impl ../exercises \\
             --verify-manifest tests/grading_manifest.json --submission-root .. \\
-            --json ../grade.json --markdown ../grade.md
-          cat ../grade.md >> "$GITHUB_STEP_SUMMARY"
+            --workflow-file ../.github/workflows/classroom.yml \\
+            --json "$RUNNER_TEMP/grade/partial/grade.json" \\
+            --markdown "$RUNNER_TEMP/grade/partial/grade.md"
+          mv "$RUNNER_TEMP/grade/partial/grade.json" "$RUNNER_TEMP/grade/partial/grade.md" \\
+            "$RUNNER_TEMP/grade/"
+          touch "$RUNNER_TEMP/grade/ok"
+      - name: Write the table to the job summary
+        if: steps.grade.outcome == 'success'
+        run: cat "$RUNNER_TEMP/grade/grade.md" >> "$GITHUB_STEP_SUMMARY"
+      - name: No grade when the grader did not finish
+        if: steps.grade.outcome != 'success'
+        run: |
+          echo "### No grade: the grader did not finish (0 points)" >> "$GITHUB_STEP_SUMMARY"
+          echo "::error title=Grade::the grader did not finish: no report, 0 points"
 """
 
 
@@ -94,8 +133,10 @@ def step_id(exercise: str) -> str:
 
 
 def exercise_command(exercise: str) -> str:
-    return (f"cd .course && python -m annotated_transformer.grade --from-report {REPORT} "
-            f"--exercise {exercise} --fail-under 100")
+    """The step's command: no points without the grading run's ``ok`` mark, else the
+    exercise's verdict from its report."""
+    return (f'test -f "{DONE}" && cd .course && python -m annotated_transformer.grade '
+            f'--from-report "{REPORT}" --exercise {exercise} --fail-under 100')
 
 
 def _quoted(text: str) -> str:

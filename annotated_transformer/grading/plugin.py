@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from annotated_transformer.grading.layout import PACKAGE_DIR, TESTS_DIR
+
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
 
 OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped")
@@ -23,8 +24,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grade-report", default=None, help="write the graded outcomes as JSON here")
 
 
+MESSAGE_LIMIT = 2000  # characters of a message kept in a report
+NOT_RUN = ("this test did not run: the grading run ended before it (a crash, a timeout of the "
+           "whole run, or an interruption); it counts 0 points")
+
+
+def cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [... cut: {len(text) - limit:,} characters]"
+
+
 def _first_message(error: BaseException) -> str:
-    text = str(error)
+    try:
+        text = cut(str(error), 20 * MESSAGE_LIMIT)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return f"<a {type(error).__name__} whose message cannot be printed>"
     # pytest appends its own rendering of the failed expression after the message.
     text = text.split("\nassert ")[0].strip()
     if text.startswith("DID NOT RAISE"):
@@ -53,6 +69,10 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
         return "not implemented", message
     if excinfo.typename == "ForbiddenCall":
         return "forbidden", message
+    if excinfo.typename == "WorkerTimeout":
+        return "timeout", message
+    if excinfo.typename in ("LearnerRaised", "WorkerCrashed"):
+        return "error", message
     if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):
         if message.startswith("Timeout"):
             return "timeout", message
@@ -65,6 +85,12 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
     where = _learner_location(excinfo)
     suffix = f" (at {where})" if where else ""
     return "error", f"{type(error).__name__}: {message}{suffix}"
+
+
+def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, str]:
+    """:func:`classify`, with the message cut to :data:`MESSAGE_LIMIT` characters."""
+    outcome, message = classify(excinfo)
+    return outcome, cut(message)
 
 
 def _impl_of(item: pytest.Item) -> str | None:
@@ -89,10 +115,14 @@ class GradeRecorder:
         for item in items:
             key = self._function_key(item)
             self.cases[key] = self.cases.get(key, 0) + 1
-        if config.option.collectonly:  # the points on offer, nothing run
-            for item in items:
-                if item.get_closest_marker("grade") is not None:
-                    self._record(item, "collected", "")
+        # Every graded test is in the report from the start, as not run: a run cut short
+        # (a crash, pytest.exit, a kill) leaves them there with 0 points, never absent.
+        collected = config.option.collectonly
+        for item in items:
+            if item.get_closest_marker("grade") is not None:
+                self._record(item, "collected" if collected else "error",
+                             "" if collected else NOT_RUN)
+        self._write()
 
     def _record(self, item: pytest.Item, outcome: str, message: str) -> None:
         marker = item.get_closest_marker("grade")
@@ -116,9 +146,10 @@ class GradeRecorder:
         if item.get_closest_marker("grade") is None:
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            outcome_name, message = classify(call.excinfo if report.failed or report.skipped
-                                             else None)
+            outcome_name, message = _classify(call.excinfo if report.failed or report.skipped
+                                              else None)
             self._record(item, outcome_name, message)
+            self._write()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -128,8 +159,14 @@ class GradeRecorder:
                 "message": f"the tests could not be collected: {report.longreprtext[-600:]}",
             }
 
+    def _write(self) -> None:
+        """The report as it stands (written anew after every test)."""
+        temporary = Path(f"{self.path}.part")
+        temporary.write_text(json.dumps(list(self.records.values()), indent=1, default=str))
+        temporary.replace(self.path)
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        Path(self.path).write_text(json.dumps(list(self.records.values()), indent=1, default=str))
+        self._write()
 
 
 def pytest_configure(config: pytest.Config) -> None:

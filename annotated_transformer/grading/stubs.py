@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from annotated_transformer.grading.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
+
 CHAPTER_FILE = re.compile(r"^ch\d\d_\w+\.py$")
 BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION (?P<id>\d+\.\d+)\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")

@@ -1,0 +1,65 @@
+"""The messages between the trusted grader and the worker that runs a learner's code.
+
+A message is a length-prefixed frame holding ``torch.save`` of plain data: tensors,
+numbers, strings, ``None``, lists, tuples and dicts of them, dtypes and sizes. Both
+sides read frames with ``torch.load(weights_only=True)``, which builds only those types,
+so a frame from a hostile worker can carry wrong numbers but never run code in the
+grader. A frame larger than :data:`MAX_FRAME` is refused.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from typing import Any, BinaryIO
+
+import torch
+
+MAX_FRAME = 256 * 2**20  # bytes: a trained capstone model is well under 1 MiB
+HEADER = struct.Struct(">Q")
+
+
+class ProtocolError(RuntimeError):
+    """A frame that is not a well-formed message (the worker died or misbehaved)."""
+
+
+def encode(message: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    return buffer.getvalue()
+
+
+def decode(data: bytes) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as error:  # noqa: BLE001 - any malformed frame is the same failure
+        raise ProtocolError(f"a message that is not plain data: {type(error).__name__}: "
+                            f"{str(error)[:300]}") from None
+
+
+def write_frame(stream: BinaryIO, message: Any) -> None:
+    data = encode(message)
+    if len(data) > MAX_FRAME:
+        raise ProtocolError(f"a message of {len(data):,} bytes (at most {MAX_FRAME:,})")
+    stream.write(HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 2**20))
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> Any:
+    """One message from the file descriptor ``fd`` (blocking)."""
+    (size,) = HEADER.unpack(_read_exactly(fd, HEADER.size))
+    if size > MAX_FRAME:
+        raise ProtocolError(f"a message of {size:,} bytes announced (at most {MAX_FRAME:,})")
+    return decode(_read_exactly(fd, size))
