@@ -1,23 +1,36 @@
-"""The GitHub Actions workflows are valid: they cannot run here, so their structure is checked."""
+"""The GitHub Actions workflows are valid: they cannot run here, so their structure is checked,
+and the grading step's shell script is run with a stand-in for the grader. The reports they
+read are checked here too: bounded messages, and the workflow file named in each."""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import posixpath
 import re
 import shlex
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
 
-from annotated_transformer.grading import classroom, grade
+from annotated_transformer.grading import classroom, grade, release
 
 WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / ".github/workflows"
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))
-GRADE = "python -m annotated_transformer.grade"
+GRADE = ["python", "-m", "annotated_transformer.grade"]
+AS_ROOT = ["sudo", "-E", "env", "PATH=$PATH"]  # the grader as root, with the runner's Python
 COURSE_REPO = "transformer-course/annotated-transformer"
+REPORTS = "$RUNNER_TEMP/grade"  # outside the submission
+PARTIAL = f"{REPORTS}/partial"  # where the grader writes, before the step moves them
+DONE = f"{REPORTS}/ok"  # written last, only when the grader exited 0
+SUCCEEDED = "steps.grade.outcome == 'success'"
+FAILED = "steps.grade.outcome != 'success'"
 
 
 def load(name: str) -> dict:
@@ -63,18 +76,43 @@ def test_pages_workflow_publishes_the_built_book():
 # ---------------------------------------------------------------- shared by both grading workflows
 
 
-def grade_commands(step: dict) -> list[tuple[str, list[str]]]:
-    """``(working directory, grader arguments)`` of every grader command in a step."""
-    text = step.get("run") or step.get("with", {}).get("command") or ""
+class Command(NamedTuple):
+    """A grader command of a step: where it runs, its arguments, and whether as root."""
+
+    workdir: str
+    args: list[str]
+    as_root: bool
+
+
+def canonical(text: str) -> str:
+    """The runner's temporary folder named one way: ``${{ runner.temp }}`` as ``$RUNNER_TEMP``
+    (the command grader's steps get no environment, so they use the expression)."""
+    return re.sub(r"\$\{\{\s*runner\.temp\s*\}\}", "$RUNNER_TEMP", text)
+
+
+def step_script(step: dict) -> str:
+    """The shell text of a step: its ``run``, or a command grader's ``command``."""
+    return canonical(step.get("run") or step.get("with", {}).get("command") or "")
+
+
+def step_text(step: dict) -> str:
+    """Everything a step names: its script and its inputs (an upload's paths)."""
+    return canonical(" ".join([step.get("run") or "", *map(str, step.get("with", {}).values())]))
+
+
+def grade_commands(step: dict) -> list[Command]:
+    """Every grader command in a step."""
     found = []
-    for line in text.replace("\\\n", " ").splitlines():
+    for line in step_script(step).replace("\\\n", " ").splitlines():
         workdir = step.get("working-directory", ".")
         for command in re.split(r"&&|;|\|\|", line):
             words = shlex.split(command)
+            as_root = words[:len(AS_ROOT)] == AS_ROOT
+            words = words[len(AS_ROOT):] if as_root else words
             if len(words) == 2 and words[0] == "cd":
                 workdir = posixpath.normpath(posixpath.join(workdir, words[1]))
-            elif command.strip().startswith(GRADE):
-                found.append((workdir, words[3:]))
+            elif words[:len(GRADE)] == GRADE:
+                found.append(Command(workdir, words[len(GRADE):], as_root))
     return found
 
 
@@ -86,8 +124,122 @@ def parse_grade_args(arguments: list[str]):
         raise AssertionError(f"the grader rejects {arguments}") from exit_
 
 
-def check_course_checkout(workflow: dict, job: dict) -> list[str]:
-    """The course's tests and grader come from COURSE_REPO at COURSE_REF, into .course."""
+def report_path(workdir: str, path) -> str:
+    """A report's path as the workflow names it: under ``$RUNNER_TEMP``, or from the
+    workspace (the submission's checkout)."""
+    path = canonical(str(path))
+    if path.startswith("$RUNNER_TEMP"):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(workdir, path))
+
+
+def placed(path: str) -> str:
+    """Where the grading step moves a report that the grader wrote under ``partial/``."""
+    return path.replace(f"{PARTIAL}/", f"{REPORTS}/")
+
+
+def grading_run(steps: list[dict]) -> tuple[dict, Command] | None:
+    """The step that grades and its grader command, when there is exactly one."""
+    runs = [(s, c) for s in steps for c in grade_commands(s)
+            if not parse_grade_args(c.args).from_report]
+    return runs[0] if len(runs) == 1 else None
+
+
+def written_reports(steps: list[dict]) -> dict[str, str]:
+    """``{"json" | "junit" | "markdown": path}``: where the grading step leaves its reports."""
+    found = grading_run(steps)
+    if found is None:
+        return {}
+    args = parse_grade_args(found[1].args)
+    return {kind: placed(report_path(found[1].workdir, getattr(args, kind)))
+            for kind in ("json", "junit", "markdown") if getattr(args, kind)}
+
+
+def check_reference_removed(steps: list[dict]) -> list[str]:
+    """The course's checkout loses what a release leaves out (the answers) before it is
+    installed."""
+    wanted = {f".course/{path.rstrip('/')}" for path in release.ANSWERS}
+    for index, step in enumerate(steps):
+        words = shlex.split(step_script(step).replace("\\\n", " "))
+        if words[:2] == ["rm", "-rf"] and {w.rstrip("/") for w in words[2:]} == wanted:
+            course = next((i for i, s in enumerate(steps)
+                           if s.get("with", {}).get("path") == ".course"), len(steps))
+            install = next((i for i, s in enumerate(steps) if s.get("run", "").startswith(
+                "pip install")), -1)
+            if not course < index < install:
+                return ["the reference is not removed between the course's checkout and its "
+                        "installation"]
+            return []
+    return [f"no step removes the reference ({', '.join(sorted(wanted))}) from the course"]
+
+
+def check_grading_step(steps: list[dict], workflow_name: str) -> list[str]:
+    """One grading run, as root, of ../exercises from .course, writing its reports under
+    $RUNNER_TEMP/grade/partial, which the step moves into place and marks ok last."""
+    found = grading_run(steps)
+    if found is None:
+        return ["expected one grading run"]
+    step, command = found
+    args = parse_grade_args(command.args)
+    problems = []
+    if step.get("id") != "grade":
+        problems.append("the grading step's id is not 'grade' (later steps check it)")
+    if not command.as_root:
+        problems.append(f"the grader does not run as root ({' '.join(AS_ROOT)})")
+    if command.workdir != ".course" or args.impl != "../exercises":
+        problems.append("the grading run does not grade ../exercises from .course")
+    if not args.json:
+        problems.append("the grading run writes no JSON report")
+    if str(args.verify_manifest) != "tests/grading_manifest.json" \
+            or str(args.submission_root) != "..":
+        problems.append("the grading run does not check the submission against the "
+                        "course's manifest")
+    if str(args.workflow_file) != f"../.github/workflows/{workflow_name}":
+        problems.append(f"the grading run does not pass --workflow-file "
+                        f"../.github/workflows/{workflow_name}")
+    written = [report_path(command.workdir, getattr(args, kind))
+               for kind in ("json", "junit", "markdown") if getattr(args, kind)]
+    if any(posixpath.dirname(path) != PARTIAL for path in written):
+        problems.append(f"the grader does not write its reports under {PARTIAL}: {written}")
+    script = step_script(step).replace("\\\n", " ")
+    moves = [shlex.split(line) for line in script.splitlines() if line.strip().startswith("mv")]
+    if not any(set(m[1:-1]) == set(written) and m[-1].rstrip("/") == REPORTS for m in moves):
+        problems.append(f"the grading step does not move {written} into {REPORTS}")
+    if [line.strip() for line in script.splitlines() if line.strip()][-1:] != [
+            f'touch "{DONE}"']:
+        problems.append(f"the grading step does not end by writing {DONE}")
+    if step.get("shell") != "bash":
+        problems.append("the grading step does not run with bash -eo pipefail (shell: bash)")
+    return problems
+
+
+def check_reports_read(steps: list[dict]) -> list[str]:
+    """No report in the workspace is read or written (a committed grade.* stays unread); a
+    step after grading reads the reports only when the grading step succeeded; and one says
+    so when it did not."""
+    problems = []
+    for step in steps:
+        for name in re.findall(r"[^\s\"']*grade\.(?:json|xml|md)\b", step_text(step)):
+            if not name.startswith(f"{REPORTS}/"):
+                problems.append(f"step {step.get('name')!r} names {name}, not a report under "
+                                f"{REPORTS}")
+    found = grading_run(steps)
+    later = steps[steps.index(found[0]) + 1:] if found else []
+    for step in later:
+        reads = REPORTS in step_text(step)
+        guarded = SUCCEEDED in str(step.get("if", "")) or step_script(step).startswith(
+            f'test -f "{DONE}" && ')
+        if reads and not guarded:
+            problems.append(f"step {step.get('name')!r} reads the reports without checking "
+                            f"that the grading step succeeded ({SUCCEEDED} or {DONE})")
+    if not any(FAILED in str(s.get("if", "")) for s in later):
+        problems.append("no step says that there is no grade when the grader did not finish")
+    return problems
+
+
+def check_course_checkout(workflow: dict, job: dict, workflow_name: str) -> list[str]:
+    """The course's tests and grader come from COURSE_REPO at COURSE_REF, into .course,
+    without the reference; one grading run, whose reports are read only when it succeeded."""
     problems = []
     env = workflow.get("env", {})
     if env.get("PIP_EXTRA_INDEX_URL") != "https://download.pytorch.org/whl/cpu":
@@ -113,26 +265,18 @@ def check_course_checkout(workflow: dict, job: dict) -> list[str]:
         problems.append("the course is not installed from .course")
     elif python and steps.index(install[0]) < steps.index(python[0]):
         problems.append("the course is installed before Python is set up")
-    grading = [(workdir, args) for s in steps for workdir, args in grade_commands(s)
-               if not parse_grade_args(args).from_report]
-    if len(grading) != 1:
-        problems.append(f"expected one grading run, found {len(grading)}")
-    else:
-        workdir, args = grading[0]
-        parsed = parse_grade_args(args)
-        if workdir != ".course" or parsed.impl != "../exercises":
-            problems.append("the grading run does not grade ../exercises from .course")
-        if not parsed.json:
-            problems.append("the grading run writes no JSON report")
-        if str(parsed.verify_manifest) != "tests/grading_manifest.json" \
-                or str(parsed.submission_root) != "..":
-            problems.append("the grading run does not check the submission against the "
-                            "course's manifest")
+    problems += check_reference_removed(steps)
+    problems += check_grading_step(steps, workflow_name)
+    problems += check_reports_read(steps)
     return problems
 
 
-def report_path(workdir: str, path) -> str:
-    return posixpath.normpath(posixpath.join(workdir, str(path)))
+def grading_step(workflow: dict) -> dict:
+    """The grading step of a workflow's only job."""
+    (job,) = workflow["jobs"].values()
+    found = grading_run(job["steps"])
+    assert found is not None, "no grading run"
+    return found[0]
 
 
 # ---------------------------------------------------------------- grade.yml (forks, copies)
@@ -149,27 +293,24 @@ def check_grade_workflow(workflow: dict) -> list[str]:
         return problems + ["grade.yml has no job 'grade'"]
     if COURSE_REPO not in job.get("if", ""):
         problems.append("grade.yml also runs in the course's own repository")
-    problems += check_course_checkout(workflow, job)
+    problems += check_course_checkout(workflow, job, "grade.yml")
     steps = job["steps"]
-    commands = [(w, parse_grade_args(a)) for s in steps for w, a in grade_commands(s)]
-    runs = [(w, a) for w, a in commands if not a.from_report]
-    if runs:
-        workdir, args = runs[0]
-        written = {kind: report_path(workdir, getattr(args, kind))
-                   for kind in ("json", "junit", "markdown") if getattr(args, kind)}
-        if set(written) != {"json", "junit", "markdown"}:
-            problems.append(f"the grading run writes only {sorted(written)}")
-        summary = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
-        if not summary or written.get("markdown", "?") not in summary[0]["run"] \
-                or summary[0].get("if") != "always()":
-            problems.append("the Markdown table does not reach the job summary")
-        upload = [s for s in steps if s.get("uses") == "actions/upload-artifact@v4"]
-        paths = upload[0]["with"]["path"].split() if upload else []
-        if not upload or not {written.get("json"), written.get("junit")} <= set(paths):
-            problems.append("the JSON and JUnit reports are not uploaded as an artifact")
-        scores = [a for _, a in commands if a.from_report and a.score]
-        if not scores or report_path(".course", scores[0].from_report) != written.get("json"):
-            problems.append("no step shows the score from the JSON report")
+    written = written_reports(steps)
+    if set(written) != {"json", "junit", "markdown"}:
+        problems.append(f"the grading run writes only {sorted(written)}")
+    summary = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")
+               and SUCCEEDED in str(s.get("if", ""))]
+    if not summary or written.get("markdown", "?") not in canonical(summary[0]["run"]):
+        problems.append("the Markdown table does not reach the job summary")
+    upload = [s for s in steps if s.get("uses") == "actions/upload-artifact@v4"]
+    paths = canonical(upload[0]["with"]["path"]).split() if upload else []
+    if not upload or set(paths) != set(written.values()):
+        problems.append("the three reports are not uploaded as an artifact")
+    commands = [(c.workdir, parse_grade_args(c.args)) for s in steps for c in grade_commands(s)]
+    scores = [(w, a) for w, a in commands if a.from_report and a.score]
+    if not scores or report_path(*scores[0][0:1], scores[0][1].from_report) != \
+            written.get("json"):
+        problems.append("no step shows the score from the JSON report")
     return problems
 
 
@@ -179,30 +320,57 @@ def test_grade_workflow():
 
 def test_grade_workflow_check_catches_mistakes():
     good = load("grade.yml")
-    steps = good["jobs"]["grade"]["steps"]
-    broken = copy.deepcopy(good)
-    del broken["on" if "on" in broken else True]["pull_request"]
-    assert any("pull_request" in p for p in check_grade_workflow(broken))
-    broken = copy.deepcopy(good)
-    broken["jobs"]["grade"]["steps"] = [s for s in steps if "upload-artifact" not in
-                                        s.get("uses", "")]
-    assert any("artifact" in p for p in check_grade_workflow(broken))
-    broken = copy.deepcopy(good)
-    for step in broken["jobs"]["grade"]["steps"]:
-        if step.get("with", {}).get("repository"):
-            step["with"]["ref"] = "main"
-    assert any("course checkout" in p for p in check_grade_workflow(broken))
-    broken = copy.deepcopy(good)
-    for step in broken["jobs"]["grade"]["steps"]:
-        if "--junit" in step.get("run", ""):
-            step["run"] = step["run"].replace("--junit", "--junit-xml")
+
+    def broken(change) -> list[str]:
+        workflow = copy.deepcopy(good)
+        for step in workflow["jobs"]["grade"]["steps"]:
+            change(step)
+        workflow["jobs"]["grade"]["steps"] = [s for s in workflow["jobs"]["grade"]["steps"]
+                                              if s.get("name") != "drop"]
+        return check_grade_workflow(workflow)
+
+    def replace(old: str, new: str):
+        def change(step):
+            if old in step.get("run", ""):
+                step["run"] = step["run"].replace(old, new)
+        return change
+
+    def drop(predicate):
+        def change(step):
+            if predicate(step):
+                step["name"] = "drop"
+        return change
+
+    workflow = copy.deepcopy(good)
+    del workflow["on" if "on" in workflow else True]["pull_request"]
+    assert any("pull_request" in p for p in check_grade_workflow(workflow))
+    assert any("artifact" in p for p in broken(drop(
+        lambda s: "upload-artifact" in s.get("uses", ""))))
+    assert any("removes the reference" in p for p in broken(drop(
+        lambda s: s.get("run", "").startswith("rm -rf"))))
+    assert any("removes the reference" in p for p in broken(replace(
+        ".course/tests/variants/", "")))
+    assert any("course checkout" in p for p in broken(
+        lambda s: s.get("with", {}).get("repository") and s["with"].update(ref="main")))
     with pytest.raises(AssertionError, match="rejects"):
-        check_grade_workflow(broken)
-    broken = copy.deepcopy(good)
-    for step in broken["jobs"]["grade"]["steps"]:
-        if "--verify-manifest" in step.get("run", ""):
-            step["run"] = step["run"].replace("--verify-manifest", "--json")
-    assert any("manifest" in p for p in check_grade_workflow(broken))
+        broken(replace("--junit", "--junit-xml"))
+    assert any("manifest" in p for p in broken(replace("--verify-manifest", "--json")))
+    assert any("as root" in p for p in broken(replace('sudo -E env "PATH=$PATH" ', "")))
+    assert any("--workflow-file" in p for p in broken(replace(
+        "--workflow-file ../.github/workflows/grade.yml ", "")))
+    # Reports in the submission: a committed grade.json could be what later steps read.
+    problems = broken(replace('"$RUNNER_TEMP/grade/partial/grade.json"', "../grade.json"))
+    assert any("names ../grade.json" in p for p in problems)
+    assert any("under $RUNNER_TEMP/grade/partial" in p for p in problems)
+    assert any("does not end by writing" in p for p in broken(replace(
+        'touch "$RUNNER_TEMP/grade/ok"', "")))
+    assert any("does not move" in p for p in broken(replace("mv ", "cp ")))
+    # A later step that reads the reports whatever became of the grading step.
+    problems = broken(lambda s: s.get("if") == f"always() && {SUCCEEDED}" and s.update(
+        {"if": "always()"}))
+    assert any("without checking that the grading step succeeded" in p for p in problems)
+    assert any("no grade when the grader did not finish" in p for p in broken(drop(
+        lambda s: FAILED in str(s.get("if", "")))))
 
 
 # ---------------------------------------------------------------- classroom.yml (GitHub Classroom)
@@ -219,11 +387,13 @@ def check_classroom_workflow(workflow: dict, rows) -> list[str]:
         return problems + ["no job run-autograding-tests"]
     if "github-classroom[bot]" not in job.get("if", "") or COURSE_REPO not in job.get("if", ""):
         problems.append("the job also runs for Classroom's bot or in the course itself")
-    problems += check_course_checkout(workflow, job)
+    problems += check_course_checkout(workflow, job, "classroom.yml")
     steps = job["steps"]
-    grading = [(w, parse_grade_args(a)) for s in steps for w, a in grade_commands(s)]
-    written = next((report_path(w, a.json) for w, a in grading if not a.from_report and a.json),
-                   None)
+    found = grading_run(steps)
+    if found is not None and not found[0].get("continue-on-error"):
+        problems.append("the grading step stops the job when the grader fails: the reporter "
+                        "would send nothing")
+    written = written_reports(steps).get("json")
     graders = [s for s in steps if s.get("uses", "").startswith(
         "classroom-resources/autograding-command-grader")]
     by_exercise = {}
@@ -238,14 +408,13 @@ def check_classroom_workflow(workflow: dict, rows) -> list[str]:
         if len(commands) != 1:
             problems.append(f"step {step.get('id')}: not one grader command")
             continue
-        workdir, args = commands[0]
-        parsed = parse_grade_args(args)
+        parsed = parse_grade_args(commands[0].args)
         if not parsed.from_report or len(parsed.exercise or []) != 1 \
                 or parsed.fail_under != 100:
             problems.append(f"step {step.get('id')}: not --from-report, one --exercise, "
                             f"--fail-under 100")
             continue
-        if report_path(workdir, parsed.from_report) != written:
+        if report_path(commands[0].workdir, parsed.from_report) != written:
             problems.append(f"step {step.get('id')} reads {parsed.from_report}, not the report "
                             "that the grading run writes")
         exercise = parsed.exercise[0]
@@ -316,8 +485,173 @@ def test_classroom_check_catches_mistakes():
     assert any("<ID>_RESULTS" in p for p in check_classroom_workflow(broken, rows))
     broken = copy.deepcopy(good)
     step = next(s for s in steps(broken) if s.get("id") == "exercise-1-1")
-    step["with"]["command"] = step["with"]["command"].replace("../grade.json", "grade.json")
-    assert any("not the report" in p for p in check_classroom_workflow(broken, rows))
+    step["with"]["command"] = step["with"]["command"].replace(
+        "${{ runner.temp }}/grade/grade.json", "../grade.json")
+    problems = check_classroom_workflow(broken, rows)
+    assert any("not the report" in p for p in problems)
+    assert any("names ../grade.json" in p for p in problems)
+    # An exercise step that reads the report without the grading run's ok mark.
+    broken = copy.deepcopy(good)
+    step = next(s for s in steps(broken) if s.get("id") == "exercise-1-1")
+    step["with"]["command"] = step["with"]["command"].split(" && ", 1)[1]
+    assert any("exercise-1-1" not in p and "without checking" in p
+               for p in check_classroom_workflow(broken, rows))
+    broken = copy.deepcopy(good)
+    grading_step(broken).pop("continue-on-error")
+    assert any("reporter would send nothing" in p for p in check_classroom_workflow(broken, rows))
     # One more exercise than the file has: a new chapter's tests need a regenerated file.
     extra = [*rows, grade.ExerciseResult("9.1", 9, "new", 0, 3, "collected", "")]
     assert "exercise 9.1 has no step" in check_classroom_workflow(good, extra)
+
+
+# ---------------------------------------------------------------- the grading step, run here
+
+# Stands in for `python` in the grading step: copies $FAKE_REPORT to every report path it is
+# given (as a grader that crashed after writing might), then exits with $FAKE_EXIT.
+FAKE_GRADER = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in --json|--junit|--markdown) cp "$FAKE_REPORT" "$2"; shift;; esac
+  shift
+done
+exit "${FAKE_EXIT:-0}"
+"""
+FAKE_SUDO = '#!/bin/sh\n[ "$1" = -E ] && shift\nexec "$@"\n'
+
+
+def run_grading_step(tmp_path: Path, workflow_name: str, exit_code: int) -> tuple[int, Path]:
+    """Run a workflow's grading step in a workspace that holds a committed grade.json, with
+    a grader that exits ``exit_code``; its exit status and the workspace."""
+    workspace, bin_dir, temp = tmp_path / "workspace", tmp_path / "bin", tmp_path / "temp"
+    for folder in (workspace / ".course", bin_dir, temp):
+        folder.mkdir(parents=True)
+    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
+            grade.ExerciseResult("1.2", 1, "second", 0, 9, "failed", "expected 1, got 2")]
+    (tmp_path / "report.json").write_text(json.dumps(grade.report(rows, "../exercises")))
+    committed = [grade.ExerciseResult(r.id, 1, r.title, r.max_points, r.max_points, "passed",
+                                      "") for r in rows]
+    (workspace / "grade.json").write_text(json.dumps(grade.report(committed, "exercises")))
+    for name, text in (("python", FAKE_GRADER), ("sudo", FAKE_SUDO)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    script = tmp_path / "step.sh"
+    script.write_text(grading_step(load(workflow_name))["run"])
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "RUNNER_TEMP": str(temp), "FAKE_REPORT": str(tmp_path / "report.json"),
+           "FAKE_EXIT": str(exit_code)}
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                          cwd=workspace / ".course", env=env, capture_output=True, text=True)
+    return done.returncode, workspace
+
+
+def exercise_step(workspace: Path, temp: Path, exercise: str) -> int:
+    """Run classroom.yml's step for ``exercise`` as the command grader would (a shell, the
+    workspace, no environment but PATH and HOME); its exit status (0: the points)."""
+    steps = load("classroom.yml")["jobs"]["run-autograding-tests"]["steps"]
+    step = next(s for s in steps if s.get("id") == classroom.step_id(exercise))
+    command = re.sub(r"\$\{\{\s*runner\.temp\s*\}\}", str(temp), step["with"]["command"])
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(["sh", "-c", command], cwd=workspace, env=env,
+                          capture_output=True).returncode
+
+
+@pytest.mark.parametrize("workflow_name", ["grade.yml", "classroom.yml"])
+def test_the_reports_are_placed_only_when_the_grader_finished(tmp_path, workflow_name):
+    status, workspace = run_grading_step(tmp_path / "ok", workflow_name, 0)
+    reports = tmp_path / "ok" / "temp" / "grade"
+    assert status == 0 and (reports / "ok").is_file()
+    assert {p.name for p in reports.glob("grade.*")} >= {"grade.json", "grade.md"}
+    for code in (1, 3):  # 1 also: no --fail-under here, so an uncaught exception
+        status, workspace = run_grading_step(tmp_path / str(code), workflow_name, code)
+        reports = tmp_path / str(code) / "temp" / "grade"
+        assert status != 0, "a grader that did not finish fails the grading step"
+        assert not (reports / "ok").exists() and not list(reports.glob("grade.*"))
+
+
+def test_a_classroom_step_gives_points_only_from_a_finished_grading(tmp_path):
+    status, workspace = run_grading_step(tmp_path / "ok", "classroom.yml", 0)
+    temp = tmp_path / "ok" / "temp"
+    assert exercise_step(workspace, temp, "1.1") == 0, "passed: its points"
+    assert exercise_step(workspace, temp, "1.2") != 0, "failed: no points"
+    # A crashed grader: the committed grade.json (full marks) is never read.
+    status, workspace = run_grading_step(tmp_path / "crash", "classroom.yml", 3)
+    temp = tmp_path / "crash" / "temp"
+    assert exercise_step(workspace, temp, "1.1") != 0
+    # Even with the reports written by some other road, no ok mark means no points.
+    (temp / "grade" / "grade.json").write_text((workspace / "grade.json").read_text())
+    assert exercise_step(workspace, temp, "1.1") != 0
+
+
+# ---------------------------------------------------------------- what the reports say
+
+
+def test_a_huge_message_gives_small_reports():
+    message = "x" * 50_000_000 + "\x00\x1b[2J"
+    records = [{"test": "test_a", "exercise": "1.1", "chapter": 1, "title": "first",
+                "points": 7, "impl": "exercises", "outcome": "failed", "message": message}]
+    rows = grade.summarize(records)
+    assert len(rows[0].message) <= grade.MESSAGE_LIMIT and "[... cut: " in rows[0].message
+    junit = grade.format_junit(records, seed=1)
+    data = json.dumps(grade.report(rows, "exercises", seed=1))
+    table = grade.format_table(rows, "exercises", seed=1)
+    markdown = grade.format_markdown(rows, "exercises", seed=1)
+    for text in (junit, data, table, markdown):
+        assert len(text) < 10_000 and "[... cut: " in text
+    from xml.etree import ElementTree as ET
+
+    failure = ET.fromstring(junit.split("?>", 1)[1]).find(".//failure")
+    assert len(failure.get("message")) <= grade.MESSAGE_LIMIT
+    assert "\x1b" not in table and "\x1b" not in markdown
+    assert grade.cut("short") == "short"
+    cut = grade.cut("y" * 5000)
+    assert len(cut) <= grade.MESSAGE_LIMIT
+    kept = cut.index(" [... cut: ")
+    assert cut.endswith(f"[... cut: {5000 - kept} characters]")
+
+
+def test_the_workflow_file_is_named_in_every_report(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "grade.yml").write_text("name: grade\n")
+    same, changed = tmp_path / "same" / "grade.yml", tmp_path / "changed" / "grade.yml"
+    for path, text in ((same, "name: grade\n"), (changed, "name: grade\n# edited\n")):
+        path.parent.mkdir()
+        path.write_text(text)
+    assert not grade.check_workflow(same, course).changed
+    check = grade.check_workflow(changed, course)
+    assert check.changed and check.sha256 != check.course_sha256 is not None
+    link = tmp_path / "link" / "grade.yml"
+    link.parent.mkdir()
+    link.symlink_to(same)
+    assert grade.check_workflow(link, course).sha256 is None, "a link is not followed"
+    assert grade.check_workflow(link, course).changed
+    added = grade.check_workflow(tmp_path / "same" / "grade.yml", tmp_path)
+    assert added.course_sha256 is None and added.changed, "a workflow the course lacks"
+    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", "")]
+    for text in (grade.format_table(rows, "x", workflow=check),
+                 grade.format_markdown(rows, "x", workflow=check),
+                 grade.format_score(rows, workflow=check),
+                 grade.format_junit([], workflow=check)):
+        assert "WORKFLOW CHANGED" in text
+    assert "WORKFLOW CHANGED" not in grade.format_score(
+        rows, workflow=grade.check_workflow(same, course))
+    # The JSON report keeps it, so that the later steps (--from-report) say it too.
+    path = tmp_path / "grade.json"
+    path.write_text(json.dumps(grade.report(rows, "x", workflow=check)))
+    data = json.loads(path.read_text())["workflow"]
+    assert data == {"path": str(changed), "sha256": check.sha256,
+                    "course_sha256": check.course_sha256, "changed": True}
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+                           "--from-report", str(path), "--score"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "WORKFLOW CHANGED" in done.stdout
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+                            "--from-report", str(path), "--workflow-file", str(same)],
+                           capture_output=True, text=True)
+    assert usage.returncode == 2
+
+
+def test_the_course_workflows_are_the_course_s():
+    for path in (WORKFLOWS_DIR / "grade.yml", WORKFLOWS_DIR / "classroom.yml"):
+        check = grade.check_workflow(path)
+        assert not check.changed and check.sha256 == check.course_sha256

@@ -64,8 +64,8 @@ def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= limit:
         return text
-    keep = limit - len(f"\n[... cut: {len(text)} characters]")
-    return f"{text[:keep]}\n[... cut: {len(text) - keep} characters]"
+    keep = limit - len(f" [... cut: {len(text)} characters]")
+    return f"{text[:keep]} [... cut: {len(text) - keep} characters]"
 
 
 def bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
