@@ -2,11 +2,17 @@
 
 Reference values are computed here in float64 straight from the paper's formula,
 never from the implementation under test.
+
+The functions above the tests (``table_of``, ``positional_encoding_output``, ...) are
+*probes*: they run in the grading worker, with ``impl`` the chapter module under test, and
+return plain data. Everything else runs in the grader, which never imports the code under
+test.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -21,6 +27,71 @@ EXERCISES = {
     "1.3": "TokenEmbedding: lookup scaled by sqrt(d_model)",
     "1.4": "relative_position_matrix: a shift is a rotation",
 }
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def table_of(impl, max_len, d_model):
+    return impl.positional_encoding(max_len, d_model)
+
+
+def positional_encoding_output(impl, x, d_model, max_len):
+    return impl.PositionalEncoding(d_model, max_len=max_len)(x)
+
+
+def positional_encoding_eval_and_train(impl, x, d_model, max_len, dropout):
+    module = impl.PositionalEncoding(d_model, max_len=max_len, dropout=dropout)
+    module.eval()
+    evaluated = module(x)
+    module.train()
+    return {"eval": evaluated, "train": module(x)}
+
+
+def positional_encoding_state(impl, d_model, max_len):
+    module = impl.PositionalEncoding(d_model, max_len=max_len)
+    return {"buffers": dict(module.named_buffers()),
+            "parameters": [name for name, _ in module.named_parameters()],
+            "state_dict": list(module.state_dict())}
+
+
+def pe_buffer_after_to(impl):
+    """Where the buffer ``pe`` is after ``.to(float64)``, then after ``.to("meta")`` (the
+    "meta" device stands in for a GPU)."""
+
+    def where(module):
+        pe = getattr(module, "pe", None)
+        return (str(pe.dtype), pe.device.type) if isinstance(pe, torch.Tensor) else (
+            type(pe).__name__, None)
+
+    module = impl.PositionalEncoding(8, max_len=30).to(torch.float64)
+    dtype, _ = where(module)
+    _, device = where(module.to("meta"))
+    return {"dtype": dtype, "device": device}
+
+
+def embedding_output(impl, vocab_size, d_model, tokens):
+    module = impl.TokenEmbedding(vocab_size, d_model).double()
+    return {"output": module(tokens), "state": module.state_dict()}
+
+
+def embedding_structure(impl, tokens):
+    module = impl.TokenEmbedding(9, 6, padding_idx=0)
+    embedding = getattr(module, "embedding", None)
+    if not isinstance(embedding, nn.Embedding):
+        return {"embedding": type(embedding).__name__}
+    return {"embedding": "Embedding", "weight_shape": list(embedding.weight.shape),
+            "padding_idx": embedding.padding_idx, "output": module(tokens)}
+
+
+def embedding_gradient(impl, tokens):
+    module = impl.TokenEmbedding(5, 4)
+    module(tokens).sum().backward()
+    return module.embedding.weight.grad
+
+
+def rotation_of(impl, offset, d_model):
+    return impl.relative_position_matrix(offset, d_model)
 
 
 def reference_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -38,9 +109,9 @@ def reference_table(max_len: int, d_model: int) -> torch.Tensor:
 
 @pytest.mark.grade("1.1", points=3)
 @pytest.mark.parametrize("max_len, d_model", [(1, 2), (10, 6), (50, 64), (128, 512)])
-def test_table_matches_formula(impl, max_len, d_model):
-    pe = assert_tensor(impl.positional_encoding(max_len, d_model), "positional_encoding(...)",
-                       shape=(max_len, d_model), dtype=torch.float32)
+def test_table_matches_formula(learner, max_len, d_model):
+    pe = assert_tensor(learner.run(table_of, max_len=max_len, d_model=d_model),
+                       "positional_encoding(...)", shape=(max_len, d_model), dtype=torch.float32)
     assert_close(pe, reference_table(max_len, d_model), f"PE for max_len={max_len}, "
                  f"d_model={d_model}", atol=2e-5, rtol=0,
                  hint="Is the exponent 2i/d_model (i counts sin/cos pairs)? "
@@ -48,15 +119,16 @@ def test_table_matches_formula(impl, max_len, d_model):
 
 
 @pytest.mark.grade("1.1", points=1)
-def test_long_table_within_float32_rounding(impl):
-    pe = impl.positional_encoding(5000, 128)
+def test_long_table_within_float32_rounding(learner):
+    pe = learner.run(table_of, max_len=5000, d_model=128)
     # float32 angles up to 5000 radians carry rounding of about 5000 * 2**-24 ~ 3e-4.
     assert_close(pe, reference_table(5000, 128), "PE for max_len=5000", atol=2e-3, rtol=0)
 
 
 @pytest.mark.grade("1.1", points=1)
-def test_even_columns_sine_odd_columns_cosine(impl):
-    pe = impl.positional_encoding(20, 8)
+def test_even_columns_sine_odd_columns_cosine(learner):
+    pe = assert_tensor(learner.run(table_of, max_len=20, d_model=8), "positional_encoding(20, 8)",
+                       shape=(20, 8))
     assert_close(pe[0], torch.tensor([0.0, 1.0] * 4), "PE[0] (position 0)",
                  hint="At position 0 every sine is 0 and every cosine is 1: "
                  "even columns (0, 2, ...) take the sine, odd columns the cosine.")
@@ -66,71 +138,78 @@ def test_even_columns_sine_odd_columns_cosine(impl):
 
 
 @pytest.mark.grade("1.1", points=1)
-def test_values_bounded(impl):
-    pe = impl.positional_encoding(300, 32)
+def test_values_bounded(learner):
+    pe = assert_tensor(learner.run(table_of, max_len=300, d_model=32),
+                       "positional_encoding(300, 32)", shape=(300, 32))
     assert pe.abs().max() <= 1.0 + 1e-6, "every entry of PE is a sine or a cosine, so |PE| <= 1"
 
 
 @pytest.mark.grade("1.1", points=1)
 @pytest.mark.parametrize("d_model", [7, 0, -4])
-def test_rejects_bad_d_model(impl, d_model):
-    with pytest.raises(ValueError, match="d_model") as info:
-        impl.positional_encoding(10, d_model)
-    assert str(d_model) in str(info.value), "the error should say which d_model it received"
+def test_rejects_bad_d_model(learner, d_model):
+    message = learner.raises("ValueError", table_of, max_len=10, d_model=d_model)
+    assert re.search("d_model", message), (
+        f"the ValueError for d_model={d_model} should name d_model; it says: {message}")
+    assert str(d_model) in message, "the error should say which d_model it received"
 
 
 # ---------------------------------------------------------------- 1.2 PositionalEncoding
 
 
 @pytest.mark.grade("1.2", points=2)
-def test_adds_table_to_input(impl):
-    module = impl.PositionalEncoding(16, max_len=40)
+def test_adds_table_to_input(learner):
     x = torch.randn(3, 25, 16)
     expected = x.double() + reference_table(25, 16)
-    assert_close(module(x), expected, "PositionalEncoding(x)", atol=1e-5,
+    assert_close(learner.run(positional_encoding_output, x=x, d_model=16, max_len=40), expected,
+                 "PositionalEncoding(x)", atol=1e-5,
                  hint="forward should return x + pe[:L] (L = x.size(1)).")
 
 
 @pytest.mark.grade("1.2", points=2)
-def test_table_is_a_buffer_not_a_parameter(impl):
-    module = impl.PositionalEncoding(8, max_len=30)
-    buffers = dict(module.named_buffers())
+def test_table_is_a_buffer_not_a_parameter(learner):
+    state = learner.run(positional_encoding_state, d_model=8, max_len=30)
+    buffers = state["buffers"]
     assert "pe" in buffers, (
         f"the table should be a buffer named 'pe' (register_buffer); buffers found: {list(buffers)}"
     )
     assert_tensor(buffers["pe"], "the buffer pe", shape=(30, 8))
-    assert not list(module.parameters()), (
+    assert not state["parameters"], (
         "PositionalEncoding should have no parameters: the sinusoid table is fixed, not learned"
     )
-    assert "pe" in module.state_dict(), "pe should be persistent (saved in the state_dict)"
+    assert "pe" in state["state_dict"], "pe should be persistent (saved in the state_dict)"
 
 
 @pytest.mark.grade("1.2", points=1)
-def test_table_moves_with_to(impl):
-    module = impl.PositionalEncoding(8, max_len=30).to(torch.float64)
-    assert module.pe.dtype == torch.float64, "module.to(dtype) should convert the pe buffer"
-    module = module.to("meta")
-    assert module.pe.device.type == "meta", "module.to(device) should move the pe buffer"
+def test_table_moves_with_to(learner):
+    where = learner.run(pe_buffer_after_to)
+    assert where["dtype"] == "torch.float64", (
+        f"module.to(dtype) should convert the pe buffer; after .to(torch.float64) pe is "
+        f"{where['dtype']}")
+    assert where["device"] == "meta", "module.to(device) should move the pe buffer"
 
 
 @pytest.mark.grade("1.2", points=1)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_keeps_input_dtype(impl, dtype):
-    module = impl.PositionalEncoding(8, max_len=30)
-    out = module(torch.zeros(2, 5, 8, dtype=dtype))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_keeps_input_dtype(learner, dtype):
+    out = learner.run(positional_encoding_output, x=torch.zeros(2, 5, 8, dtype=dtype), d_model=8,
+                      max_len=30)
     assert_tensor(out, "PositionalEncoding(x)", shape=(2, 5, 8), dtype=dtype)
+    # Half precision keeps about 3 (float16) or 2 (bfloat16) significant digits.
+    atol = {torch.float16: 1e-3, torch.bfloat16: 8e-3}.get(dtype, 1e-5)
+    assert_close(out, reference_table(5, 8).expand(2, 5, 8), f"PositionalEncoding(x) for x of "
+                 f"zeros in {dtype}", atol=atol, rtol=0,
+                 hint="Convert the table to x's dtype (self.pe[:L].to(x.dtype)) before adding.")
 
 
 @pytest.mark.grade("1.2", points=2)
-def test_dropout_after_the_sum_and_off_in_eval(impl):
-    module = impl.PositionalEncoding(32, max_len=50, dropout=0.5)
+def test_dropout_after_the_sum_and_off_in_eval(learner):
     x = torch.randn(4, 50, 32, dtype=torch.float64)
     total = x + reference_table(50, 32)
-    module.eval()
-    assert_close(module(x), total, "PositionalEncoding(x) in eval mode", atol=1e-5,
+    result = learner.run(positional_encoding_eval_and_train, x=x, d_model=32, max_len=50,
+                         dropout=0.5)
+    assert_close(result["eval"], total, "PositionalEncoding(x) in eval mode", atol=1e-5,
                  hint="Dropout must be off in eval mode: use nn.Dropout.")
-    module.train()
-    out = module(x)
+    out = assert_tensor(result["train"], "PositionalEncoding(x) in train mode", shape=x.shape)
     dropped = out == 0
     assert 0.3 < dropped.double().mean() < 0.7, (
         f"with dropout=0.5 about half the entries should be zeroed in train mode; "
@@ -141,11 +220,9 @@ def test_dropout_after_the_sum_and_off_in_eval(impl):
 
 
 @pytest.mark.grade("1.2", points=1)
-def test_too_long_sequence_names_both_lengths(impl):
-    module = impl.PositionalEncoding(8, max_len=12)
-    with pytest.raises(ValueError) as info:
-        module(torch.zeros(1, 13, 8))
-    message = str(info.value)
+def test_too_long_sequence_names_both_lengths(learner):
+    message = learner.raises("ValueError", positional_encoding_output, x=torch.zeros(1, 13, 8),
+                             d_model=8, max_len=12)
     assert "13" in message and "12" in message, (
         f"the ValueError should name the sequence length (13) and max_len (12); it says {message!r}"
     )
@@ -156,32 +233,36 @@ def test_too_long_sequence_names_both_lengths(impl):
 
 @pytest.mark.grade("1.3", points=2)
 @pytest.mark.parametrize("d_model", [4, 64])
-def test_lookup_scaled_by_sqrt_d_model(impl, d_model):
-    module = impl.TokenEmbedding(11, d_model).double()
+def test_lookup_scaled_by_sqrt_d_model(learner, d_model):
     tokens = torch.randint(0, 11, (3, 7))
-    expected = module.embedding.weight[tokens] * math.sqrt(d_model)
-    assert_close(module(tokens), expected, "TokenEmbedding(tokens)",
+    result = learner.run(embedding_output, vocab_size=11, d_model=d_model, tokens=tokens)
+    weight = result["state"].get("embedding.weight")
+    assert isinstance(weight, torch.Tensor), (
+        "TokenEmbedding should hold its table as self.embedding = nn.Embedding(vocab_size, "
+        f"d_model); its state_dict has {list(result['state'])}")
+    assert_tensor(weight, "embedding.weight", shape=(11, d_model))
+    assert_close(result["output"], weight[tokens] * math.sqrt(d_model), "TokenEmbedding(tokens)",
                  hint="The paper multiplies the embedding by sqrt(d_model).")
 
 
 @pytest.mark.grade("1.3", points=1)
-def test_holds_an_embedding_with_padding_idx(impl):
-    module = impl.TokenEmbedding(9, 6, padding_idx=0)
-    assert isinstance(getattr(module, "embedding", None), nn.Embedding), (
-        "TokenEmbedding should hold its table as self.embedding = nn.Embedding(vocab_size, d_model)"
+def test_holds_an_embedding_with_padding_idx(learner):
+    result = learner.run(embedding_structure, tokens=torch.tensor([[0, 3, 0]]))
+    assert result["embedding"] == "Embedding", (
+        "TokenEmbedding should hold its table as self.embedding = nn.Embedding(vocab_size, "
+        f"d_model); self.embedding is a {result['embedding']}"
     )
-    assert module.embedding.weight.shape == (9, 6), "the table should be [vocab_size, d_model]"
-    assert module.embedding.padding_idx == 0, "pass padding_idx on to nn.Embedding"
-    out = module(torch.tensor([[0, 3, 0]]))
+    assert result["weight_shape"] == [9, 6], "the table should be [vocab_size, d_model]"
+    assert result["padding_idx"] == 0, "pass padding_idx on to nn.Embedding"
+    out = assert_tensor(result["output"], "TokenEmbedding(tokens)", shape=(1, 3, 6))
     assert_close(out[0, 0], torch.zeros(6), "the embedding of the padding token")
 
 
 @pytest.mark.grade("1.3", points=1)
-def test_gradient_reaches_the_table(impl):
-    module = impl.TokenEmbedding(5, 4)
-    module(torch.tensor([[1, 2]])).sum().backward()
-    grad = module.embedding.weight.grad
+def test_gradient_reaches_the_table(learner):
+    grad = learner.run(embedding_gradient, tokens=torch.tensor([[1, 2]]))
     assert grad is not None, "no gradient reached embedding.weight"
+    assert_tensor(grad, "the gradient of embedding.weight", shape=(5, 4))
     assert_close(grad[1], torch.full((4,), 2.0), "the gradient of the used row",
                  hint="d(out)/d(weight) is sqrt(d_model) for each use of a token.")
 
@@ -191,9 +272,9 @@ def test_gradient_reaches_the_table(impl):
 
 @pytest.mark.grade("1.4", points=3)
 @pytest.mark.parametrize("offset", [0, 1, 5, -3, 40])
-def test_shift_is_a_matrix_product(impl, offset):
+def test_shift_is_a_matrix_product(learner, offset):
     d_model, positions = 16, torch.arange(50, 90)
-    m = assert_tensor(impl.relative_position_matrix(offset, d_model),
+    m = assert_tensor(learner.run(rotation_of, offset=offset, d_model=d_model),
                       f"relative_position_matrix({offset}, {d_model})",
                       shape=(d_model, d_model), dtype=torch.float32)
     table = reference_table(200, d_model)
@@ -204,8 +285,9 @@ def test_shift_is_a_matrix_product(impl, offset):
 
 
 @pytest.mark.grade("1.4", points=1)
-def test_matrix_is_block_diagonal_rotation(impl):
-    m = impl.relative_position_matrix(7, 8).double()
+def test_matrix_is_block_diagonal_rotation(learner):
+    m = assert_tensor(learner.run(rotation_of, offset=7, d_model=8),
+                      "relative_position_matrix(7, 8)", shape=(8, 8)).double()
     blocks = torch.block_diag(*[m[i:i + 2, i:i + 2] for i in range(0, 8, 2)])
     assert_close(m, blocks, "relative_position_matrix(7, 8)",
                  hint="M only mixes each sine with its own cosine: zeros outside the 2x2 blocks.")
