@@ -146,7 +146,7 @@ class WorkerProcess:
         if code is None:
             self.close()
             code = self.process.returncode
-        printed = self.output.text().strip().splitlines()[-3:]
+        printed = [line[:100] for line in self.output.text().strip().splitlines()[-3:]]
         tail = f"; its last output: {' | '.join(printed)}" if printed else ""
         how = (f"was killed by signal {-code}" if code is not None and code < 0
                else f"exited with code {code}")
@@ -208,6 +208,8 @@ class Learner:
         if reply.get("ok"):
             return reply.get("value")
         kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
+        if kind == "tampered":  # nothing that worker computes can be trusted any more
+            self.pool.discard(self.source)
         if kind in ("forbidden", "tampered", "blocked"):
             raise ForbiddenCall(message)
         types = [str(t) for t in reply.get("types", [])][:20]
@@ -262,6 +264,12 @@ class WorkerPool:
             worker.close()
             del self.workers[key]
             raise
+
+    def discard(self, source: str) -> None:
+        """Stop the worker of ``source``; the next call starts a fresh one."""
+        worker = self.workers.pop(self._key(source), None)
+        if worker is not None:
+            worker.close()
 
     def close(self) -> None:
         for worker in self.workers.values():

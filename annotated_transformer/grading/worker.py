@@ -150,6 +150,11 @@ class Worker:
             parts.confine(self.learner_dir, {int(c): why for c, why in config["blocked"].items()})
             sys.meta_path.insert(0, _Unreachable(config["unreachable"]))
         self.parts = parts
+        for path in sorted(self.tests_dir.glob("test_ch*.py")):  # the probes' modules, so that
+            try:  # what they import is in the baseline too
+                self.probe(str(path), "CHAPTER")
+            except Exception:  # noqa: BLE001 - a broken test file fails its own tests later
+                self.test_modules.pop(str(path), None)
         self.baseline = public_functions()
 
     def chapter_module(self, source: str, chapter: int) -> tuple[ModuleType, Any]:
@@ -186,14 +191,16 @@ class Worker:
         from annotated_transformer.parts import BlockedChapter, use_parts
 
         probe = self.probe(request["file"], request["function"])
-        torch.set_default_dtype(torch.float32)
-        torch.set_grad_enabled(True)
-        torch.manual_seed(request["seed"])
-        random.seed(request["seed"])
         mode = None
         try:
+            # The chapter module first: whatever its import changes (the default dtype, grad
+            # mode, the random state) is reset before the probe runs.
             module, built = self.chapter_module(request.get("source", self.source),
                                                 request["chapter"])
+            torch.set_default_dtype(torch.float32)
+            torch.set_grad_enabled(True)
+            torch.manual_seed(request["seed"])
+            random.seed(request["seed"])
             with use_parts(built):
                 if request["forbid_ops"]:
                     mode = forbid_ops(request["forbid_ops"], request["exercise"])
@@ -201,7 +208,12 @@ class Worker:
                         value = probe(module, **request["kwargs"])
                 else:
                     value = probe(module, **request["kwargs"])
-            reply: dict[str, Any] = {"ok": True, "value": plain(value)}
+            try:
+                reply: dict[str, Any] = {"ok": True, "value": plain(value)}
+            except TypeError as error:
+                reply = {"ok": False, "kind": "raised", "types": ["TypeError"], "where": "",
+                         "stub": False, "message": f"the result could not be sent back to "
+                                                   f"the grader: {_text(error)}"}
         except BlockedChapter as error:
             reply = {"ok": False, "kind": "blocked", "message": _text(error)}
         except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
@@ -250,17 +262,29 @@ class _Unreachable:
 
 
 def plain(value: Any) -> Any:
-    """``value`` with every tensor detached and on the CPU (what a frame may carry)."""
+    """``value`` as plain data (what a frame may carry): tensors detached, on the CPU and of
+    the base class; numbers, strings, dtypes; lists, tuples and dicts of them. Anything else
+    is a ``TypeError`` naming it."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu").clone()
+        tensor = value.detach().to("cpu")
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        return tensor.clone()
+    if value is None or type(value) in (bool, int, float, complex, str, torch.dtype):
+        return value
+    if type(value) is torch.Size:
+        return tuple(int(n) for n in value)
+    if type(value) is torch.device:
+        return str(value)
     if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
+        return {plain(key): plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(plain(item) for item in value) if type(value) in (list, tuple) \
-            else [plain(item) for item in value]
-    return value
+        items = [plain(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    raise TypeError(f"a {type(value).__name__} is not plain data (tensors, numbers, strings, "
+                    f"lists, tuples and dicts of them)")
 
 
 def main() -> int:
@@ -274,9 +298,9 @@ def main() -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     limit_resources(config["memory_bytes"])
+    worker = Worker(config)  # PyTorch and the tests imported: no learner code has run yet
     if config["user"]:
         drop_privileges(config["user"])
-    worker = Worker(config)
     protocol.write_frame(replies, {"ready": True})
     while True:
         try:

@@ -1,0 +1,277 @@
+"""The worker that runs a learner's code while it is graded, attacked directly.
+
+These tests skip the static rules (the first layer) on purpose: they hand the worker a
+chapter file that breaks them, as a learner who found a way past those rules would, and
+check what still holds: the grader's process is never changed, a crash, an endless loop,
+a flood of output or a huge message costs the test and nothing else, the reference and
+the course's answers are out of reach, and a forbidden op is refused whatever name
+reached it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotated_transformer.grading.sandbox import (
+    OUTPUT_LIMIT,
+    ForbiddenCall,
+    Learner,
+    LearnerNotImplemented,
+    LearnerRaised,
+    WorkerCrashed,
+    WorkerPool,
+    WorkerTimeout,
+)
+
+HOSTILE = '''
+import math
+import os
+import sys
+
+import torch
+
+
+def softmax(x, dim=-1):
+    exp = (x - x.amax(dim, keepdim=True)).exp()
+    return exp / exp.sum(dim, keepdim=True)
+
+
+def exits(x):
+    os._exit(0)
+
+
+def loops(x):
+    while True:
+        pass
+
+
+def floods(x):
+    for _ in range(2000):
+        print("x" * 100_000)
+    return x
+
+
+def huge_message(x):
+    raise ValueError("y" * 50_000_000)
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no")
+
+
+def unprintable(x):
+    raise Unprintable()
+
+
+def recurses(x):
+    return recurses(x)
+
+
+def pytest_exit(x):
+    import pytest
+    pytest.exit("done")
+
+
+def not_plain(x):
+    return object()
+
+
+def stub(x):
+    raise NotImplementedError("Exercise 2.1: softmax is not implemented yet")
+
+
+def torch_not_implemented(x):
+    return torch.ones(2) & torch.ones(2)
+
+
+def reaches_reference(x):
+    import solutions.ch02_attention as reference
+    return reference.softmax(x)
+
+
+def reaches_reference_through_parts(x):
+    from annotated_transformer.parts import Parts
+    return Parts("solutions").module(2).__file__
+
+
+def uses_torch_softmax(x):
+    return torch.softmax(x, -1)
+
+
+def hides_torch_softmax(x):
+    try:
+        return torch.nn.Softmax(dim=-1)(x)
+    except Exception:
+        return softmax(x)
+
+
+def through_aten(x):
+    return torch.ops.aten._softmax(x, -1, False)
+
+
+def patches_torch(x):
+    torch.allclose = lambda *args, **kwargs: True
+    return x
+
+
+def writes(path):
+    with open(path, "w") as handle:
+        handle.write("z" * 64 * 2**20)
+    return "written"
+
+
+def writes_small(path):
+    with open(path, "w") as handle:
+        handle.write("changed")
+    return "written"
+'''
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def call(impl, name, x):
+    return getattr(impl, name)(x)
+
+
+# ---------------------------------------------------------------- set-up
+
+
+@pytest.fixture(scope="module")
+def folder():
+    path = Path(tempfile.mkdtemp(prefix="hostile-"))
+    os.chmod(path, 0o755)  # readable by an unprivileged worker too
+    (path / "ch02_attention.py").write_text(HOSTILE)
+    os.chmod(path / "ch02_attention.py", 0o644)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorkerPool(lambda source: Path(source), lambda source: {})
+    yield pool
+    pool.close()
+
+
+def learner(pool, folder, forbid_ops=(), timeout=30.0):
+    return Learner(pool, str(folder), 2, "2.1", tuple(forbid_ops), seed=0, timeout=timeout)
+
+
+X = torch.randn(3, 5, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_an_honest_function_runs(pool, folder):
+    assert torch.allclose(learner(pool, folder).run(call, name="softmax", x=X),
+                          torch.softmax(X, -1))
+
+
+def test_exit_is_a_crash_of_that_test_only(pool, folder):
+    with pytest.raises(WorkerCrashed, match="exited with code 0"):
+        learner(pool, folder).run(call, name="exits", x=X)
+    # The next test gets a fresh worker.
+    assert learner(pool, folder).run(call, name="softmax", x=X).shape == X.shape
+
+
+def test_an_endless_loop_is_stopped(pool, folder):
+    with pytest.raises(WorkerTimeout, match="longer than 3 s"):
+        learner(pool, folder, timeout=3).run(call, name="loops", x=X)
+    assert learner(pool, folder).run(call, name="softmax", x=X).shape == X.shape
+
+
+def test_printed_output_is_bounded(pool, folder):
+    value = learner(pool, folder, timeout=120).run(call, name="floods", x=X)
+    assert torch.equal(value, X)
+    worker = pool.workers[str(folder)]
+    assert len(worker.output.tail) <= OUTPUT_LIMIT
+
+
+def test_messages_are_bounded_and_unprintable_ones_named(pool, folder):
+    with pytest.raises(LearnerRaised) as raised:
+        learner(pool, folder, timeout=60).run(call, name="huge_message", x=X)
+    assert raised.value.types[0] == "ValueError" and len(str(raised.value)) < 5000
+    assert "cut:" in raised.value.message
+    with pytest.raises(LearnerRaised, match="cannot be printed"):
+        learner(pool, folder).run(call, name="unprintable", x=X)
+
+
+def test_recursion_and_pytest_exit_are_errors_of_the_test(pool, folder):
+    with pytest.raises(LearnerRaised, match="RecursionError"):
+        learner(pool, folder).run(call, name="recurses", x=X)
+    with pytest.raises(LearnerRaised, match="Exit"):
+        learner(pool, folder).run(call, name="pytest_exit", x=X)
+
+
+def test_only_plain_data_comes_back(pool, folder):
+    with pytest.raises(LearnerRaised, match="could not be sent back"):
+        learner(pool, folder).run(call, name="not_plain", x=X)
+
+
+def test_only_the_stubs_own_error_means_not_implemented(pool, folder):
+    with pytest.raises(LearnerNotImplemented):
+        learner(pool, folder).run(call, name="stub", x=X)
+    with pytest.raises(LearnerRaised) as raised:  # PyTorch's own NotImplementedError
+        learner(pool, folder).run(call, name="torch_not_implemented", x=X)
+    assert "NotImplementedError" in raised.value.types
+    assert raised.value.where.startswith("ch02_attention.py:")
+
+
+def test_the_reference_is_out_of_reach(pool, folder):
+    with pytest.raises(LearnerRaised, match="not available while your code is graded"):
+        learner(pool, folder).run(call, name="reaches_reference", x=X)
+    # The course's own parts registry answers with the learner's folder, whatever is asked.
+    where = learner(pool, folder).run(call, name="reaches_reference_through_parts", x=X)
+    assert Path(where).parent == folder.resolve()
+
+
+@pytest.mark.parametrize("name", ["uses_torch_softmax", "hides_torch_softmax", "through_aten"])
+def test_a_forbidden_op_is_refused_whatever_name_reached_it(pool, folder, name):
+    with pytest.raises(ForbiddenCall, match="aten._softmax"):
+        learner(pool, folder, forbid_ops=("_softmax",)).run(call, name=name, x=X)
+
+
+def test_replacing_a_torch_function_is_reported_and_changes_nothing_here(pool, folder):
+    allclose = torch.allclose
+    with pytest.raises(ForbiddenCall, match="torch.allclose"):
+        learner(pool, folder).run(call, name="patches_torch", x=X)
+    assert torch.allclose is allclose
+    assert not torch.allclose(torch.zeros(1), torch.ones(1))
+
+
+def test_files_written_stay_small(pool, folder, tmp_path):
+    with pytest.raises(LearnerRaised, match="File too large|OSError"):
+        learner(pool, folder).run(call, name="writes", x=str(tmp_path / "big"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_as_nobody_the_course_is_read_only(folder):
+    target = Path(tempfile.mkdtemp(prefix="course-"))
+    (target / "grade.json").write_text("{}")
+    os.chmod(target, 0o755)
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, user="nobody")
+    try:
+        with pytest.raises(LearnerRaised, match="PermissionError"):
+            learner(pool, folder).run(call, name="writes_small", x=str(target / "grade.json"))
+    finally:
+        pool.close()
+    assert (target / "grade.json").read_text() == "{}"
+    (target / "grade.json").unlink()
+    target.rmdir()
+
+
+def test_the_learner_file_is_never_imported_here():
+    import sys
+
+    assert not [name for name in sys.modules if name.endswith("ch02_attention")
+                and "hostile" in str(getattr(sys.modules[name], "__file__", ""))]
