@@ -2,24 +2,29 @@
 
 References, all written here without beam search's code: a brute-force search that scores
 every sequence the model can produce, the rules of the search followed literally one row
-at a time with Python lists, the reference ``greedy_decode`` of 6.4, and hand-built models
-whose best sequence is worked out in the comments. A fake model (``RuleModel``) takes its
-next-token log-probabilities from a Python function of the source and the prefix; a small
-random ``EncoderDecoder`` in float64 is the real thing.
+at a time with Python lists, a greedy decoder (6.4) written with PyTorch's own model, and
+hand-built models whose best sequence is worked out in the comments. A fake model
+(``RuleModel``) takes its next-token log-probabilities from a Python function of the source
+and the prefix; a small random encoder-decoder in float64 built from PyTorch's own layers
+(``torch_models.TorchEncoderDecoder``) is the real thing.
+
+The functions of the probes section (``beam_search_of``) run in the grading worker, with
+``impl`` the chapter module under test; they build the model there (a rule is named by a
+string and plain parameters, a Transformer travels as its state dict) and return plain data.
+Everything else runs in the grader, which never imports the code under test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
+import re
 
 import pytest
 import torch
 from torch import nn
-
-from annotated_transformer.model import EncoderDecoder, TransformerConfig
-from annotated_transformer.parts import Parts
 
 from checks import assert_tensor
 
@@ -34,14 +39,50 @@ f64 = torch.float64
 @pytest.fixture(autouse=True)
 def _one_thread():
     """The models here are tiny: one thread runs them faster than several that wait for
-    each other (much faster on a busy machine)."""
+    each other (much faster on a busy machine). The probes do the same in the worker."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
 
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def beam_search_of(impl, model, src, src_mask, max_len, **options):
+    """``beam_search`` of the model described by ``model`` (see ``build_model``)."""
+    with one_thread():
+        return impl.beam_search(build_model(**model), src, src_mask, max_len, BOS, EOS, PAD,
+                                **options)
+
+
 # ---------------------------------------------------------------- models
+
+
+@contextlib.contextmanager
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def build_model(rule=None, params=None, logits=False, transformer=None, vocab_size=None,
+                log_softmax=False):
+    """The model a probe searches with, from plain data: ``rule`` names a rule maker of this
+    file (``RULES``) called with ``params``; or ``transformer`` is the state dict of
+    ``transformer(vocab_size, seed)``, with a ``LogSoftmax`` after its generator if
+    ``log_softmax``."""
+    if rule is not None:
+        made = RULES[rule](**params)
+        return RuleModel(made, params["vocab_size"], logits=logits)
+    model = transformer_model(vocab_size)
+    model.load_state_dict(transformer)
+    if log_softmax:
+        model.generator = nn.Sequential(model.generator, nn.LogSoftmax(-1))
+    return model
 
 
 class RuleModel(nn.Module):
@@ -125,11 +166,78 @@ def tree_rule(tree, vocab_size):
     return rule
 
 
+def format_rule(vocab_size):
+    """The rule of ``test_output_format``: row 0 ends at once (EOS is almost certain after
+    BOS); row 1 after two tokens; a source that sums to a multiple of 3 never produces EOS."""
+
+    def rule(src, prefix):
+        src = [t for t in src if t != PAD]
+        if sum(src) % 3 == 0:
+            return tree_rule({(): {4: 0.9}}, vocab_size)(src, ())
+        if src[0] == 4:
+            return tree_rule({(): {EOS: 0.99}}, vocab_size)(src, ())
+        return tree_rule({(): {5: 0.9}, (5,): {3: 0.9}, (3,): {EOS: 0.9}}, vocab_size)(
+            src, prefix[-1:])
+
+    return rule
+
+
+RULES = {"table": table_rule, "tree": tree_rule, "format": format_rule}
+
+
+class TorchEncoderDecoder(nn.Module):
+    """TEMPORARY stand-in for torch_models.TorchEncoderDecoder."""
+
+    def __init__(self, vocab_size, d_model=32, heads=4, layers=2, d_ff=64, max_len=16):
+        super().__init__()
+        self.src_embed = nn.Embedding(vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(vocab_size, d_model)
+        self.positions = nn.Parameter(torch.randn(max_len, d_model) * 0.3)
+        self.transformer = nn.Transformer(d_model, heads, layers, layers, d_ff, dropout=0.0,
+                                          batch_first=True, norm_first=True)
+        self.transformer.encoder.enable_nested_tensor = False
+        self.generator = nn.Linear(d_model, vocab_size)
+
+    def encode(self, src, src_mask):
+        x = self.src_embed(src) + self.positions[:src.size(1)]
+        padding = None if src_mask is None else ~src_mask.reshape(src.size(0), -1)
+        return self.transformer.encoder(x, src_key_padding_mask=padding)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        length = tgt.size(1)
+        y = self.tgt_embed(tgt) + self.positions[:length]
+        padding = None if src_mask is None else ~src_mask.reshape(src_mask.size(0), -1).expand(
+            memory.size(0), -1)
+        causal = ~torch.as_tensor(tgt_mask).bool().reshape(-1, length, length)[0]
+        return self.transformer.decoder(y, memory, tgt_mask=causal,
+                                        memory_key_padding_mask=padding)
+
+
+def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    """TEMPORARY"""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=src.dtype)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    while ys.size(1) < max_len and not done.all():
+        n = ys.size(1)
+        hidden = model.decode(memory, src_mask, ys, torch.ones(n, n, dtype=torch.bool).tril())
+        token = model.generator(hidden[:, -1]).argmax(-1).to(src.dtype)
+        token = token.masked_fill(done, pad_id)
+        ys = torch.cat([ys, token[:, None]], 1)
+        done |= token == eos_id
+    return ys
+
+
+def transformer_model(vocab_size):
+    """A small encoder-decoder of PyTorch's own layers in float64, with the course's
+    ``encode``, ``decode`` and ``generator``."""
+    return TorchEncoderDecoder(vocab_size).double().eval()
+
+
 def transformer(vocab_size, seed):
     """A small random encoder-decoder in float64."""
     torch.manual_seed(seed)
-    config = TransformerConfig.small(vocab_size, dropout=0.0, tie_embeddings=False)
-    model = EncoderDecoder(config, parts=Parts.reference()).double().eval()
+    model = transformer_model(vocab_size)
     with torch.no_grad():
         model.generator.bias[[PAD, BOS]] -= 6.0  # possible, but rare: the outputs stay readable
     return model
@@ -216,6 +324,12 @@ def by_the_rules(rule, src, max_len, beam_size, alpha):
     return max(finished, key=lambda e: penalised(e[1], len(e[0]), alpha))[0]
 
 
+def greedy(model, src, src_mask, max_len):
+    """Greedy decoding (6.4) of a PyTorch-built model, written with PyTorch alone."""
+    with torch.no_grad():
+        return greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
+
+
 def as_rows(hypotheses, width=None):
     """Token tuples as the expected output: BOS first, padded to the longest row."""
     width = width or 1 + max(len(h) for h in hypotheses)
@@ -245,8 +359,15 @@ def hypotheses_of(out, rows, max_len):
     return found
 
 
-def search(impl, model, src, src_mask, max_len, **kwargs):
-    return impl.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD, **kwargs)
+def rule_model(rule, logits=False, **params):
+    """The probe's description of a ``RuleModel`` with the rule ``RULES[rule](**params)``."""
+    return {"rule": rule, "params": params, "logits": logits}
+
+
+def transformer_spec(vocab_size, seed, log_softmax=False):
+    """The probe's description of ``transformer(vocab_size, seed)``: its weights."""
+    return {"transformer": transformer(vocab_size, seed).state_dict(), "vocab_size": vocab_size,
+            "log_softmax": log_softmax}
 
 
 # ---------------------------------------------------------------- the best sequence
@@ -257,17 +378,18 @@ ALPHAS = [0.0, 0.6, 1.0]
 @pytest.mark.grade("7.1", points=3)
 @pytest.mark.parametrize("kind", ["rule", "transformer"])
 @pytest.mark.parametrize("alpha", ALPHAS)
-def test_a_beam_as_wide_as_every_sequence_finds_the_best(impl, kind, alpha):
+def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
     vocab_size, max_len = 6, (5 if kind == "rule" else 4)
     src, src_mask = sources(3, 4, vocab_size, seed=1)
     if kind == "rule":
-        model = RuleModel(table_rule(4, vocab_size, max_len), vocab_size)
-        rules = [model.rule] * len(src)
+        model = rule_model("table", seed=4, vocab_size=vocab_size, max_len=max_len)
+        rules = [table_rule(4, vocab_size, max_len)] * len(src)
     else:
-        model = transformer(vocab_size, seed=3)
+        model = transformer_spec(vocab_size, seed=3)
         rules = transformer_rules(3, vocab_size, max_len, tuple(map(tuple, src.tolist())))
     beam_size = sum(1 for _ in every_sequence(vocab_size, max_len))
-    out = search(impl, model, src, src_mask, max_len, beam_size=beam_size, length_penalty=alpha)
+    out = learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=max_len,
+                      beam_size=beam_size, length_penalty=alpha)
     for b, tokens in enumerate(hypotheses_of(out, len(src), max_len)):
         row = tuple(src[b].tolist())
         best, best_tokens = brute_force(rules[b], row, vocab_size, max_len, alpha)
@@ -284,16 +406,17 @@ def test_a_beam_as_wide_as_every_sequence_finds_the_best(impl, kind, alpha):
 @pytest.mark.parametrize("kind", ["rule", "transformer"])
 @pytest.mark.parametrize("beam_size", [2, 3])
 @pytest.mark.parametrize("alpha", ALPHAS)
-def test_a_narrow_beam_keeps_the_beam_size_best_extensions(impl, kind, beam_size, alpha):
+def test_a_narrow_beam_keeps_the_beam_size_best_extensions(learner, kind, beam_size, alpha):
     vocab_size, max_len = 6, (6 if kind == "rule" else 5)
     src, src_mask = sources(4, 5, vocab_size, seed=2)
     if kind == "rule":
-        model = RuleModel(table_rule(3, vocab_size, max_len), vocab_size)
-        rules = [model.rule] * len(src)
+        model = rule_model("table", seed=3, vocab_size=vocab_size, max_len=max_len)
+        rules = [table_rule(3, vocab_size, max_len)] * len(src)
     else:
-        model = transformer(vocab_size, seed=7)
+        model = transformer_spec(vocab_size, seed=7)
         rules = transformer_rules(7, vocab_size, max_len, tuple(map(tuple, src.tolist())))
-    out = search(impl, model, src, src_mask, max_len, beam_size=beam_size, length_penalty=alpha)
+    out = learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=max_len,
+                      beam_size=beam_size, length_penalty=alpha)
     got = hypotheses_of(out, len(src), max_len)
     expected = [by_the_rules(rules[b], tuple(row), max_len, beam_size, alpha)
                 for b, row in enumerate(src.tolist())]
@@ -309,13 +432,15 @@ def test_a_narrow_beam_keeps_the_beam_size_best_extensions(impl, kind, beam_size
 
 
 @pytest.mark.grade("7.1", points=1)
-def test_beam_size_one_is_greedy_decoding(impl):
+def test_beam_size_one_is_greedy_decoding(learner):
     model = transformer(9, seed=3)
     with torch.no_grad():  # make EOS likely enough to end some rows early
         model.generator.bias[EOS] += 1.0
     src, src_mask = sources(6, 5, 9, seed=3)
-    out = search(impl, model, src, src_mask, 8, beam_size=1, length_penalty=0.6)
-    expected = Parts.reference().greedy_decode(model, src, src_mask, 8, BOS, EOS, PAD)
+    out = learner.run(beam_search_of, model={"transformer": model.state_dict(), "vocab_size": 9},
+                      src=src, src_mask=src_mask, max_len=8, beam_size=1, length_penalty=0.6)
+    expected = greedy(model, src, src_mask, 8)
+    assert_tensor(out, "beam_search(..., beam_size=1)")
     assert out.tolist() == expected.tolist(), (
         f"with beam_size=1 the search keeps the single best extension at every step, which "
         f"is greedy decoding (6.4): expected {expected.tolist()}, got {out.tolist()}")
@@ -342,11 +467,11 @@ PENALTY_TREE = {
 @pytest.mark.grade("7.1", points=2)
 @pytest.mark.parametrize("alpha, winner", [(0.0, (3, EOS)), (0.6, (4, 5, 5, EOS)),
                                            (1.0, (5, 5, 5, 5, 5, 5, EOS))])
-def test_the_length_penalty_decides_between_short_and_long(impl, alpha, winner):
-    model = RuleModel(tree_rule(PENALTY_TREE, 6), 6)
+def test_the_length_penalty_decides_between_short_and_long(learner, alpha, winner):
     src = torch.tensor([[3, 4]])
-    out = search(impl, model, src, (src != PAD)[:, None, None], 8, beam_size=3,
-                 length_penalty=alpha)
+    out = learner.run(beam_search_of, model=rule_model("tree", tree=PENALTY_TREE, vocab_size=6),
+                      src=src, src_mask=(src != PAD)[:, None, None], max_len=8, beam_size=3,
+                      length_penalty=alpha)
     (got,) = hypotheses_of(out, 1, 8)
     assert got == winner, (
         f"expected {list(winner)} at length_penalty={alpha}, got {list(got)}. Divide each "
@@ -356,16 +481,16 @@ def test_the_length_penalty_decides_between_short_and_long(impl, alpha, winner):
 
 @pytest.mark.grade("7.1", points=1)
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_a_hypothesis_that_ended_early_keeps_its_score(impl, alpha):
+def test_a_hypothesis_that_ended_early_keeps_its_score(learner, alpha):
     # After BOS: a 0.5, b 0.45. "a EOS" ends at step 2 with log-prob ln 0.5 + ln 0.6 = -1.20,
     # while "b c" is live and better (-0.90); but b c goes on with 0.7 a step and ends,
     # cut at max_len, as b c c c c at -1.97. The early "a EOS" must win.
     tree = {(): {3: 0.5, 4: 0.45}, (3,): {EOS: 0.6}, (4,): {5: 0.9},
             **{(4,) + (5,) * n: {5: 0.7} for n in range(1, 4)}}
-    model = RuleModel(tree_rule(tree, 6), 6)
     src = torch.tensor([[3, 3, 3]])
-    out = search(impl, model, src, (src != PAD)[:, None, None], 6, beam_size=2,
-                 length_penalty=alpha)
+    out = learner.run(beam_search_of, model=rule_model("tree", tree=tree, vocab_size=6),
+                      src=src, src_mask=(src != PAD)[:, None, None], max_len=6, beam_size=2,
+                      length_penalty=alpha)
     (got,) = hypotheses_of(out, 1, 6)
     assert got == (3, EOS), (
         f"expected [3, {EOS}] (it ended at step 2 and nothing later scores better), got "
@@ -374,7 +499,7 @@ def test_a_hypothesis_that_ended_early_keeps_its_score(impl, alpha):
 
 
 @pytest.mark.grade("7.1", points=1)
-def test_a_finished_hypothesis_frees_its_place_in_the_beam(impl):
+def test_a_finished_hypothesis_frees_its_place_in_the_beam(learner):
     # beam_size=2, length_penalty=1. Step 1 keeps a (0.6) and b (0.3). Step 2 keeps
     # "a c" (-1.11) and "a EOS" (-1.43), which is finished. Step 3 extends "a c" alone and
     # keeps two: "a c d" (-1.71) and "a c c" (-2.03). From there "a c c" goes on with
@@ -383,10 +508,10 @@ def test_a_finished_hypothesis_frees_its_place_in_the_beam(impl):
     # A search that let "a EOS" keep a place in the beam would have dropped "a c c".
     tree = {(): {3: 0.6, 4: 0.3}, (3,): {EOS: 0.4, 5: 0.55}, (3, 5): {6: 0.55, 5: 0.4},
             (3, 5, 6): {EOS: 0.5}, **{(3,) + (5,) * n: {5: 0.99} for n in range(2, 6)}}
-    model = RuleModel(tree_rule(tree, 7), 7)
     src = torch.tensor([[4, 4]])
-    out = search(impl, model, src, (src != PAD)[:, None, None], 8, beam_size=2,
-                 length_penalty=1.0)
+    out = learner.run(beam_search_of, model=rule_model("tree", tree=tree, vocab_size=7),
+                      src=src, src_mask=(src != PAD)[:, None, None], max_len=8, beam_size=2,
+                      length_penalty=1.0)
     (got,) = hypotheses_of(out, 1, 8)
     assert got == (3, 5, 5, 5, 5, 5, 5), (
         f"expected [3, 5, 5, 5, 5, 5, 5], got {list(got)}. A hypothesis that ends in EOS "
@@ -397,15 +522,19 @@ def test_a_finished_hypothesis_frees_its_place_in_the_beam(impl):
 
 
 @pytest.mark.grade("7.1", points=1)
-def test_each_row_is_decoded_as_if_alone(impl):
-    model = transformer(9, seed=4)
+def test_each_row_is_decoded_as_if_alone(learner):
+    model = transformer_spec(9, seed=4)
     src, src_mask = sources(5, 6, 9, seed=4)
-    out = search(impl, model, src, src_mask, 7, beam_size=3, length_penalty=0.6)
+    out = learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=7,
+                      beam_size=3, length_penalty=0.6)
     alone = []
     for row in src.tolist():
         one = torch.tensor([[t for t in row if t != PAD]])
-        alone.append(search(impl, model, one, torch.ones(1, 1, 1, one.size(1), dtype=torch.bool),
-                            7, beam_size=3, length_penalty=0.6)[0].tolist())
+        alone.append(learner.run(
+            beam_search_of, model=model, src=one,
+            src_mask=torch.ones(1, 1, 1, one.size(1), dtype=torch.bool), max_len=7,
+            beam_size=3, length_penalty=0.6)[0].tolist())
+    assert_tensor(out, "beam_search(...)")
     width = max(map(len, alone))
     expected = [r + [PAD] * (width - len(r)) for r in alone]
     assert out.tolist() == expected, (
@@ -415,25 +544,21 @@ def test_each_row_is_decoded_as_if_alone(impl):
 
 
 @pytest.mark.grade("7.1", points=1)
-def test_output_format(impl):
+def test_output_format(learner):
     # Row 0 ends at once (EOS is almost certain after BOS); row 1 after two tokens; row 2,
-    # whose source sums to a multiple of 3, never produces EOS.
-    def rule(src, prefix):
-        if sum(src) % 3 == 0:
-            return tree_rule({(): {4: 0.9}}, 6)(src, ())
-        if src[0] == 4:
-            return tree_rule({(): {EOS: 0.99}}, 6)(src, ())
-        return tree_rule({(): {5: 0.9}, (5,): {3: 0.9}, (3,): {EOS: 0.9}}, 6)(src, prefix[-1:])
-
-    model = RuleModel(lambda src, prefix: rule([t for t in src if t], prefix), 6)
+    # whose source sums to a multiple of 3, never produces EOS (see format_rule).
+    model = rule_model("format", vocab_size=6)
     src = torch.tensor([[4, 4, 5], [5, 5, 0], [3, 3, 0]], dtype=torch.int32)
-    out = search(impl, model, src, (src != PAD)[:, None, None], 7, beam_size=2)
+    out = learner.run(beam_search_of, model=model, src=src, src_mask=(src != PAD)[:, None, None],
+                      max_len=7, beam_size=2)
     assert_tensor(out, "beam_search(...)", dtype=torch.int32)
     expected = as_rows([(EOS,), (5, 3, EOS), (4, 4, 4, 4, 4, 4)])
     assert out.tolist() == expected, (
         f"expected {expected} (BOS first, pad_id after EOS, at most max_len=7 columns, BOS "
         f"counted), got {out.tolist()}")
-    out = search(impl, model, src[:2], (src[:2] != PAD)[:, None, None], 7, beam_size=2)
+    out = learner.run(beam_search_of, model=model, src=src[:2],
+                      src_mask=(src[:2] != PAD)[:, None, None], max_len=7, beam_size=2)
+    assert_tensor(out, "beam_search(...)")
     assert out.tolist() == as_rows([(EOS,), (5, 3, EOS)]), (
         f"the output should be as wide as its longest row (4 columns): expected "
         f"{as_rows([(EOS,), (5, 3, EOS)])}, got {out.tolist()}")
@@ -441,26 +566,33 @@ def test_output_format(impl):
 
 @pytest.mark.grade("7.1", points=1)
 @pytest.mark.parametrize("beam_size", [0, -1])
-def test_a_beam_of_no_hypotheses_is_an_error(impl, beam_size):
-    model = RuleModel(tree_rule({}, 5), 5)
+def test_a_beam_of_no_hypotheses_is_an_error(learner, beam_size):
     src = torch.tensor([[3, 4]])
-    with pytest.raises(ValueError, match="beam_size"):
-        search(impl, model, src, (src != PAD)[:, None, None], 5, beam_size=beam_size)
+    message = learner.raises("ValueError", beam_search_of,
+                             model=rule_model("tree", tree={}, vocab_size=5), src=src,
+                             src_mask=(src != PAD)[:, None, None], max_len=5,
+                             beam_size=beam_size)
+    assert re.search("beam_size", message), (
+        f"beam_search(..., beam_size={beam_size}) raised ValueError({message!r}); name the "
+        f"argument in the message: beam_size must be at least 1")
 
 
 @pytest.mark.grade("7.1", points=1)
 @pytest.mark.parametrize("kind", ["rule", "transformer"])
-def test_logits_and_log_probabilities_give_the_same_result(impl, kind):
+def test_logits_and_log_probabilities_give_the_same_result(learner, kind):
     src, src_mask = sources(4, 5, 6, seed=5)
     if kind == "rule":
-        rule = table_rule(2, 6, 6)
-        with_logits, with_log_probs = RuleModel(rule, 6, logits=True), RuleModel(rule, 6)
+        with_logits = rule_model("table", logits=True, seed=2, vocab_size=6, max_len=6)
+        with_log_probs = rule_model("table", seed=2, vocab_size=6, max_len=6)
     else:
-        with_logits = transformer(6, seed=2)
-        with_log_probs = transformer(6, seed=2)
-        with_log_probs.generator = nn.Sequential(with_log_probs.generator, nn.LogSoftmax(-1))
-    outs = [search(impl, model, src, src_mask, 6, beam_size=3, length_penalty=0.6).tolist()
+        with_logits = transformer_spec(6, seed=2)
+        with_log_probs = transformer_spec(6, seed=2, log_softmax=True)
+    outs = [learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=6,
+                        beam_size=3, length_penalty=0.6)
             for model in (with_logits, with_log_probs)]
+    for out in outs:
+        assert_tensor(out, "beam_search(...)")
+    outs = [out.tolist() for out in outs]
     assert outs[0] == outs[1], (
         f"a generator that returns logits gave {outs[0]}, the same one returning "
         f"log-probabilities {outs[1]}: normalise with log_softmax before adding up")
