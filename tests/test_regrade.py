@@ -1,0 +1,250 @@
+"""The instructor's re-grade: only the exercise files count, everything else is a flag.
+
+The submissions are built here, as folders and as a git repository cloned through a
+``file://`` URL; only chapter 1 is graded, to keep this quick.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.grading import manifest, regrade
+from annotated_transformer.grading.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
+
+CH01 = "ch01_positional_encoding.py"
+FULL = 24  # chapter 1's points
+
+
+def course_copy(path: Path) -> Path:
+    """A submission as a learner's repository holds it: the course's grading files and
+    workflows, and the untouched stubs in exercises/."""
+    for relative in [*manifest.graded_files(ROOT), "pyproject.toml",
+                     ".github/workflows/grade.yml", ".github/workflows/classroom.yml"]:
+        (path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / relative, path / relative)
+    shutil.copytree(EXERCISES_DIR, path / "exercises")
+    return path
+
+
+def solve_chapter_1(path: Path) -> Path:
+    """The reference's chapter 1 as the learner's exercise file."""
+    shutil.copyfile(SOLUTIONS_DIR / CH01, path / "exercises" / CH01)
+    return path
+
+
+def git_repository(path: Path) -> str:
+    """``path`` committed as a git repository; its file:// URL."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+
+    git("init", "--quiet")
+    git("add", "-A")
+    git("-c", "user.name=learner", "-c", "user.email=learner@example.com", "commit",
+        "--quiet", "-m", "my work")
+    return path.resolve().as_uri()
+
+
+@pytest.fixture(scope="module")
+def gradebook(tmp_path_factory):
+    """One re-grade of every kind of submission below; the gradebook and the exit status."""
+    tmp = tmp_path_factory.mktemp("regrade")
+    solved = solve_chapter_1(course_copy(tmp / "solved"))
+    stubs = course_copy(tmp / "stubs")
+    workflow = solve_chapter_1(course_copy(tmp / "workflow"))
+    with (workflow / ".github/workflows/grade.yml").open("a") as handle:
+        handle.write("# the learner's own edit\n")
+    (workflow / ".github/workflows/mine.yml").write_text("name: mine\n")
+    url = git_repository(workflow)
+    reported = course_copy(tmp / "reported")
+    fake = {"exercises": [], "points": FULL, "max_points": FULL}
+    (reported / "grade.json").write_text(json.dumps(fake))
+    linked = course_copy(tmp / "linked")
+    (linked / "exercises" / CH01).unlink()
+    (linked / "exercises" / CH01).symlink_to(SOLUTIONS_DIR / CH01)
+    # The manifest of this checkout as it is now (the committed one may lag while the
+    # grading files change).
+    (tmp / "manifest.json").write_text(json.dumps(manifest.compute(ROOT)))
+    out = tmp / "out"
+    status = regrade.main([str(solved), str(stubs), url, str(reported), str(linked),
+                           "file:///nowhere/at/all.git", "--out", str(out), "--chapter", "1",
+                           "--seed", "5", "--manifest", str(tmp / "manifest.json"), "--names",
+                           "solved,stubs,git,reported,linked,missing"])
+    data = json.loads((out / "gradebook.json").read_text())
+    with (out / "gradebook.csv").open(newline="") as handle:
+        table = list(csv.DictReader(handle))
+    return status, data, table
+
+
+def learner(data: dict, name: str) -> dict:
+    return next(who for who in data["learners"] if who["learner"] == name)
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_a_correct_chapter_earns_full_marks_and_no_flag(gradebook):
+    _, data, table = gradebook
+    solved = learner(data, "solved")
+    assert solved["points"] == solved["max_points"] == FULL, solved
+    assert solved["flags"] == {}
+    rows = [r for r in table if r["learner"] == "solved"]
+    assert [r["exercise"] for r in rows] == ["1.1", "1.2", "1.3", "1.4"]
+    assert all(r["status"] == "passed" and r["flags"] == "" for r in rows)
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_the_untouched_stubs_earn_nothing(gradebook):
+    _, data, table = gradebook
+    assert learner(data, "stubs")["points"] == 0 and learner(data, "stubs")["flags"] == {}
+    assert {r["status"] for r in table if r["learner"] == "stubs"} == {"not implemented"}
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_a_changed_or_added_workflow_is_flagged_and_the_clone_graded(gradebook):
+    _, data, table = gradebook
+    git = learner(data, "git")
+    assert git["points"] == FULL, "the flag does not change the points"
+    assert sorted(git["flags"]["workflow-changed"]) == [
+        ".github/workflows/grade.yml (changed)", ".github/workflows/mine.yml (added)"]
+    assert git["source"].startswith("file://")
+    assert all(r["flags"] == "workflow-changed" for r in table if r["learner"] == "git")
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_a_committed_report_is_flagged_and_ignored(gradebook):
+    _, data, _ = gradebook
+    reported = learner(data, "reported")
+    assert reported["points"] == 0 and reported["flags"] == {"committed-report": ["grade.json"]}
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_a_symbolic_link_is_flagged_and_not_followed(gradebook):
+    _, data, _ = gradebook
+    linked = learner(data, "linked")
+    assert linked["points"] == 0, "the link to the reference was not followed"
+    assert linked["flags"]["symlink"] == [f"exercises/{CH01}"]
+    assert linked["flags"]["missing-chapter"] == [f"chapter 1 ({CH01})"]
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_a_submission_that_cannot_be_cloned_gets_an_error_row(gradebook):
+    status, data, table = gradebook
+    assert status == 1, "some submission could not be graded"
+    rows = [r for r in table if r["learner"] == "missing"]
+    assert len(rows) == 1 and rows[0]["status"] == "error" and float(rows[0]["points"]) == 0
+    assert float(rows[0]["max_points"]) == FULL and "cannot clone" in rows[0]["message"]
+    assert learner(data, "missing")["status"] == "error"
+    assert [who["learner"] for who in data["learners"]] == [
+        "solved", "stubs", "git", "reported", "linked", "missing"], "the others went on"
+
+
+@pytest.mark.slow  # one re-grade of five submissions, shared
+def test_one_seed_for_all_written_to_the_gradebook(gradebook):
+    _, data, table = gradebook
+    assert data["seed"] == 5 and {r["seed"] for r in table} == {"5"}
+    assert data["chapters"] == [1]
+    assert set(table[0]) == set(regrade.COLUMNS)
+
+
+# ---------------------------------------------------------------- each check on its own
+
+
+def test_changed_grading_files_are_flagged(tmp_path):
+    root = course_copy(tmp_path / "sub")
+    with (root / "tests" / "checks.py").open("a") as handle:
+        handle.write("# changed\n")
+    (root / "tests" / "pytest.ini").write_text("[pytest]\n")
+    who = regrade.Learner("x", str(root))
+    regrade.check_tests(root, manifest.compute(ROOT), who)
+    assert sorted(who.flags["tests-changed"]) == ["tests/checks.py (changed)",
+                                                  "tests/pytest.ini (added)"]
+    clean = regrade.Learner("y", str(root))
+    regrade.check_tests(course_copy(tmp_path / "clean"), manifest.compute(ROOT), clean)
+    assert clean.flags == {}
+
+
+def test_grading_files_that_cannot_be_read_are_flagged_not_fatal(tmp_path):
+    root = course_copy(tmp_path / "sub")
+    (root / "pyproject.toml").write_bytes(b"[tool.pytest.ini_options]\nx = '\xff'\n")
+    (root / "tests" / "conftest.py").unlink()
+    (root / "tests" / "conftest.py").symlink_to("/dev/zero")
+    who = regrade.Learner("x", str(root))
+    regrade.check_tests(root, manifest.compute(ROOT), who)
+    assert "tests-changed" in who.flags and who.flags["symlink"] == ["tests/conftest.py"]
+
+
+def test_only_the_course_s_regular_exercise_files_are_copied(tmp_path):
+    root = tmp_path / "sub"
+    (root / "exercises").mkdir(parents=True)
+    solve = root / "exercises" / CH01
+    solve.write_bytes((SOLUTIONS_DIR / CH01).read_bytes())
+    (root / "exercises" / "ch02_attention.py").write_bytes(b"#" * (regrade.MAX_BYTES + 1))
+    (root / "exercises" / "ch03_helper.py").write_text("x = 1\n")
+    (root / "exercises" / "helpers.py").write_text("x = 1\n")
+    os.mkfifo(root / "exercises" / "ch04_masking.py")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    who = regrade.Learner("x", str(root))
+    regrade.collect_exercises(root, [1, 2, 3, 4], dest, who)
+    assert (dest / CH01).read_bytes() == solve.read_bytes()
+    assert who.flags["oversized"] == ["exercises/ch02_attention.py"]
+    assert who.flags["extra-file"] == ["exercises/ch03_helper.py"]
+    assert who.flags["not-a-file"] == ["exercises/ch04_masking.py"]
+    assert who.flags["missing-chapter"] == [
+        "chapter 2 (ch02_attention.py)", "chapter 3 (ch03_multi_head.py)",
+        "chapter 4 (ch04_masking.py)"]
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        p.name for p in EXERCISES_DIR.glob("ch*.py")), "the course's stubs for the rest"
+    assert (dest / "ch02_attention.py").read_bytes() == (
+        EXERCISES_DIR / "ch02_attention.py").read_bytes()
+
+
+def test_a_linked_exercises_folder_is_not_followed(tmp_path):
+    root = tmp_path / "sub"
+    root.mkdir()
+    (root / "exercises").symlink_to(SOLUTIONS_DIR)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    who = regrade.Learner("x", str(root))
+    regrade.collect_exercises(root, [1], dest, who)
+    assert who.flags["symlink"] == ["exercises/"]
+    assert (dest / CH01).read_bytes() == (EXERCISES_DIR / CH01).read_bytes()
+
+
+def test_names_urls_and_cells():
+    assert regrade.learner_names(["/a/alice", "https://h/org/bob.git", "git@h:org/alice"],
+                                 None) == ["alice", "bob", "alice-2"]
+    assert regrade.learner_names(["x", "y"], "ann, ben") == ["ann", "ben"]
+    for bad in ("ann", "ann,ann", "ann,"):
+        with pytest.raises(ValueError, match="--names"):
+            regrade.learner_names(["x", "y"], bad)
+    assert regrade.is_git_url("file:///tmp/x") and regrade.is_git_url("git@github.com:o/r")
+    assert not regrade.is_git_url("submissions/alice")
+    assert regrade.without_credentials("https://me:token@github.com/o/r") == \
+        "https://github.com/o/r"
+    assert regrade.spreadsheet_safe("=HYPERLINK(1)") == "'=HYPERLINK(1)"
+    assert regrade.spreadsheet_safe("expected 1") == "expected 1"
+    assert regrade.spreadsheet_safe(3) == 3
+
+
+@pytest.mark.parametrize("args, says", [
+    ([], "SUBMISSION"),
+    (["x"], "--out"),
+    (["x", "--out", "o", "--chapter", "99"], "chapter"),
+    (["x", "y", "--out", "o", "--names", "a"], "--names"),
+    (["x", "--out", "o", "--seed", "-1"], "--seed"),
+    (["x", "--out", "o", "--manifest", "nowhere.json"], "nowhere.json"),
+])
+def test_bad_arguments_exit_2_with_one_error_line(tmp_path, args, says):
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer.regrade", *args],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+    assert not (tmp_path / "o").exists()
