@@ -27,6 +27,7 @@ import hashlib
 import importlib
 import importlib.util
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -137,7 +138,10 @@ def _exported_names(path: Path) -> list[str]:
 def name_index() -> Mapping[str, int]:
     """``{public name: chapter}`` for every exercise, from the reference files' ``__all__``."""
     index: dict[str, int] = {}
-    sources = [s for s in PACKAGES if importlib.util.find_spec(s) is not None]
+    if _confined:  # a grading worker: the learner's folder is the only source there is
+        sources = [str(_confined[0][0])]
+    else:
+        sources = [s for s in PACKAGES if importlib.util.find_spec(s) is not None]
     for source in sources:  # the reference first; the stubs carry the same names
         for chapter, path in chapter_files(source).items():
             for name in _exported_names(path):
@@ -161,12 +165,18 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
     path = files[chapter]
     if source in PACKAGES or source in NAMED:
         return importlib.import_module(f"{NAMED.get(source, source)}.{path.stem}")
-    # A folder: a module name of its own, so that it never shadows the packages.
+    # A folder: a module name of its own, so that it never shadows the packages. Compiled
+    # from the source itself, never from a cached .pyc beside it (which could differ).
     tag = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     spec = importlib.util.spec_from_file_location(f"_parts_{tag}_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
     return module
 
 

@@ -150,7 +150,9 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
     exercise = marker.args[0] if marker else None
     if _learner_dir(spec) is not None:
         found = _violations(spec)
-        own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
+        # A file of the folder that is no chapter's (a helper, __init__.py) concerns all.
+        own = [v for v in [*found.get(chapter, []), *found.get(None, [])]
+               if v.exercise in (None, exercise)]
         if own:
             raise ForbiddenCall(_say(own[0]))
     timeout = request.config.getoption("--grade-call-timeout")
