@@ -308,8 +308,7 @@ def check_grade_workflow(workflow: dict) -> list[str]:
         problems.append("the three reports are not uploaded as an artifact")
     commands = [(c.workdir, parse_grade_args(c.args)) for s in steps for c in grade_commands(s)]
     scores = [(w, a) for w, a in commands if a.from_report and a.score]
-    if not scores or report_path(*scores[0][0:1], scores[0][1].from_report) != \
-            written.get("json"):
+    if not scores or report_path(scores[0][0], scores[0][1].from_report) != written.get("json"):
         problems.append("no step shows the score from the JSON report")
     return problems
 

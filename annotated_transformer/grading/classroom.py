@@ -98,9 +98,9 @@ jobs:
         run: pip install -r requirements.txt -e .
       # The reports go to $RUNNER_TEMP/grade (a grade.* committed in the repository is never
       # read): written under partial/, moved into place and marked ok only when the grader
-      # exited 0. The grader runs as root because its sandboxed worker runs the learner's
-      # code as the unprivileged user nobody, which can then write neither the course nor
-      # the reports.
+      # exited 0 (without --fail-under, any other status, 1 included, is a crash). The grader
+      # runs as root because its sandboxed worker runs the learner's code as the unprivileged
+      # user nobody, which can then write neither the course nor the reports.
       - name: Grade exercises/ with the course's tests (once, for every step below)
         id: grade
         working-directory: .course
