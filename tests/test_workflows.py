@@ -601,6 +601,12 @@ def test_a_huge_message_gives_small_reports():
     failure = ET.fromstring(junit.split("?>", 1)[1]).find(".//failure")
     assert len(failure.get("message")) <= grade.MESSAGE_LIMIT
     assert "\x1b" not in table and "\x1b" not in markdown
+    hidden = [grade.ExerciseResult("1.1", 1, "first", 0, 7, "failed", "<!-- hides the rest")]
+    assert "&lt;!-- hides" in grade.format_markdown(hidden, "exercises")
+    many = grade.Integrity("m.json", "..", {f"tests/t{n}/pytest.ini": "added" for n in
+                                            range(10_000)}, used=False)
+    assert len(grade.format_score(hidden, many)) < 2 * grade.MESSAGE_LIMIT
+    assert len(grade.format_table(hidden, "exercises", many)) < 3 * grade.MESSAGE_LIMIT
     assert grade.cut("short") == "short"
     cut = grade.cut("y" * 5000)
     assert len(cut) <= grade.MESSAGE_LIMIT

@@ -106,7 +106,7 @@ class Integrity:
     def lines(self) -> list[str]:
         if not self.changes:
             return [f"Grading files: as in the course's manifest ({self.manifest})."]
-        listed = ", ".join(f"{path} ({change})" for path, change in self.changes.items())
+        listed = cut(", ".join(f"{path} ({change})" for path, change in self.changes.items()))
         effect = ("These files graded this run: compare the submission with the course." if
                   self.used else "The course's own copies graded this run, not these.")
         return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
@@ -302,7 +302,7 @@ def format_score(rows: list[ExerciseResult], integrity: Integrity | None = None,
              f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
              f"passed)")
     if integrity and integrity.changes:
-        score += f"; TAMPERED: {', '.join(integrity.tampered)}"
+        score += f"; TAMPERED: {cut(', '.join(integrity.tampered))}"
     if workflow and workflow.changed:
         score += f"; WORKFLOW CHANGED: {workflow.path}"
     return score
@@ -331,7 +331,7 @@ def format_markdown(rows: list[ExerciseResult], impl: str,
              "| id | exercise | points | status | what to look at |",
              "| --- | --- | --- | --- | --- |"]
     for row in rows:
-        message = _first_line(row.message).replace("|", "\\|")
+        message = _first_line(row.message).replace("|", "\\|").replace("<", "&lt;")
         lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
                      f"{_points(row.max_points)} | {row.status} | {message} |")
     if integrity is not None:
