@@ -25,6 +25,9 @@ import re
 import pytest
 import torch
 from torch import nn
+from torch_models import TorchEncoderDecoder, greedy_decode
+
+from annotated_transformer.model import TransformerConfig
 
 from checks import assert_tensor
 
@@ -51,7 +54,7 @@ def _one_thread():
 
 def beam_search_of(impl, model, src, src_mask, max_len, **options):
     """``beam_search`` of the model described by ``model`` (see ``build_model``)."""
-    with one_thread():
+    with one_thread(), torch.no_grad():
         return impl.beam_search(build_model(**model), src, src_mask, max_len, BOS, EOS, PAD,
                                 **options)
 
@@ -61,6 +64,7 @@ def beam_search_of(impl, model, src, src_mask, max_len, **options):
 
 @contextlib.contextmanager
 def one_thread():
+    """One thread in the worker too, as ``_one_thread`` in the grader."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -73,15 +77,12 @@ def build_model(rule=None, params=None, logits=False, transformer=None, vocab_si
                 log_softmax=False):
     """The model a probe searches with, from plain data: ``rule`` names a rule maker of this
     file (``RULES``) called with ``params``; or ``transformer`` is the state dict of
-    ``transformer(vocab_size, seed)``, with a ``LogSoftmax`` after its generator if
-    ``log_softmax``."""
+    ``transformer(vocab_size, seed)``, whose generator returns log-probabilities if
+    ``log_softmax``, logits if not."""
     if rule is not None:
-        made = RULES[rule](**params)
-        return RuleModel(made, params["vocab_size"], logits=logits)
-    model = transformer_model(vocab_size)
+        return RuleModel(RULES[rule](**params), params["vocab_size"], logits=logits)
+    model = transformer_model(vocab_size, log_softmax)
     model.load_state_dict(transformer)
-    if log_softmax:
-        model.generator = nn.Sequential(model.generator, nn.LogSoftmax(-1))
     return model
 
 
@@ -185,53 +186,23 @@ def format_rule(vocab_size):
 RULES = {"table": table_rule, "tree": tree_rule, "format": format_rule}
 
 
-class TorchEncoderDecoder(nn.Module):
-    """TEMPORARY stand-in for torch_models.TorchEncoderDecoder."""
+class Transformer(TorchEncoderDecoder):
+    """PyTorch's Transformer with the course's interface (``torch_models``), whose generator
+    returns logits, as the course's does, or log-probabilities with ``log_softmax=True``."""
 
-    def __init__(self, vocab_size, d_model=32, heads=4, layers=2, d_ff=64, max_len=16):
-        super().__init__()
-        self.src_embed = nn.Embedding(vocab_size, d_model)
-        self.tgt_embed = nn.Embedding(vocab_size, d_model)
-        self.positions = nn.Parameter(torch.randn(max_len, d_model) * 0.3)
-        self.transformer = nn.Transformer(d_model, heads, layers, layers, d_ff, dropout=0.0,
-                                          batch_first=True, norm_first=True)
-        self.transformer.encoder.enable_nested_tensor = False
-        self.generator = nn.Linear(d_model, vocab_size)
+    def __init__(self, config, log_softmax=False):
+        super().__init__(config)
+        self.log_softmax = log_softmax
 
-    def encode(self, src, src_mask):
-        x = self.src_embed(src) + self.positions[:src.size(1)]
-        padding = None if src_mask is None else ~src_mask.reshape(src.size(0), -1)
-        return self.transformer.encoder(x, src_key_padding_mask=padding)
-
-    def decode(self, memory, src_mask, tgt, tgt_mask):
-        length = tgt.size(1)
-        y = self.tgt_embed(tgt) + self.positions[:length]
-        padding = None if src_mask is None else ~src_mask.reshape(src_mask.size(0), -1).expand(
-            memory.size(0), -1)
-        causal = ~torch.as_tensor(tgt_mask).bool().reshape(-1, length, length)[0]
-        return self.transformer.decoder(y, memory, tgt_mask=causal,
-                                        memory_key_padding_mask=padding)
+    def generator(self, hidden):
+        logits = self.projection(hidden)
+        return torch.log_softmax(logits, dim=-1) if self.log_softmax else logits
 
 
-def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
-    """TEMPORARY"""
-    memory = model.encode(src, src_mask)
-    ys = torch.full((src.size(0), 1), bos_id, dtype=src.dtype)
-    done = torch.zeros(src.size(0), dtype=torch.bool)
-    while ys.size(1) < max_len and not done.all():
-        n = ys.size(1)
-        hidden = model.decode(memory, src_mask, ys, torch.ones(n, n, dtype=torch.bool).tril())
-        token = model.generator(hidden[:, -1]).argmax(-1).to(src.dtype)
-        token = token.masked_fill(done, pad_id)
-        ys = torch.cat([ys, token[:, None]], 1)
-        done |= token == eos_id
-    return ys
-
-
-def transformer_model(vocab_size):
-    """A small encoder-decoder of PyTorch's own layers in float64, with the course's
-    ``encode``, ``decode`` and ``generator``."""
-    return TorchEncoderDecoder(vocab_size).double().eval()
+def transformer_model(vocab_size, log_softmax=False):
+    """A small encoder-decoder of PyTorch's own layers in float64."""
+    config = TransformerConfig.small(vocab_size, dropout=0.0, tie_embeddings=False)
+    return Transformer(config, log_softmax).double().eval()
 
 
 def transformer(vocab_size, seed):
@@ -239,7 +210,7 @@ def transformer(vocab_size, seed):
     torch.manual_seed(seed)
     model = transformer_model(vocab_size)
     with torch.no_grad():
-        model.generator.bias[[PAD, BOS]] -= 6.0  # possible, but rare: the outputs stay readable
+        model.projection.bias[[PAD, BOS]] -= 6.0  # possible, but rare: the outputs stay readable
     return model
 
 
@@ -435,7 +406,7 @@ def test_a_narrow_beam_keeps_the_beam_size_best_extensions(learner, kind, beam_s
 def test_beam_size_one_is_greedy_decoding(learner):
     model = transformer(9, seed=3)
     with torch.no_grad():  # make EOS likely enough to end some rows early
-        model.generator.bias[EOS] += 1.0
+        model.projection.bias[EOS] += 1.0
     src, src_mask = sources(6, 5, 9, seed=3)
     out = learner.run(beam_search_of, model={"transformer": model.state_dict(), "vocab_size": 9},
                       src=src, src_mask=src_mask, max_len=8, beam_size=1, length_penalty=0.6)
