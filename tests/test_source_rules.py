@@ -199,6 +199,8 @@ BAD = [
      "format string"),
     ("format on a computed string", "fmt = '{0.x}'\ns = fmt.format(1)\n", 2, None,
      "use an f-string"),
+    ("str.format taken as a function", "fmt = str.format\ns = fmt('{0.__class__}', 1)\n", 1,
+     None, "on a string literal"),
     ("SystemExit", "def f():\n    raise SystemExit(0)\n", 2, None, "stops the grader"),
     ("catch BaseException", "try:\n    pass\nexcept BaseException:\n    pass\n", 3, None,
      "use Exception"),
@@ -211,6 +213,12 @@ BAD = [
      "def f(open):\n    return open\n\nopen('x')\n", 4, None, "`open` is not allowed"),
     ("global declaration reaches the builtin",
      "def f():\n    global open\n    return open('x')\n", 3, None, "`open` is not allowed"),
+    ("the class of something else", "def f(x):\n    return x.__class__.__name__\n", 2, None,
+     "double underscores"),
+    ("a class of self beyond its name", "class A:\n    def f(self):\n"
+     "        return self.__class__.__mro__\n", 3, None, "double underscores"),
+    ("a fake __class__", "class A:\n    @property\n    def __class__(self):\n"
+     "        return int\n", 3, None, "changes what isinstance answers"),
     ("__slots__ in a class", "class A:\n    __slots__ = ('x',)\n", 2, None, "`__slots__`"),
     ("__name__ outside the main guard", "name = __name__\n", 1, None, "`__name__`"),
     ("a class pattern reads an attribute", "import torch.nn.functional as F\n"
@@ -256,7 +264,8 @@ def test_a_forbidden_name_counts_for_every_exercise_that_lists_it():
 
 def test_each_rule_says_what_to_do_instead():
     says = {
-        "getattr(x, 'a')\n": "rename it",
+        "getattr(x, 'a')\n": "write the attribute (x.name)",
+        "def f(getattr):\n    pass\n\ngetattr(x, 'a')\n": "or rename your own `getattr`",
         "import os\n": "import only torch, numpy, math",
         "import torch\ny = torch.softmax(x)\n": "call your own function or "
                                                "`active_parts().softmax`",
@@ -301,6 +310,9 @@ GOOD = [
      "        self.__private = 1\n\n    @classmethod\n    def make(cls):\n"
      "        return cls._build()\n\n    def __repr__(self):\n        return 'A'\n\n"
      "    def __len__(self):\n        return 0\n\n    def __call__(self, x):\n        return x\n"),
+    ("a class's name for a message", "class A:\n    def __repr__(self):\n"
+     "        return f'{self.__class__.__name__}()'\n\n    @classmethod\n"
+     "    def make(cls):\n        raise ValueError(f'{cls.__qualname__} needs x')\n"),
     ("module dunders allowed", "__all__ = ['f']\n__all__ += ['g']\n\n"
      "if __name__ == '__main__':\n    print(1)\n"),
     ("formatting", "a, b = 1, 2\ns = '{} has {:d} and {name!r}'.format(a, b, name='x')\n"
@@ -585,6 +597,19 @@ def test_every_file_of_the_folder_is_read_and_keyed_by_chapter(tmp_path):
     assert {(v.path, v.line, v.exercise) for v in found[None]} == {
         ("exercises/helper.py", 1, None), ("exercises/sub/deep.py", 2, "2.1")}
     assert "`import os` is not allowed" in found[None][0].message
+
+
+def test_folders_no_import_can_reach_are_skipped(tmp_path):
+    folder = tmp_path / "exercises"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    (folder / ".ipynb_checkpoints" / "ch02_attention-checkpoint.py").write_text("import os\n")
+    (folder / "ch02_attention.py").write_text("import math\n")
+    assert check_folder(folder) == {}
+
+
+def test_the_summary_names_what_is_allowed():
+    for name in ("torch", "numpy", "math", "active_parts", "Batch", "files", "processes"):
+        assert name in source_rules.SUMMARY
 
 
 def test_anything_python_could_import_instead_of_the_source_is_refused(tmp_path):

@@ -70,31 +70,48 @@ FROM_ONLY = {
     "annotated_transformer.parts": frozenset({"active_parts"}),
     "annotated_transformer.batch": frozenset({"Batch"}),
 }
+# What the learner reads (the instructor page and the grader's report can print it).
+SUMMARY = (
+    "An exercise file computes with PyTorch and nothing else. It may import torch (with "
+    "torch.nn, torch.nn.functional and their public submodules), numpy, math, typing, "
+    "collections.abc, dataclasses, functools, itertools, numbers, and from the course only "
+    "active_parts and Batch. It may not read or write files, start processes or threads, "
+    "reach the interpreter's internals or frames (names with double underscores, names of "
+    "others starting with _), run code from strings, import modules at run time, touch the "
+    "global random number generator or change what it imported. Every .py file in the "
+    "folder is checked, and the op an exercise asks you to write may not be used anywhere "
+    "in the file.")
 ALLOWED_IMPORTS = ("torch, numpy, math, typing, collections.abc, dataclasses, functools, "
                    "itertools, numbers, active_parts, Batch")
 MAX_MESSAGE = 200  # characters: one line a learner reads in a report
 
 # Built-in names an exercise may not use, with why (each one a way around every other rule).
 BANNED_BUILTINS = {
-    "eval": "runs code from a string", "exec": "runs code from a string",
-    "compile": "builds code from a string", "__import__": "imports a module by name",
-    "open": "reads and writes files", "input": "reads the terminal",
-    "breakpoint": "starts a debugger", "help": "starts the interactive help",
-    "getattr": "looks an attribute up by a computed name",
-    "setattr": "changes an attribute by a computed name",
-    "delattr": "deletes an attribute by a computed name",
-    "globals": "reaches the module's namespace", "locals": "reaches a frame's namespace",
-    "vars": "reaches an object's namespace", "dir": "lists an object's hidden names",
-    "memoryview": "reaches raw memory",
-    "type": "builds classes and reaches internals (use isinstance)",
-    "exit": "stops the grader", "quit": "stops the grader",
-    "copyright": "is the interactive help", "credits": "is the interactive help",
-    "license": "is the interactive help",
+    "eval": "runs code from a string; write the code itself",
+    "exec": "runs code from a string; write the code itself",
+    "compile": "builds code from a string; write the code itself",
+    "open": "reads and writes files; an exercise computes with tensors only",
+    "input": "reads the terminal; take values as arguments",
+    "breakpoint": "starts a debugger; remove it before grading",
+    "help": "starts the interactive help; remove it before grading",
+    "getattr": "looks an attribute up by a computed name; write the attribute (x.name)",
+    "setattr": "sets an attribute by a computed name; write `self.name = value`",
+    "delattr": "deletes an attribute by a computed name; write `del self.name`",
+    "globals": "reaches the module's namespace; use the names themselves",
+    "locals": "reaches a frame's namespace; use the names themselves",
+    "vars": "reaches an object's namespace; use its attributes (x.name)",
+    "dir": "lists an object's hidden names; use its attributes (x.name)",
+    "memoryview": "reaches raw memory; use tensors",
+    "type": "builds classes and reaches internals; use isinstance(x, SomeClass)",
+    "exit": "stops the grader; raise ValueError instead",
+    "quit": "stops the grader; raise ValueError instead",
+    "copyright": "is the interactive help; remove it", "credits": "is the interactive help; "
+    "remove it", "license": "is the interactive help; remove it",
     # These pass through the test framework's handlers and stop the whole run.
-    "SystemExit": "stops the grader (raise ValueError instead)",
-    "KeyboardInterrupt": "stops the grader (raise ValueError instead)",
-    "GeneratorExit": "stops the grader (raise ValueError instead)",
-    "BaseException": "stops the grader (use Exception)",
+    "SystemExit": "stops the grader; raise ValueError instead",
+    "KeyboardInterrupt": "stops the grader; raise ValueError instead",
+    "GeneratorExit": "stops the grader; raise ValueError instead",
+    "BaseException": "stops the grader; use Exception",
 }
 
 # Attribute names (also ``from m import name``) that reach past computing with tensors.
@@ -174,6 +191,7 @@ BANNED_DUNDER_METHODS = {
     "__instancecheck__": "changes what isinstance answers",
     "__subclasscheck__": "changes what issubclass answers",
     "__subclasshook__": "changes what issubclass answers",
+    "__class__": "changes what isinstance answers",
 }
 # Classes a learner's class may not derive from: a Tensor subclass overrides comparisons and
 # intercepts every PyTorch call made with it.
@@ -596,8 +614,6 @@ class _Checker:
                 self.check_class(node)
             elif isinstance(node, ast.keyword):
                 self.check_keyword(node)
-            elif isinstance(node, ast.Call):
-                self.check_call(node)
             elif isinstance(node, ast.MatchClass):
                 self.check_match_class(node)
             elif id(node) in self.annotations and isinstance(node, ast.Constant):
@@ -654,8 +670,9 @@ class _Checker:
             if name == "type" and id(node) in self.annotations:
                 return  # ``type[nn.Module]`` in an annotation is a type, not a call
             if self.scopes.is_builtin(node):
+                own = f" (or rename your own `{name}`)" if name in self.all_bound else ""
                 self.add(node, f"`{name}` is not allowed in an exercise file: it "
-                               f"{BANNED_BUILTINS[name]}; if it is your own name, rename it")
+                               f"{BANNED_BUILTINS[name]}{own}")
         elif name == "super" and isinstance(node.ctx, ast.Load) and self.scopes.is_builtin(node):
             self.check_super(node)
         elif name == "object" and self.scopes.is_builtin(node):
@@ -716,6 +733,8 @@ class _Checker:
                            f"`self._name` is fine)")
         else:
             self.check_attribute_name(node, name, code, base)
+        if name in ("format", "format_map"):
+            self.check_format(node)
         if self._through_parts(base):
             if name in PARTS_OWN:
                 self.add(node, f"`{code}` is not allowed in an exercise file: take a part by "
@@ -724,14 +743,27 @@ class _Checker:
         self.check_forbidden_name(node, name, code)
 
     def check_dunder_attribute(self, node: ast.Attribute) -> None:
-        """Only ``.__init__(...)`` called: ``__class__``, ``__dict__``, ``__globals__``,
-        ``__subclasses__``... are the ways into the interpreter's internals."""
+        """Only ``.__init__(...)`` called and a class's name (``self.__class__.__name__``,
+        ``cls.__name__``, strings for messages): ``__class__`` otherwise, ``__dict__``,
+        ``__globals__``, ``__subclasses__``... are the ways into the interpreter's internals."""
         parent = self.parent.get(id(node))
         if node.attr == "__init__" and isinstance(parent, ast.Call) and parent.func is node:
+            return
+        if self._class_name(node) or (isinstance(parent, ast.Attribute)
+                                      and self._class_name(parent)):
             return
         self.add(node, f"`{_snippet(node)}` is not allowed in an exercise file: attributes "
                        f"with double underscores reach the interpreter's internals (only "
                        f"`super().__init__(...)`)")
+
+    def _class_name(self, node: ast.Attribute) -> bool:
+        """``self.__class__.__name__`` or ``cls.__name__`` (``__qualname__`` too)."""
+        if node.attr not in ("__name__", "__qualname__"):
+            return False
+        base = node.value
+        if isinstance(base, ast.Attribute) and base.attr == "__class__":
+            return isinstance(base.value, ast.Name) and base.value.id == "self"
+        return isinstance(base, ast.Name) and base.id == "cls"
 
     def _self_based(self, base: ast.AST) -> bool:
         return isinstance(base, ast.Name) and base.id in SELF_NAMES
@@ -848,16 +880,14 @@ class _Checker:
             return {k.arg for k in value.keywords if k.arg}
         return set()
 
-    def check_call(self, node: ast.Call) -> None:
+    def check_format(self, node: ast.Attribute) -> None:
         """``str.format`` looks attributes up from the format string (``"{0.__class__}"``):
-        only on a string literal without attribute fields (f-strings are fine)."""
-        func = node.func
-        if not (isinstance(func, ast.Attribute) and func.attr in ("format", "format_map")):
-            return
-        text = func.value.value if isinstance(func.value, ast.Constant) else None
-        if not isinstance(text, str):
-            self.add(node, f"`{_snippet(node)}` is not allowed in an exercise file: format a "
-                           f"string literal or use an f-string")
+        only called on a string literal without attribute fields (f-strings are fine)."""
+        call = self.parent.get(id(node))
+        text = node.value.value if isinstance(node.value, ast.Constant) else None
+        if not (isinstance(call, ast.Call) and call.func is node and isinstance(text, str)):
+            self.add(node, f"`{_snippet(node)}` is not allowed in an exercise file: call "
+                           f"`.format` on a string literal, or use an f-string")
         elif any("." in field for field in _format_fields(text)):
             self.add(node, "attribute lookups inside a format string are not allowed in an "
                            "exercise file: use an f-string")
@@ -958,12 +988,13 @@ def _unchecked_pyc(path: Path) -> bool:
 
 
 def _files(folder: Path) -> Iterator[Path]:
-    """Every file under folder, links included but not followed."""
+    """Every file under folder, links included but not followed. A folder whose name is not
+    a Python name (``.ipynb_checkpoints``, ``.git``) is skipped: no import can reach it."""
     for directory, subdirectories, names in os.walk(folder, followlinks=False):
         here = Path(directory)
+        subdirectories[:] = sorted(d for d in subdirectories if d.isidentifier())
         for name in sorted(names) + [d for d in subdirectories if (here / d).is_symlink()]:
             yield here / name
-        subdirectories.sort()
 
 
 def _label(path: Path, folder: Path) -> str:
