@@ -35,7 +35,13 @@ import pytest
 import torch
 
 from annotated_transformer.grading.layout import EXERCISES_DIR, chapter_test_files
-from annotated_transformer.grading.sandbox import ForbiddenCall, Learner, WorkerPool
+from annotated_transformer.grading.sandbox import (
+    ForbiddenCall,
+    Learner,
+    LearnerRaised,
+    WorkerPool,
+    unreadable,
+)
 from annotated_transformer.parts import has_reference
 
 TRUSTED = ("solutions",)  # the course's own sources; variants are trusted too
@@ -153,6 +159,8 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
         # A file of the folder that is no chapter's (a helper, __init__.py) concerns all.
         own = [v for v in [*found.get(chapter, []), *found.get(None, [])]
                if v.exercise in (None, exercise)]
+        if own and unreadable(own[0].message):
+            raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
         if own:
             raise ForbiddenCall(_say(own[0]))
     timeout = request.config.getoption("--grade-call-timeout")

@@ -95,7 +95,7 @@ def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str,
 
 def _impl_of(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
-    impl = callspec.params.get("impl") if callspec else None
+    impl = callspec.params.get("learner", callspec.params.get("impl")) if callspec else None
     return impl if isinstance(impl, str) else None  # an empty parameter set gives a sentinel
 
 

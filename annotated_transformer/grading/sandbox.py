@@ -183,6 +183,13 @@ def _open_to(user: str, folder: Path) -> None:
 # ---------------------------------------------------------------- the tests' handle on it
 
 
+def unreadable(message: str) -> bool:
+    """Whether a static finding says the file cannot be read as Python at all (an error of
+    the learner's, not a forbidden use)."""
+    return any(phrase in message for phrase in ("is not valid Python", "cannot be read",
+                                                "save the file as UTF-8", "not valid UTF-8"))
+
+
 class Learner:
     """The code under test, as the graded tests see it: probes run in a worker.
 
@@ -210,6 +217,8 @@ class Learner:
         kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
         if kind == "tampered":  # nothing that worker computes can be trusted any more
             self.pool.discard(self.source)
+        if kind == "blocked" and unreadable(message):  # a file that does not parse
+            raise LearnerRaised(["SyntaxError"], message, "")
         if kind in ("forbidden", "tampered", "blocked"):
             raise ForbiddenCall(message)
         types = [str(t) for t in reply.get("types", [])][:20]
