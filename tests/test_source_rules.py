@@ -562,6 +562,12 @@ def test_null_bytes_and_deep_nesting_are_reported_not_raised(tmp_path):
     assert violation.exercise is None
 
 
+def test_a_file_full_of_violations_gives_a_short_list():
+    found = check("import os\n" * 500)
+    assert len(found) == source_rules.MAX_VIOLATIONS
+    assert found[-1].message.startswith("451 more things not allowed from line 50 on")
+
+
 def test_links_fifos_and_huge_files_are_not_read(tmp_path):
     target = write(tmp_path, b"x = 1\n", "real.py")
     link = tmp_path / "ch02_attention.py"
@@ -597,6 +603,17 @@ def test_every_file_of_the_folder_is_read_and_keyed_by_chapter(tmp_path):
     assert {(v.path, v.line, v.exercise) for v in found[None]} == {
         ("exercises/helper.py", 1, None), ("exercises/sub/deep.py", 2, "2.1")}
     assert "`import os` is not allowed" in found[None][0].message
+
+
+def test_a_chapter_written_as_a_package_is_that_chapter(tmp_path):
+    folder = tmp_path / "exercises"
+    (folder / "ch02_attention").mkdir(parents=True)
+    (folder / "ch02_attention" / "__init__.py").write_text("import os\n")
+    (folder / "ch02_attention" / "inner.py").write_text("import sys\n")
+    found = check_folder(folder)
+    assert list(found) == [2]
+    assert [v.path for v in found[2]] == ["exercises/ch02_attention/__init__.py",
+                                          "exercises/ch02_attention/inner.py"]
 
 
 def test_folders_no_import_can_reach_are_skipped(tmp_path):

@@ -198,7 +198,10 @@ BANNED_DUNDER_METHODS = {
 BANNED_BASES = frozenset({"Tensor", "Parameter", "Buffer"})
 
 SELF_NAMES = frozenset({"self", "cls"})
-MAX_SOURCE_BYTES = 1_000_000  # ten times the largest solution; more is not an exercise
+# Thirty times the largest solution file: more is not an exercise, and reading it (about
+# 10 microseconds a byte) must not make the grader wait.
+MAX_SOURCE_BYTES = 250_000
+MAX_VIOLATIONS = 50  # per file: the first ones say what to fix; a report stays short
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _SCOPES = (ast.Module, ast.ClassDef, *_FUNCTIONS, *_COMPREHENSIONS)
@@ -493,6 +496,11 @@ class _Checker:
                          for name in self._import_binds(node)}
         self.bindings = list(self._bindings())
         self.all_bound = {name for name, _ in self.bindings}
+        self.base_verdicts: dict[str, bool] = {}
+        self.values_of: dict[str, list[ast.AST]] = {}
+        for name, value in self.bindings:
+            if value is not None:
+                self.values_of.setdefault(name, []).append(value)
         self.course_parts = self._active_parts_is_the_course()
         self.annotations = self._annotation_nodes()
         self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
@@ -571,27 +579,32 @@ class _Checker:
         return isinstance(base, ast.Name) and base.id in self.parts_names
 
     def _protected_names(self) -> set[str]:
-        """Names whose attributes may not be assigned: imports and the names that hand one
-        on unchanged (``T = torch.Tensor``, ``for T in (nn.Module,)``, ``def f(T=F)``)."""
+        """Names whose attributes may not be assigned: imports, built-ins and the names that
+        hand one on unchanged (``T = torch.Tensor``, ``for T in (nn.Module,)``, ``def f(T=F)``),
+        found in one pass over who hands on whom (linear, whatever a file holds)."""
         protected = set(self.imported)
         pairs = [(name, value) for name, value in self.bindings
                  if value is not None and not isinstance(value, (ast.ImportFrom, ast.Import))]
         pairs += [pair for n in self.nodes if isinstance(n, ast.arguments)
                   for pair in _argument_defaults(n)]
-        changed = True
-        while changed:  # until no alias of an alias is left to find
-            changed = False
-            for name, value in pairs:
-                if name not in protected and any(self._protects(r, protected)
-                                                 for r in _value_roots(value)):
+        handed_to: dict[str, set[str]] = {}
+        for name, value in pairs:
+            for root in _value_roots(value):
+                if self._unbound_builtin(root):
                     protected.add(name)
-                    changed = True
+                handed_to.setdefault(root.id, set()).add(name)
+        todo = list(protected)
+        while todo:
+            for name in handed_to.pop(todo.pop(), ()):
+                if name not in protected:
+                    protected.add(name)
+                    todo.append(name)
         return protected
 
-    def _protects(self, root: ast.Name, protected: set[str]) -> bool:
-        return root.id in protected or (root.id not in SELF_NAMES
-                                        and self.scopes.is_builtin(root)
-                                        and root.id not in self.all_bound)
+    def _unbound_builtin(self, name: ast.Name) -> bool:
+        """A built-in (``int``, ``print``) that the file never binds to anything of its own."""
+        return (name.id not in SELF_NAMES and name.id not in self.all_bound
+                and self.scopes.is_builtin(name))
 
     def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
         if len(message) > MAX_MESSAGE:  # a long name of the learner's must not flood a report
@@ -620,7 +633,14 @@ class _Checker:
                 self.check_string_annotation(node)
             if isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
                 self.check_store(node)
-        return sorted(set(self.found), key=lambda v: (v.line, v.exercise or "", v.message))
+        found = sorted(set(self.found), key=lambda v: (v.line, v.exercise or "", v.message))
+        if len(found) <= MAX_VIOLATIONS:
+            return found
+        kept, rest = found[: MAX_VIOLATIONS - 1], found[MAX_VIOLATIONS - 1:]
+        more = Violation(self.path, rest[0].line, None,
+                         f"{len(rest)} more things not allowed from line {rest[0].line} on "
+                         f"are not listed; fix the ones above first")
+        return [*kept, more]
 
     # -------------------------------------------------------------- imports
 
@@ -833,32 +853,30 @@ class _Checker:
                            f"exercise file: a metaclass changes how classes are built; derive "
                            f"from nn.Module or nothing")
         for base in node.bases:
-            if self._banned_base(base, depth=0):
+            if self._banned_base(base):
                 self.add(node, f"`class {node.name}({_snippet(base)})` is not allowed in an "
                                f"exercise file: a Tensor subclass intercepts PyTorch's calls; "
                                f"derive from nn.Module or nothing")
 
-    def _banned_base(self, base: ast.AST, depth: int) -> bool:
+    def _banned_base(self, base: ast.AST) -> bool:
         """Whether a base names Tensor or Parameter, also through ``from torch import Tensor
-        as Base`` or ``Base = torch.Tensor``."""
+        as Base`` or ``Base = torch.Tensor`` (each name looked into once per file)."""
         if isinstance(base, ast.Attribute):
             return base.attr in BANNED_BASES
-        if not isinstance(base, ast.Name) or depth > 20:
+        if not isinstance(base, ast.Name):
             return False
-        if base.id in BANNED_BASES:
-            return True
-        for name, value in self.bindings:
-            if name != base.id or value is None:
-                continue
-            if isinstance(value, ast.ImportFrom):
-                if any(a.name in BANNED_BASES for a in value.names
-                       if (a.asname or a.name) == name):
-                    return True
-            elif not isinstance(value, ast.Import) and any(
-                    self._banned_base(root_value, depth + 1)
-                    for root_value in _value_expressions(value)):
-                return True
-        return False
+        if base.id not in self.base_verdicts:
+            self.base_verdicts[base.id] = False  # a cycle of aliases reaches nothing new
+            self.base_verdicts[base.id] = base.id in BANNED_BASES or any(
+                self._hands_on_banned_base(base.id, value)
+                for value in self.values_of.get(base.id, ()))
+        return self.base_verdicts[base.id]
+
+    def _hands_on_banned_base(self, name: str, value: ast.AST) -> bool:
+        if isinstance(value, ast.ImportFrom):
+            return any(a.name in BANNED_BASES for a in value.names if (a.asname or a.name) == name)
+        return not isinstance(value, ast.Import) and any(
+            self._banned_base(inner) for inner in _value_expressions(value))
 
     # -------------------------------------------------------------- calls and keywords
 
@@ -902,8 +920,7 @@ class _Checker:
         root = _root_name(node)
         if root is None or root.id in SELF_NAMES:
             return
-        if root.id in self.protected or (self.scopes.is_builtin(root)
-                                         and root.id not in self.all_bound):
+        if root.id in self.protected or self._unbound_builtin(root):
             self.add(node, f"`{_snippet(node)}` is not allowed in an exercise file: it changes "
                            f"`{root.id}`, which is not yours; assign to your own objects "
                            f"(self.x = ...)")
@@ -997,6 +1014,15 @@ def _files(folder: Path) -> Iterator[Path]:
             yield here / name
 
 
+def _chapter_of(path: Path, folder: Path) -> int | None:
+    """The chapter a file belongs to: a ``chNN_*.py`` file at the top of the folder, or any
+    file of a ``chNN_*`` package there (``import exercises.ch02_attention`` would load it)."""
+    top = path.relative_to(folder).parts[0]
+    match = CHAPTER_FILE.match(top) or (CHAPTER_FILE.match(top + ".py")
+                                        if top != path.name else None)
+    return int(match["chapter"]) if match else None
+
+
 def _label(path: Path, folder: Path) -> str:
     return (Path(folder.name) / path.relative_to(folder)).as_posix()
 
@@ -1004,17 +1030,16 @@ def _label(path: Path, folder: Path) -> str:
 def check_folder(folder: Path, forbidden_by_chapter: Mapping[
         int, Mapping[str, Sequence[str]]] = {}) -> dict[int | None, list[Violation]]:  # noqa: B006
     """Every ``.py`` file under ``folder`` (and anything else Python could import from it).
-    Key: the chapter number for a ``chNN_*.py`` file at the top of the folder, None for any
-    other file (its violations concern every chapter, and every chapter's forbidden names
-    apply to it). Paths read ``exercises/helper.py``."""
+    Key: the chapter number for a ``chNN_*.py`` file at the top of the folder (or a file of a
+    ``chNN_*`` package there), None for any other file: its violations concern every chapter,
+    and every chapter's forbidden names apply to it. Paths read ``exercises/helper.py``."""
     folder = Path(folder)
     every_exercise = {ex: names for chapter in forbidden_by_chapter.values()
                       for ex, names in chapter.items()}
     found: dict[int | None, list[Violation]] = {}
     for path in _files(folder):
         label = _label(path, folder)
-        match = CHAPTER_FILE.match(path.name) if path.parent == folder else None
-        key = int(match["chapter"]) if match else None
+        key = _chapter_of(path, folder)
         if path.suffix == ".py" or path.is_symlink():
             forbidden = forbidden_by_chapter.get(key, {}) if key is not None else every_exercise
             violations = _check_labelled(path, label, forbidden)
