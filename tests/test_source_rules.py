@@ -186,6 +186,10 @@ BAD = [
      None, "`object`'s methods"),
     ("Tensor subclass", "import torch\n\nclass T(torch.Tensor):\n    pass\n", 3, None,
      "Tensor subclass"),
+    ("a Tensor subclass of PyTorch's", "import torch\n\nclass M(torch.masked.MaskedTensor):\n"
+     "    pass\n", 3, None, "Tensor subclass"),
+    ("type called in an annotation", "def f(x: type('X', (), {})):\n    pass\n", 1, None,
+     "`type` is not allowed"),
     ("metaclass", "from torch import nn\n\nclass M(nn.Module, metaclass=Meta):\n    pass\n", 3,
      None, "metaclass"),
     ("__del__", "class A:\n    def __del__(self):\n        pass\n", 2, None, "after the verdict"),

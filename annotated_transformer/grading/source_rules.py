@@ -193,9 +193,9 @@ BANNED_DUNDER_METHODS = {
     "__subclasshook__": "changes what issubclass answers",
     "__class__": "changes what isinstance answers",
 }
-# Classes a learner's class may not derive from: a Tensor subclass overrides comparisons and
-# intercepts every PyTorch call made with it.
-BANNED_BASES = frozenset({"Tensor", "Parameter", "Buffer"})
+# Classes a learner's class may not derive from (by the end of the name: MaskedTensor too): a
+# Tensor subclass overrides comparisons and intercepts every PyTorch call made with it.
+BANNED_BASES = ("Tensor", "Parameter", "Buffer")
 
 SELF_NAMES = frozenset({"self", "cls"})
 # Thirty times the largest solution file: more is not an exercise, and reading it (about
@@ -341,7 +341,8 @@ class _Scopes:
         if isinstance(node, _SCOPES):
             self.parent_scope[id(node)] = scope
         if isinstance(node, _FUNCTIONS):
-            outer = [*getattr(node, "decorator_list", []), node.args]
+            outer = [*getattr(node, "decorator_list", []), *getattr(node, "type_params", []),
+                     node.args]
             if getattr(node, "returns", None) is not None:
                 outer.append(node.returns)
             yield from ((child, scope) for child in outer)
@@ -349,7 +350,8 @@ class _Scopes:
             yield from ((child, node) for child in body)
             self._bind_arguments(node)
         elif isinstance(node, ast.ClassDef):
-            outer = [*node.decorator_list, *node.bases, *node.keywords]
+            outer = [*node.decorator_list, *getattr(node, "type_params", []), *node.bases,
+                     *node.keywords]
             yield from ((child, scope) for child in outer)
             yield from ((child, node) for child in node.body)
         elif isinstance(node, _COMPREHENSIONS):
@@ -687,7 +689,9 @@ class _Checker:
         if _is_dunder(name):
             self.check_dunder_name(node)
         elif name in BANNED_BUILTINS and isinstance(node.ctx, ast.Load):
-            if name == "type" and id(node) in self.annotations:
+            call = self.parent.get(id(node))
+            called = isinstance(call, ast.Call) and call.func is node
+            if name == "type" and id(node) in self.annotations and not called:
                 return  # ``type[nn.Module]`` in an annotation is a type, not a call
             if self.scopes.is_builtin(node):
                 own = f" (or rename your own `{name}`)" if name in self.all_bound else ""
@@ -849,7 +853,8 @@ class _Checker:
     def check_class(self, node: ast.ClassDef) -> None:
         """No metaclass and no Tensor subclass: both run code the learner does not call."""
         for keyword in node.keywords:
-            self.add(node, f"`class {node.name}(..., {keyword.arg}=...)` is not allowed in an "
+            given = keyword.arg or "**"
+            self.add(node, f"`class {node.name}(..., {given}=...)` is not allowed in an "
                            f"exercise file: a metaclass changes how classes are built; derive "
                            f"from nn.Module or nothing")
         for base in node.bases:
@@ -862,19 +867,20 @@ class _Checker:
         """Whether a base names Tensor or Parameter, also through ``from torch import Tensor
         as Base`` or ``Base = torch.Tensor`` (each name looked into once per file)."""
         if isinstance(base, ast.Attribute):
-            return base.attr in BANNED_BASES
+            return base.attr.endswith(BANNED_BASES)
         if not isinstance(base, ast.Name):
             return False
         if base.id not in self.base_verdicts:
             self.base_verdicts[base.id] = False  # a cycle of aliases reaches nothing new
-            self.base_verdicts[base.id] = base.id in BANNED_BASES or any(
+            self.base_verdicts[base.id] = base.id.endswith(BANNED_BASES) or any(
                 self._hands_on_banned_base(base.id, value)
                 for value in self.values_of.get(base.id, ()))
         return self.base_verdicts[base.id]
 
     def _hands_on_banned_base(self, name: str, value: ast.AST) -> bool:
         if isinstance(value, ast.ImportFrom):
-            return any(a.name in BANNED_BASES for a in value.names if (a.asname or a.name) == name)
+            return any(a.name.endswith(BANNED_BASES) for a in value.names
+                       if (a.asname or a.name) == name)
         return not isinstance(value, ast.Import) and any(
             self._banned_base(inner) for inner in _value_expressions(value))
 
