@@ -136,6 +136,8 @@ BAD = [
     ("generator frame", "def g():\n    yield 1\n\nf = g().gi_frame.f_back.f_locals\n", 4, None,
      "frames"),
     ("global RNG", "import torch\ntorch.manual_seed(0)\n", 2, None, "random number generator"),
+    ("global RNG of every GPU", "import torch\ntorch.cuda.manual_seed_all(0)\n", 2, None,
+     "random number generator"),
     ("torch.load", "import torch\nw = torch.load('weights.pt')\n", 2, None, "files"),
     ("torch.hub", "import torch\nm = torch.hub.load('x', 'y')\n", 2, None, "files"),
     ("torch.compile", "import torch\nf = torch.compile(print)\n", 2, None, "compiler"),

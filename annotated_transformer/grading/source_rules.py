@@ -130,8 +130,9 @@ _BANNED_GROUPS = {
         "quantization handle_torch_function has_torch_function has_torch_function_unary "
         "has_torch_function_variadic as_subclass"),
     "changes or reads the global random number generator": (
-        "manual_seed seed set_rng_state get_rng_state initial_seed fork_rng "
-        "default_generator get_state set_state"),
+        "manual_seed manual_seed_all seed seed_all set_rng_state set_rng_state_all "
+        "get_rng_state get_rng_state_all initial_seed fork_rng default_generator get_state "
+        "set_state"),
     "changes a setting of the whole process": (
         "set_default_dtype set_default_device set_default_tensor_type "
         "use_deterministic_algorithms set_deterministic_debug_mode set_num_threads "
@@ -209,10 +210,12 @@ _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
 def _is_dunder(name: str) -> bool:
+    """``__name__``-style: two underscores on both sides."""
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _clip(text: str, width: int = 40) -> str:
+    """The text, cut to ``width`` characters with a visible marker."""
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -327,7 +330,8 @@ class _Scopes:
         self._walk(tree)
 
     def _walk(self, tree: ast.Module) -> None:
-        # Iterative, so that a deeply nested file cannot exhaust the grader's stack.
+        """Give every node its scope, top-down (iteratively: a deeply nested file cannot
+        exhaust the grader's stack)."""
         stack: list[tuple[ast.AST, ast.AST]] = [(child, tree) for child in tree.body]
         while stack:
             node, scope = stack.pop()
@@ -365,11 +369,13 @@ class _Scopes:
             yield from ((child, scope) for child in ast.iter_child_nodes(node))
 
     def _bind_arguments(self, function: ast.AST) -> None:
+        """A function's parameters are its locals."""
         args = function.args
         every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
         self.bound.setdefault(id(function), set()).update(a.arg for a in every if a)
 
     def _bind(self, node: ast.AST, scope: ast.AST) -> None:
+        """Record the names a node binds in the scope it is evaluated in."""
         names: list[str] = []
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             names = [node.id]
@@ -402,6 +408,7 @@ class _Scopes:
         return True
 
     def module_level(self, node: ast.AST) -> bool:
+        """Whether the node is evaluated in the module's own scope."""
         return isinstance(self.scope_of.get(id(node)), ast.Module)
 
 
@@ -448,6 +455,7 @@ def _value_roots(node: ast.AST) -> Iterator[ast.Name]:
 
 
 def _target_names(node: ast.AST) -> Iterator[str]:
+    """The plain names an assignment target binds (``a, *b = ...``)."""
     if isinstance(node, ast.Name):
         yield node.id
     elif isinstance(node, (ast.Tuple, ast.List)):
@@ -514,10 +522,12 @@ class _Checker:
 
     @staticmethod
     def _import_binds(node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+        """The names an import statement binds (``import torch.nn`` binds ``torch``)."""
         for alias in node.names:
             yield (alias.asname or alias.name).split(".")[0]
 
     def _annotation_nodes(self) -> set[int]:
+        """Every node inside an annotation (of a parameter, a return or a variable)."""
         roots = [n.annotation for n in self.nodes if isinstance(n, (ast.arg, ast.AnnAssign))
                  and n.annotation is not None]
         roots += [n.returns for n in self.nodes
@@ -562,6 +572,7 @@ class _Checker:
                 if all(v is not None and self._is_active_parts_call(v) for v in vs)}
 
     def _active_parts_is_the_course(self) -> bool:
+        """Whether ``active_parts`` is only ever the course's own import."""
         for name, value in self.bindings:
             if name == "active_parts" and not (
                     isinstance(value, ast.ImportFrom)
@@ -571,6 +582,7 @@ class _Checker:
 
     @staticmethod
     def _is_active_parts_call(node: ast.AST) -> bool:
+        """``active_parts()`` exactly."""
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "active_parts" and not node.args and not node.keywords)
 
@@ -609,6 +621,7 @@ class _Checker:
                 and self.scopes.is_builtin(name))
 
     def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
+        """Record a violation at the node's line, its message cut to one short line."""
         if len(message) > MAX_MESSAGE:  # a long name of the learner's must not flood a report
             message = message[: MAX_MESSAGE - 3] + "..."
         self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise, message))
@@ -616,6 +629,7 @@ class _Checker:
     # -------------------------------------------------------------- running the rules
 
     def run(self) -> list[Violation]:
+        """Every rule over every node; the violations in line order, at most MAX_VIOLATIONS."""
         for node in self.nodes:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 self.check_import(node)
@@ -718,6 +732,7 @@ class _Checker:
                        f"`if __name__ == \"__main__\":`)")
 
     def _in_main_guard(self, node: ast.Name) -> bool:
+        """``__name__`` in ``if __name__ == "__main__":`` at module level."""
         compare = self.parent.get(id(node))
         statement = self.parent.get(id(compare))
         if not (isinstance(compare, ast.Compare) and isinstance(statement, ast.If)
@@ -739,6 +754,7 @@ class _Checker:
                            "`super().method(...)`, e.g. `super().__init__()`")
 
     def _classic_super(self, args: list[ast.expr]) -> bool:
+        """``super(MyClass, self)``, the older spelling of ``super()``."""
         return (len(args) == 2 and isinstance(args[0], ast.Name) and args[0].id in self.classes
                 and isinstance(args[1], ast.Name) and args[1].id in SELF_NAMES)
 
@@ -790,6 +806,7 @@ class _Checker:
         return isinstance(base, ast.Name) and base.id == "cls"
 
     def _self_based(self, base: ast.AST) -> bool:
+        """Whether an attribute's base is the learner's own ``self`` or ``cls``."""
         return isinstance(base, ast.Name) and base.id in SELF_NAMES
 
     def check_attribute_name(self, node: ast.AST, name: str, code: str,
@@ -878,6 +895,7 @@ class _Checker:
         return self.base_verdicts[base.id]
 
     def _hands_on_banned_base(self, name: str, value: ast.AST) -> bool:
+        """Whether one binding of ``name`` gives it a Tensor-like class."""
         if isinstance(value, ast.ImportFrom):
             return any(a.name.endswith(BANNED_BASES) for a in value.names
                        if (a.asname or a.name) == name)
@@ -897,6 +915,7 @@ class _Checker:
 
     @staticmethod
     def _unpacked_keys(value: ast.AST) -> set[str]:
+        """The keyword names a ``**{...}`` or ``**dict(...)`` argument passes."""
         if isinstance(value, ast.Dict):
             return {k.value for k in value.keys
                     if isinstance(k, ast.Constant) and isinstance(k.value, str)}
@@ -936,6 +955,7 @@ class _Checker:
 
 
 def _syntax_violation(path: str, name: str, error: SyntaxError) -> Violation:
+    """One violation naming the file, the line and the text that does not parse."""
     text = " ".join((error.text or "").split())
     text = text if len(text) <= 60 else text[:57] + "..."
     line = error.lineno or 1
@@ -982,6 +1002,7 @@ def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: 
 
 
 def _line_of(message: str) -> int:
+    """The line a :class:`SourceRejected` message names (1 when none)."""
     match = re.search(r"on line (\d+)", message)
     return int(match[1]) if match else 1
 
@@ -1030,6 +1051,7 @@ def _chapter_of(path: Path, folder: Path) -> int | None:
 
 
 def _label(path: Path, folder: Path) -> str:
+    """The path as the learner knows it: ``exercises/helper.py``."""
     return (Path(folder.name) / path.relative_to(folder)).as_posix()
 
 
@@ -1060,5 +1082,6 @@ def check_folder(folder: Path, forbidden_by_chapter: Mapping[
 
 def _check_labelled(path: Path, label: str,
                     forbidden: Mapping[str, Sequence[str]]) -> list[Violation]:
+    """``check_file`` with the violations' paths relabelled for the report."""
     violations = check_file(path, forbidden)
     return [Violation(label, v.line, v.exercise, v.message) for v in violations]
