@@ -104,8 +104,8 @@ def reference_weights(query, key, mask=None):
                                         ((2, 3, 5), -1), ((2, 3, 4, 6), 2)])
 def test_softmax_matches_torch(learner, shape, dim):
     x = torch.randn(shape, dtype=f64) * 3
-    out = assert_tensor(learner.run(softmax_of, x=x, dim=dim), f"softmax(x, dim={dim})", shape=shape,
-                        dtype=f64)
+    out = assert_tensor(learner.run(softmax_of, x=x, dim=dim), f"softmax(x, dim={dim})",
+                        shape=shape, dtype=f64)
     assert_close(out, torch.softmax(x, dim=dim), f"softmax(x, dim={dim}) for x of shape "
                  f"{list(shape)}", hint="Are the sum and the maximum taken over `dim`, with "
                  "keepdim=True so that they broadcast back?")
@@ -114,17 +114,19 @@ def test_softmax_matches_torch(learner, shape, dim):
 @pytest.mark.grade("2.1", points=1)
 def test_softmax_default_dim_is_last(learner):
     x = torch.randn(3, 4, dtype=f64)
-    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1), "softmax(x) (default dim=-1)")
+    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1),
+                 "softmax(x) (default dim=-1)")
 
 
 @pytest.mark.grade("2.1", points=2)
 def test_softmax_does_not_overflow(learner):
     x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=f64)
-    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1), "softmax of scores near +-1000",
+    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1),
+                 "softmax of scores near +-1000",
                  hint="exp(1000) overflows to inf: subtract each row's maximum first.")
     x32 = torch.randn(5, 8) * 200
-    assert_close(learner.run(softmax_of, x=x32), torch.softmax(x32, dim=-1), "softmax of float32 scores "
-                 "up to about 800", atol=1e-6, hint="Subtract the maximum before exp.")
+    assert_close(learner.run(softmax_of, x=x32), torch.softmax(x32, dim=-1),
+                 "softmax of float32 scores up to about 800", atol=1e-6, hint="Subtract the maximum before exp.")
 
 
 @pytest.mark.grade("2.1", points=2)

@@ -25,11 +25,11 @@ import re
 import pytest
 import torch
 from torch import nn
-from torch_models import TorchEncoderDecoder, greedy_decode
 
 from annotated_transformer.model import TransformerConfig
 
 from checks import assert_tensor
+from torch_models import TorchEncoderDecoder, greedy_decode
 
 CHAPTER = 7
 EXERCISES = {

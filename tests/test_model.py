@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from annotated_transformer import Parts
-from annotated_transformer.model import EncoderDecoder, TransformerConfig, count_parameters
 from annotated_transformer.grading.stubs import write_stubs
+from annotated_transformer.model import EncoderDecoder, TransformerConfig, count_parameters
 
 
 def small_model(**changes):

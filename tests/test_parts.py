@@ -13,8 +13,8 @@ import torch
 
 import solutions.ch01_positional_encoding as reference_ch01
 from annotated_transformer import Parts, active_parts, use_parts
-from annotated_transformer.model import build_embeddings
 from annotated_transformer.grading.stubs import write_stubs
+from annotated_transformer.model import build_embeddings
 
 
 def test_names_resolve_to_their_chapter_and_source():

@@ -100,7 +100,7 @@ def test_release_refuses_a_folder_in_the_way_and_the_course_itself(tmp_path: Pat
 
 @pytest.mark.slow
 def test_grading_the_release_finds_every_exercise_not_implemented(python: Path, out: Path):
-    done = run(python, out, "-m", "annotated_transformer.grading.grade", "--json", "r.json",
+    done = run(python, out, "-m", "annotated_transformer.grade", "--json", "r.json",
                "--verify-manifest", "tests/grading_manifest.json")
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((out / "r.json").read_text())
@@ -148,7 +148,7 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
     assert train.stderr.splitlines()[-1].startswith("error: Exercise 1.")
     bench = run(python, out, "-m", "annotated_transformer.bench", "--quick")
     assert bench.returncode == 2 and "student release" in bench.stderr
-    again = run(python, out, "-m", "annotated_transformer.grading.release", str(out.parent / "again"))
+    again = run(python, out, "-m", "annotated_transformer.release", str(out.parent / "again"))
     assert again.returncode == 2 and "not from a release" in again.stderr
     assert not (out.parent / "again").exists()
 

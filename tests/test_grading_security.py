@@ -1,0 +1,167 @@
+"""Dishonest and broken submissions, graded the way CI grades them: the points they get.
+
+Each submission is a folder of freshly generated stubs whose chapter 2 file is the
+reference with one change: a way to get exercise 2.1's points without writing softmax
+(the forbidden op by another road, the reference within reach, changing the judge), or a
+way to break the grader (a crash, a cut report, floods). All are graded in one run of the
+grader (``--impl`` takes several folders); the controls are an untouched submission and
+honest ones. What a submission may earn: nothing for 2.1 when it cheats; where the other
+exercises of the chapter are the reference's own lines, they may keep their points.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.grading import grade, stubs
+
+REFERENCE = (stubs.SOLUTIONS_DIR / "ch02_attention.py").read_text()
+START = REFERENCE.index("    # BEGIN SOLUTION 2.1")
+END = REFERENCE.index("    # END SOLUTION", START)
+
+
+def with_softmax(body: str, header: str = "", footer: str = "") -> str:
+    """The reference chapter 2 with softmax's body replaced (and lines added around)."""
+    indented = "".join(f"    {line}\n" for line in body.strip("\n").splitlines())
+    text = REFERENCE[:START] + indented + REFERENCE[END:]
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("import torch"))
+    return "".join(lines[:at + 1]) + header + "".join(lines[at + 1:]) + footer
+
+
+HONEST = with_softmax("""\
+maximum = x.amax(dim=dim, keepdim=True)
+maximum = torch.where(torch.isfinite(maximum), maximum, torch.zeros_like(maximum))
+exps = torch.exp(x - maximum)
+total = exps.sum(dim=dim, keepdim=True)
+return exps / torch.where(total == 0, torch.ones_like(total), total)""")
+
+# name: (the chapter 2 file, what 2.1's status must be, a phrase its message must hold)
+CHEATS = {
+    "alias outside the function": (with_softmax(
+        "return SOFT(x, dim).nan_to_num(0.0)", footer="\nSOFT = torch.softmax\n"),
+        "forbidden", "softmax"),
+    "helper function": (with_softmax(
+        "return helper(x, dim)", footer="\n\ndef helper(x, dim):\n"
+        "    return x.softmax(dim).nan_to_num(0.0)\n"), "forbidden", "softmax"),
+    "getattr with a computed name": (with_softmax(
+        'return getattr(torch, "soft" + "max")(x, dim).nan_to_num(0.0)'), "forbidden",
+        "getattr"),
+    "eval": (with_softmax('return eval("torch.soft" + "max")(x, dim).nan_to_num(0.0)'),
+             "forbidden", "eval"),
+    "aten directly": (with_softmax("return torch.ops.aten._softmax(x, dim, False)"),
+                      "forbidden", "ops"),
+    "nn.Softmax": (with_softmax("return torch.nn.Softmax(dim)(x).nan_to_num(0.0)"),
+                   "forbidden", "Softmax"),
+    "softmin of -x": (with_softmax(
+        "return torch.nn.functional.softmin(-x, dim).nan_to_num(0.0)"), "forbidden", "softmin"),
+    "log_softmax then exp": (with_softmax("return x.log_softmax(dim).exp().nan_to_num(0.0)"),
+                             "forbidden", "log_softmax"),
+    "utf-7 cookie": ("# coding: utf-7\n" + REFERENCE, "error", "UTF-8"),
+    "the reference through the parts": (with_softmax(
+        'return Parts("solutions").module(2).softmax(x, dim)',
+        header="from annotated_transformer.parts import Parts\n"), "forbidden", "Parts"),
+    "the reference through pydoc": (with_softmax(
+        'return pydoc.locate("solutions.ch02_attention.softmax")(x, dim)',
+        header="import pydoc\n"), "forbidden", "pydoc"),
+    "a helper file of the folder": (with_softmax(
+        "return helper.softmax(x, dim)", header="import helper\n"), "forbidden", "helper"),
+    "patch what the tests compare with": (with_softmax(
+        "return x", footer="\ntorch.allclose = lambda *args, **kwargs: True\n"), "forbidden",
+        "torch.allclose"),
+    "the grader's modules": (with_softmax(
+        "return x", header="import sys\n",
+        footer='\nsys.modules["checks"].assert_close = lambda *a, **k: None\n'), "forbidden",
+        "sys"),
+    "rewrite the report at exit": (with_softmax(
+        "return x", header="import atexit\n",
+        footer='\natexit.register(lambda: open("grade.json", "w").write("{}"))\n'), "forbidden",
+        "atexit"),
+    "exit the grader": (with_softmax("os._exit(0)", header="import os\n"), "forbidden", "os"),
+    "pytest.exit": (with_softmax('pytest.exit("done")', header="import pytest\n"), "forbidden",
+                    "pytest"),
+    "pin the seed": (with_softmax("torch.manual_seed(0)\nreturn x"), "forbidden",
+                     "manual_seed"),
+    "a file written and read back": (with_softmax(
+        'return torch.load("answers.pt")'), "forbidden", "load"),
+    "a subprocess": (with_softmax(
+        'return subprocess.run(["true"])', header="import subprocess\n"), "forbidden",
+        "subprocess"),
+}
+# Code that breaks nothing but itself: it must cost 2.1 and leave the report whole.
+BROKEN = {
+    "unprintable exception": (with_softmax(
+        "raise Weird()", footer="\n\nclass Weird(Exception):\n    def __str__(self):\n"
+        "        raise RuntimeError('no')\n"), "error", "cannot be printed"),
+    "unbounded recursion": (with_softmax("return softmax(x, dim)"), "error", "RecursionError"),
+    "a 50 MB message": (with_softmax('raise ValueError("y" * 50_000_000)'), "error", "cut:"),
+    "PyTorch's own NotImplementedError": (with_softmax(
+        "return torch.ones(2) & torch.ones(2)"), "error", "NotImplementedError"),
+    "a half-typed line": (with_softmax("return x.amax(dim=dim, keepdim=True"), "error",
+                          "ch02_attention.py line"),
+}
+LATIN_1 = "# -*- coding: latin-1 -*-\n" + HONEST
+
+
+def submission(root: Path, name: str, chapter_2: str | None) -> Path:
+    folder = root / name.replace(" ", "_").replace("'", "").replace(".", "")
+    stubs.write_stubs(folder)
+    if chapter_2 is not None:
+        (folder / "ch02_attention.py").write_text(chapter_2, encoding="utf-8")
+    if name == "a helper file of the folder":
+        (folder / "helper.py").write_text("from solutions.ch02_attention import softmax\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
+    """``{submission: {exercise: [records]}}``, every submission graded in one run."""
+    root = tmp_path_factory.mktemp("submissions")
+    folders = {"untouched": submission(root, "untouched", None),
+               "honest": submission(root, "honest", HONEST),
+               "honest, latin-1 cookie": submission(root, "latin", LATIN_1)}
+    for name, (text, _, _) in {**CHEATS, **BROKEN}.items():
+        folders[name] = submission(root, name, text)
+    records = grade.run_tests([2], ",".join(str(f) for f in folders.values()), timeout=120)
+    by_folder: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    names = {str(folder): name for name, folder in folders.items()}
+    for record in records:
+        by_folder[names[record["impl"]]][record["exercise"]].append(record)
+    yield by_folder
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def points(records: list[dict]) -> float:
+    return sum(r["points"] for r in records if r["outcome"] == "passed")
+
+
+def test_every_submission_has_every_test_in_its_report(graded):
+    expected = sorted(r["test"].split("[")[0] for r in graded["honest"]["2.1"])
+    for name, exercises in graded.items():
+        assert set(exercises) == {"2.1", "2.2", "2.3"}, name
+        assert sorted(r["test"].split("[")[0] for r in exercises["2.1"]) == expected, name
+
+
+def test_the_controls(graded):
+    assert all(points(graded["untouched"][e]) == 0 for e in ("2.1", "2.2", "2.3"))
+    assert {r["outcome"] for r in graded["untouched"]["2.1"]} == {"not implemented"}
+    for exercise in ("2.1", "2.2", "2.3"):
+        records = graded["honest"][exercise]
+        assert {r["outcome"] for r in records} == {"passed"}, [
+            r["message"] for r in records if r["outcome"] != "passed"]
+    latin = graded["honest, latin-1 cookie"]["2.1"]
+    assert points(latin) == 0 and all("UTF-8" in r["message"] for r in latin)
+
+
+@pytest.mark.parametrize("name", list(CHEATS) + list(BROKEN))
+def test_no_points_without_the_work(graded, name):
+    status, phrase = {**CHEATS, **BROKEN}[name][1:]
+    records = graded[name]["2.1"]
+    assert points(records) == 0, [(r["test"], r["outcome"]) for r in records]
+    assert {r["outcome"] for r in records} == {status}, {r["outcome"] for r in records}
+    assert any(phrase in r["message"] for r in records), records[0]["message"]
+    assert all(len(r["message"]) < 2200 for r in records)
