@@ -126,7 +126,8 @@ def test_softmax_does_not_overflow(learner):
                  hint="exp(1000) overflows to inf: subtract each row's maximum first.")
     x32 = torch.randn(5, 8) * 200
     assert_close(learner.run(softmax_of, x=x32), torch.softmax(x32, dim=-1),
-                 "softmax of float32 scores up to about 800", atol=1e-6, hint="Subtract the maximum before exp.")
+                 "softmax of float32 scores up to about 800", atol=1e-6,
+                 hint="Subtract the maximum before exp.")
 
 
 @pytest.mark.grade("2.1", points=2)
