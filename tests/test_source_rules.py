@@ -174,6 +174,12 @@ BAD = [
      "mod = active_parts().module(2)\n", 2, None, "take a part by its name"),
     ("a part by a computed name", "from annotated_transformer.parts import active_parts\n"
      "sm = active_parts().get('soft' + 'max')\n", 2, None, "take a part by its name"),
+    ("a match capture named like the parts", "import torch.nn.functional as F\n"
+     "from annotated_transformer.parts import active_parts\nparts = active_parts()\n"
+     "match F:\n    case parts:\n        y = parts.softmax(x)\n", 6, "2.1", "exercise 2.1"),
+    ("an exception named like the parts", "from annotated_transformer.parts import active_parts\n"
+     "parts = active_parts()\ntry:\n    pass\nexcept Exception as parts:\n"
+     "    parts.softmax\n", 6, "2.1", "exercise 2.1"),
     ("a fake active_parts", "import torch\n\ndef active_parts():\n    return torch\n\n"
      "y = active_parts().softmax(x)\n", 6, "2.1", "exercise 2.1"),
     ("type()", "from torch import nn\nM = type('M', (nn.Module,), {})\n", 2, None,

@@ -465,6 +465,27 @@ def _target_names(node: ast.AST) -> Iterator[str]:
         yield from _target_names(node.value)
 
 
+def _other_binding(node: ast.AST) -> list[str]:
+    """Names bound where no value is written: ``x += 1``, ``except E as x``, ``case x:``,
+    ``case {**x}``, ``type X = ...``."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+        return [node.name]
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
+    type_alias = getattr(ast, "TypeAlias", None)  # Python 3.12
+    if type_alias is not None and isinstance(node, type_alias):
+        return [node.name.id]
+    return []
+
+
+def _one_line(message: str) -> str:
+    """A message as one line of at most MAX_MESSAGE characters."""
+    message = " ".join(message.split())
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+
+
 def _argument_defaults(arguments: ast.arguments) -> Iterator[tuple[str, ast.expr]]:
     """``(parameter, default)`` pairs: a default hands its object on to the parameter."""
     positional = [*arguments.posonlyargs, *arguments.args]
@@ -492,7 +513,7 @@ class _Checker:
 
     def __init__(self, tree: ast.Module, path: str,
                  forbidden: Mapping[str, Sequence[str]]) -> None:
-        self.tree, self.path = tree, path
+        self.path = path
         self.scopes = _Scopes(tree)
         self.nodes = list(ast.walk(tree))
         self.parent = {id(child): node for node in self.nodes
@@ -559,6 +580,8 @@ class _Checker:
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 for name in self._import_binds(node):
                     yield name, node
+            else:
+                yield from ((name, None) for name in _other_binding(node))
 
     def _parts_aliases(self) -> set[str]:
         """Names bound only to ``active_parts()`` (``parts = active_parts()``), when
@@ -622,9 +645,8 @@ class _Checker:
 
     def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
         """Record a violation at the node's line, its message cut to one short line."""
-        if len(message) > MAX_MESSAGE:  # a long name of the learner's must not flood a report
-            message = message[: MAX_MESSAGE - 3] + "..."
-        self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise, message))
+        self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise,
+                                    _one_line(message)))
 
     # -------------------------------------------------------------- running the rules
 
@@ -960,8 +982,8 @@ def _syntax_violation(path: str, name: str, error: SyntaxError) -> Violation:
     text = text if len(text) <= 60 else text[:57] + "..."
     line = error.lineno or 1
     shown = f" (`{text}`)" if text else ""
-    return Violation(path, line, None, f"{name} line {line} is not valid Python: {error.msg}"
-                                       f"{shown}; fix it so the file runs")
+    return Violation(path, line, None, _one_line(f"{name} line {line} is not valid Python: "
+                                                 f"{error.msg}{shown}; fix it so the file runs"))
 
 
 def check_source(source: str, path: str,
@@ -973,8 +995,8 @@ def check_source(source: str, path: str,
     except SyntaxError as error:
         return [_syntax_violation(path, name, error)]
     except (ValueError, RecursionError, MemoryError) as error:  # null bytes, deep nesting
-        return [Violation(path, 1, None, f"{name} cannot be read as Python ({error}); "
-                                         f"simplify the file")]
+        return [Violation(path, 1, None, _one_line(f"{name} cannot be read as Python "
+                                                   f"({error}); simplify the file"))]
     try:
         return _Checker(tree, path, forbidden).run()
     except RecursionError:
@@ -994,10 +1016,10 @@ def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: 
     try:
         source = read_source(Path(path))
     except SourceRejected as error:
-        return [Violation(str(path), _line_of(str(error)), None, str(error))]
+        return [Violation(str(path), _line_of(str(error)), None, _one_line(str(error)))]
     except OSError as error:
-        return [Violation(str(path), 1, None, f"{Path(path).name} cannot be read: "
-                                              f"{error.strerror or error}")]
+        return [Violation(str(path), 1, None, _one_line(f"{Path(path).name} cannot be read: "
+                                                        f"{error.strerror or error}"))]
     return check_source(source, str(path), forbidden)
 
 
@@ -1073,8 +1095,8 @@ def check_folder(folder: Path, forbidden_by_chapter: Mapping[
             violations = _check_labelled(path, label, forbidden)
         else:
             reason = _importable_non_source(path)
-            violations = [Violation(label, 1, None, f"{label} {reason}; keep only .py source "
-                                                    f"files in the folder")] if reason else []
+            message = f"{label} {reason}; keep only .py source files in the folder"
+            violations = [Violation(label, 1, None, _one_line(message))] if reason else []
         if violations:
             found.setdefault(key, []).extend(violations)
     return found
