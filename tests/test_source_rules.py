@@ -205,6 +205,8 @@ BAD = [
      "        pass\n", 3, None, "intercepts every PyTorch call"),
     ("module __getattr__", "def __getattr__(name):\n    return name\n", 1, None,
      "outside a class"),
+    ("raw memory for numpy", "class A:\n    @property\n    def __array_interface__(self):\n"
+     "        return {}\n", 3, None, "behind your back"),
     ("__reduce__", "class A:\n    def __reduce__(self):\n        return (print, ())\n", 2, None,
      "copied between processes"),
     ("format string attribute lookup", "s = '{0.__class__}'.format(1)\n", 1, None,
@@ -321,7 +323,9 @@ GOOD = [
     ("private names of one's own", "class A:\n    def __init__(self):\n        self._cache = {}\n"
      "        self.__private = 1\n\n    @classmethod\n    def make(cls):\n"
      "        return cls._build()\n\n    def __repr__(self):\n        return 'A'\n\n"
-     "    def __len__(self):\n        return 0\n\n    def __call__(self, x):\n        return x\n"),
+     "    def __len__(self):\n        return 0\n\n    def __call__(self, x):\n        return x\n"
+     "\n    def __lt__(self, other):\n        return False\n\n    def __radd__(self, other):\n"
+     "        return self\n\n    def __getitem__(self, i):\n        return i\n"),
     ("a class's name for a message", "class A:\n    def __repr__(self):\n"
      "        return f'{self.__class__.__name__}()'\n\n    @classmethod\n"
      "    def make(cls):\n        raise ValueError(f'{cls.__qualname__} needs x')\n"),

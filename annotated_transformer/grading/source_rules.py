@@ -163,8 +163,19 @@ STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names if not n.startswit
 PARTS_OWN = (frozenset(n for n in dir(Parts) if not n.startswith("_"))
              | {f.name for f in fields(Parts)})
 
-# Dunder methods a class may not define: they run code the learner does not call, at a
-# time the learner does not choose, or intercept PyTorch's and numpy's own calls.
+# The special methods a learner's class may define: construction, printing, containers,
+# calling, context managers, comparisons and arithmetic. Any other one is a hook that Python,
+# PyTorch or numpy run behind the learner's back (``__array_interface__`` hands numpy a raw
+# memory address, ``__torch_function__`` intercepts every call, ``__del__`` runs after the
+# verdict), so the list is of what is allowed, not of what is not.
+_ARITHMETIC = ("add sub mul matmul truediv floordiv mod pow lshift rshift and xor or").split()
+ALLOWED_DUNDER_METHODS = frozenset(
+    "__init__ __post_init__ __repr__ __str__ __len__ __iter__ __next__ __reversed__ "
+    "__contains__ __getitem__ __setitem__ __delitem__ __call__ __enter__ __exit__ __eq__ "
+    "__ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __neg__ __pos__ __abs__ "
+    "__invert__".split()
+    + [f"__{prefix}{op}__" for op in _ARITHMETIC for prefix in ("", "r", "i")])
+# Why some of the others are refused, for the message (any other one: "a hook").
 BANNED_DUNDER_METHODS = {
     "__del__": "runs when the grader frees the object, after the verdict",
     "__torch_function__": "intercepts every PyTorch call",
@@ -885,9 +896,11 @@ class _Checker:
         if not in_class:
             self.add(node, f"`def {node.name}` is not allowed outside a class in an exercise "
                            f"file: give the function a plain name")
-        elif node.name in BANNED_DUNDER_METHODS:
+        elif node.name not in ALLOWED_DUNDER_METHODS:
+            reason = BANNED_DUNDER_METHODS.get(
+                node.name, "is a hook that Python, PyTorch or numpy call behind your back")
             self.add(node, f"`def {node.name}` is not allowed in an exercise file: it "
-                           f"{BANNED_DUNDER_METHODS[node.name]}; write a plain method")
+                           f"{reason}; write a plain method")
 
     def check_class(self, node: ast.ClassDef) -> None:
         """No metaclass and no Tensor subclass: both run code the learner does not call."""
