@@ -23,9 +23,13 @@ CH01 = "ch01_positional_encoding.py"
 FULL = 24  # chapter 1's points
 
 
-def course_copy(path: Path) -> Path:
+def course_copy(path: Path, pristine: Path | None = None) -> Path:
     """A submission as a learner's repository holds it: the course's grading files and
-    workflows, and the untouched stubs in exercises/."""
+    workflows, and the untouched stubs in exercises/ (from ``pristine``, an earlier copy,
+    when given: the same files even while the course's change)."""
+    if pristine is not None:
+        shutil.copytree(pristine, path, symlinks=True)
+        return path
     for relative in [*manifest.graded_files(ROOT), "pyproject.toml",
                      ".github/workflows/grade.yml", ".github/workflows/classroom.yml"]:
         (path / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -56,22 +60,22 @@ def git_repository(path: Path) -> str:
 def gradebook(tmp_path_factory):
     """One re-grade of every kind of submission below; the gradebook and the exit status."""
     tmp = tmp_path_factory.mktemp("regrade")
-    solved = solve_chapter_1(course_copy(tmp / "solved"))
-    stubs = course_copy(tmp / "stubs")
-    workflow = solve_chapter_1(course_copy(tmp / "workflow"))
+    pristine = course_copy(tmp / "pristine")
+    # The manifest of that copy: the committed one may lag while the grading files change.
+    (tmp / "manifest.json").write_text(json.dumps(manifest.compute(pristine)))
+    solved = solve_chapter_1(course_copy(tmp / "solved", pristine))
+    stubs = course_copy(tmp / "stubs", pristine)
+    workflow = solve_chapter_1(course_copy(tmp / "workflow", pristine))
     with (workflow / ".github/workflows/grade.yml").open("a") as handle:
         handle.write("# the learner's own edit\n")
     (workflow / ".github/workflows/mine.yml").write_text("name: mine\n")
     url = git_repository(workflow)
-    reported = course_copy(tmp / "reported")
+    reported = course_copy(tmp / "reported", pristine)
     fake = {"exercises": [], "points": FULL, "max_points": FULL}
     (reported / "grade.json").write_text(json.dumps(fake))
-    linked = course_copy(tmp / "linked")
+    linked = course_copy(tmp / "linked", pristine)
     (linked / "exercises" / CH01).unlink()
     (linked / "exercises" / CH01).symlink_to(SOLUTIONS_DIR / CH01)
-    # The manifest of this checkout as it is now (the committed one may lag while the
-    # grading files change).
-    (tmp / "manifest.json").write_text(json.dumps(manifest.compute(ROOT)))
     out = tmp / "out"
     status = regrade.main([str(solved), str(stubs), url, str(reported), str(linked),
                            "file:///nowhere/at/all.git", "--out", str(out), "--chapter", "1",
@@ -156,26 +160,29 @@ def test_one_seed_for_all_written_to_the_gradebook(gradebook):
 
 
 def test_changed_grading_files_are_flagged(tmp_path):
-    root = course_copy(tmp_path / "sub")
+    clean = course_copy(tmp_path / "clean")
+    expected = manifest.compute(clean)
+    root = course_copy(tmp_path / "sub", clean)
     with (root / "tests" / "checks.py").open("a") as handle:
         handle.write("# changed\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     who = regrade.Learner("x", str(root))
-    regrade.check_tests(root, manifest.compute(ROOT), who)
+    regrade.check_tests(root, expected, who)
     assert sorted(who.flags["tests-changed"]) == ["tests/checks.py (changed)",
                                                   "tests/pytest.ini (added)"]
-    clean = regrade.Learner("y", str(root))
-    regrade.check_tests(course_copy(tmp_path / "clean"), manifest.compute(ROOT), clean)
-    assert clean.flags == {}
+    untouched = regrade.Learner("y", str(clean))
+    regrade.check_tests(clean, expected, untouched)
+    assert untouched.flags == {}
 
 
 def test_grading_files_that_cannot_be_read_are_flagged_not_fatal(tmp_path):
-    root = course_copy(tmp_path / "sub")
+    clean = course_copy(tmp_path / "clean")
+    root = course_copy(tmp_path / "sub", clean)
     (root / "pyproject.toml").write_bytes(b"[tool.pytest.ini_options]\nx = '\xff'\n")
     (root / "tests" / "conftest.py").unlink()
     (root / "tests" / "conftest.py").symlink_to("/dev/zero")
     who = regrade.Learner("x", str(root))
-    regrade.check_tests(root, manifest.compute(ROOT), who)
+    regrade.check_tests(root, manifest.compute(clean), who)
     assert "tests-changed" in who.flags and who.flags["symlink"] == ["tests/conftest.py"]
 
 
