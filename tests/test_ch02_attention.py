@@ -26,9 +26,9 @@ EXERCISES = {
     "2.3": "softmax_jacobian: diag(p) - p p^T",
 }
 # What each exercise may not use: the op it asks the learner to write (see the docstrings).
-FORBIDDEN = {"2.1": ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax"),
-             "2.2": ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax",
-                     "scaled_dot_product_attention")}
+SOFTMAX_NAMES = ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax",
+                 "gumbel_softmax")
+FORBIDDEN = {"2.1": SOFTMAX_NAMES, "2.2": (*SOFTMAX_NAMES, "scaled_dot_product_attention")}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs.
 SOFTMAX_OPS = ("_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data")
 FORBIDDEN_OPS = {"2.1": SOFTMAX_OPS,

@@ -25,7 +25,9 @@ EXERCISES = {
     "3.2": "merge_heads: [B, H, L, d_k] -> [B, L, D]",
     "3.3": "MultiHeadAttention: project, split, attend, merge, project",
 }
-FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention")}
+FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention",
+                     "multi_head_attention_forward", "TransformerEncoderLayer",
+                     "TransformerDecoderLayer")}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs: the fused
 # attention of nn.MultiheadAttention and of F.scaled_dot_product_attention.
 FORBIDDEN_OPS = {"3.3": ("_native_multi_head_attention",

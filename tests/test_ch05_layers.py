@@ -32,7 +32,8 @@ EXERCISES = {
     "5.4": "EncoderLayer: self-attention and feed-forward",
     "5.5": "DecoderLayer: masked self-attention, cross-attention, feed-forward",
 }
-FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm"), "5.4": ("TransformerEncoderLayer",),
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm"),
+             "5.4": ("TransformerEncoderLayer",),
              "5.5": ("TransformerDecoderLayer",)}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs: LayerNorm's
 # own op and the group, batch and instance norm ops that could stand in for it; PyTorch's

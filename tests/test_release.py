@@ -182,3 +182,29 @@ def test_a_release_notebook_runs_until_it_needs_an_unfinished_exercise(python: P
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["ran"] >= 2, result  # imports, the parts (with the release's warning), ...
     assert result["error"].startswith("NotImplementedError: Exercise 1."), result
+
+
+@pytest.mark.slow
+def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp_path: Path):
+    """The same files get the same points from the course's grader and from a release's,
+    forbidden-op checks included (a release has no reference to compare with, and needs
+    none)."""
+    from test_grading_security import CHEATS, HONEST
+
+    from annotated_transformer.grading import grade
+
+    verdicts = {}
+    for name, text in (("honest", HONEST), ("alias", CHEATS["alias outside the function"][0]),
+                       ("softmin", CHEATS["softmin of -x"][0])):
+        folder = tmp_path / name
+        stubs.write_stubs(folder)
+        (folder / "ch02_attention.py").write_text(text)
+        course = grade.summarize(grade.run_tests([2], str(folder), seed=5))
+        done = run(python, out, "-m", "annotated_transformer.grade", "--impl", str(folder),
+                   "--chapter", "2", "--seed", "5", "--json", str(tmp_path / f"{name}.json"))
+        assert done.returncode == 0, done.stdout + done.stderr
+        released = json.loads((tmp_path / f"{name}.json").read_text())["exercises"]
+        verdicts[name] = {row.id: (row.points, row.status) for row in course}
+        assert verdicts[name] == {row["id"]: (row["points"], row["status"]) for row in released}
+    assert verdicts["honest"]["2.1"][1] == "passed"
+    assert verdicts["alias"]["2.1"] == verdicts["softmin"]["2.1"] == (0, "forbidden")

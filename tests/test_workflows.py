@@ -536,6 +536,7 @@ def run_grading_step(tmp_path: Path, workflow_name: str, exit_code: int) -> tupl
     script.write_text(grading_step(load(workflow_name))["run"])
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "RUNNER_TEMP": str(temp), "FAKE_REPORT": str(tmp_path / "report.json"),
+           "HOME": str(tmp_path), "GITHUB_WORKSPACE": str(workspace),
            "FAKE_EXIT": str(exit_code)}
     done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
                           cwd=workspace / ".course", env=env, capture_output=True, text=True)

@@ -108,7 +108,11 @@ jobs:
         shell: bash
         run: |
           mkdir -m 700 "$RUNNER_TEMP/grade" "$RUNNER_TEMP/grade/partial"
+          # nobody must be able to reach the course and exercises/ (to read, not to write).
+          dir="$GITHUB_WORKSPACE"
+          while [ "$dir" != / ]; do sudo chmod o+x "$dir"; dir="$(dirname "$dir")"; done
           sudo -E env "PATH=$PATH" python -m annotated_transformer.grade --impl ../exercises \\
+            --sandbox-user nobody \\
             --verify-manifest tests/grading_manifest.json --submission-root .. \\
             --workflow-file ../.github/workflows/classroom.yml \\
             --json "$RUNNER_TEMP/grade/partial/grade.json" \\

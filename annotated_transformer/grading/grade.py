@@ -168,19 +168,25 @@ def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
 
 
 def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
-              extra_args: tuple[str, ...] = (), seed: int = 0) -> list[dict[str, Any]]:
-    """Run the graded tests in a fresh interpreter; one record a test (see grading_plugin).
+              extra_args: tuple[str, ...] = (), seed: int = 0,
+              sandbox_user: str | None = None) -> list[dict[str, Any]]:
+    """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
 
-    Every test starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own
-    test suite; the command line draws a fresh one per run.
+    The tests run in that interpreter; the code under test only in the grading worker it
+    starts (as ``sandbox_user`` when given: the grader must then run as root). Every test
+    starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
+    command line draws a fresh one per run.
     """
     files = chapter_test_files(chapters)
     if impl not in ("solutions", "exercises", "variants") and Path(impl).exists():
         impl = str(Path(impl).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
+        worker = (f"--grade-seed={seed}", f"--grade-call-timeout={max(timeout - 5, 1):g}")
+        if sandbox_user:
+            worker += (f"--grade-user={sandbox_user}",)
         command = _pytest_command(list(files.values()), impl, report, timeout,
-                                  (f"--grade-seed={seed}", *extra_args))
+                                  (*worker, *extra_args))
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -417,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run, printed with the report)")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a single test may take (default 60)")
+    parser.add_argument("--sandbox-user", metavar="USER",
+                        help="run the code under test as USER (e.g. nobody), to whom the course "
+                        "and the reports are read-only; the grader must run as root")
     parser.add_argument("--from-report", type=Path, metavar="PATH",
                         help="run nothing: read the JSON report that an earlier --json wrote "
                         "(with --exercise and --fail-under, one CI step per exercise)")
@@ -446,6 +455,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
+    if args.sandbox_user:
+        import pwd
+
+        if os.geteuid() != 0:
+            parser.error("--sandbox-user needs the grader to run as root (it switches the "
+                         "worker to that user)")
+        try:
+            pwd.getpwnam(args.sandbox_user)
+        except KeyError:
+            parser.error(f"--sandbox-user: no user named {args.sandbox_user!r}")
     if args.exercise:
         bad = [e for e in args.exercise if not re.fullmatch(r"\d+\.\d+", e)]
         if bad:
@@ -506,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         impl = args.impl
         try:
-            records = bounded(run_tests(chapters, impl, timeout=args.timeout, seed=seed))
+            records = bounded(run_tests(chapters, impl, timeout=args.timeout, seed=seed,
+                                        sandbox_user=args.sandbox_user))
         except ValueError as error:
             parser.error(str(error))
         rows = summarize(records)
