@@ -39,9 +39,10 @@ INTEGRATION = {"6.5"}
 FORBIDDEN = {"6.2": ("label_smoothing=",)}
 f64 = torch.float64
 BATCH_FIELDS = ("src", "src_mask", "tgt_input", "tgt_labels", "tgt_mask", "num_tokens")
-# A small encoder-decoder (TransformerConfig.small(11, dropout=0.0)) for decoding tests.
+# A small encoder-decoder (TransformerConfig.small(11, dropout=0.0, tie_embeddings=False)) for
+# decoding tests. (Untrained with tied embeddings, it only ever repeats BOS.)
 SMALL = dict(src_vocab_size=11, tgt_vocab_size=11, num_layers=2, d_model=64, d_ff=256,
-             num_heads=4, dropout=0.0, max_len=512, norm_first=True, tie_embeddings=True)
+             num_heads=4, dropout=0.0, max_len=512, norm_first=True, tie_embeddings=False)
 CAPSTONE_STEPS = 400
 CAPSTONE_THRESHOLD = 0.9
 CAPSTONE_EVAL_SIZE = 200
@@ -317,7 +318,7 @@ def test_greedy_decode_respects_max_len(learner):
 
 @pytest.mark.grade("6.4", points=2)
 def test_greedy_decode_matches_row_by_row_decoding(learner):
-    torch.manual_seed(3)
+    torch.manual_seed(0)  # weights and source for which rows stop at different steps, or not
     model = TorchEncoderDecoder(SimpleNamespace(**SMALL)).double().eval()
     for parameter in model.parameters():  # the course's initialisation
         if parameter.dim() > 1:
@@ -327,6 +328,7 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
     src = torch.randint(3, 11, (6, 5))
     src[3:, 4] = 0
     src_mask = (src != 0)[:, None, None, :]
+    # [[1, 8, 4, 2, 0, 0, 0, 0], [1, 8, 8, 4, 2, 0, 0, 0], ..., [1, 8, 8, 8, 8, 8, 8, 8]]
     out = learner.run(decode_torch_model, config=SMALL, state=model.state_dict(), src=src,
                       src_mask=src_mask, max_len=8, bos=1, eos=2, pad=0)
     out = assert_tensor(out, "greedy_decode(...)")
