@@ -32,7 +32,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-import torch
 
 from annotated_transformer.grading.layout import EXERCISES_DIR, chapter_test_files
 from annotated_transformer.grading.sandbox import (
@@ -86,13 +85,13 @@ def _learner_dir(spec: str) -> Path | None:
 @cache
 def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
     """``{chapter: FORBIDDEN}`` read from the graded test files (without importing them)."""
+    from annotated_transformer.grading.dependencies import constants
+
     found: dict[int, Mapping[str, tuple[str, ...]]] = {}
     for chapter, path in chapter_test_files().items():
-        for node in ast.parse(path.read_text()).body:
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)
-                    and node.targets[0].id == "FORBIDDEN"):
-                found[chapter] = ast.literal_eval(node.value)
+        forbidden = constants(ast.parse(path.read_text())).get("FORBIDDEN")
+        if forbidden is not None:
+            found[chapter] = forbidden
     return found
 
 
@@ -121,11 +120,36 @@ def _say(violation) -> str:
     return f"{Path(violation.path).name}, line {violation.line}: {violation.message}"
 
 
+POOL = pytest.StashKey[WorkerPool]()
+
+
+def _worker_sources(config: pytest.Config) -> list[str]:
+    """The sources whose workers a grading run needs (the course's variants share one)."""
+    specs = [s for s in config.getoption("--impl").split(",") if s]
+    return ["solutions" if s == "variants" else s for s in specs]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a grading run (``--grade-report``), start the workers now: they import PyTorch
+    while this process collects the tests, which import it too (this module does not)."""
+    pool = WorkerPool(_learner_dir, _blocked, user=config.getoption("--grade-user"))
+    config.stash[POOL] = pool
+    if config.getoption("--grade-report", None) and not config.option.collectonly:
+        for source in _worker_sources(config):
+            try:
+                pool.start(source)
+            except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
+                pass
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if POOL in config.stash:
+        config.stash[POOL].close()
+
+
 @pytest.fixture(scope="session")
 def _workers(request: pytest.FixtureRequest) -> Iterator[WorkerPool]:
-    pool = WorkerPool(_learner_dir, _blocked, user=request.config.getoption("--grade-user"))
-    yield pool
-    pool.close()
+    yield request.config.stash[POOL]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -176,6 +200,8 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
 def _isolated_torch_state(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test starts from the run's seed (``--grade-seed``), and global torch settings
     are restored after it."""
+    import torch
+
     seed = request.config.getoption("--grade-seed")
     torch.manual_seed(seed)
     random.seed(seed)

@@ -27,6 +27,9 @@ EXERCISES = {
     "1.3": "TokenEmbedding: lookup scaled by sqrt(d_model)",
     "1.4": "relative_position_matrix: a shift is a rotation",
 }
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.grading.dependencies).
+BUILDS_ON = {"1.2": ("1.1",)}
 
 
 # ---------------------------------------------------------------- probes (run in the worker)

@@ -25,6 +25,9 @@ EXERCISES = {
     "2.2": "scaled_dot_product_attention: softmax(QK^T / sqrt(d_k)) V",
     "2.3": "softmax_jacobian: diag(p) - p p^T",
 }
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.grading.dependencies).
+BUILDS_ON = {"2.2": ("2.1",)}
 # What each exercise may not use: the op it asks the learner to write (see the docstrings).
 SOFTMAX_NAMES = ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax",
                  "gumbel_softmax")

@@ -25,6 +25,9 @@ EXERCISES = {
     "3.2": "merge_heads: [B, H, L, d_k] -> [B, L, D]",
     "3.3": "MultiHeadAttention: project, split, attend, merge, project",
 }
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.grading.dependencies).
+BUILDS_ON = {"3.3": ("2.2", "3.1", "3.2")}
 FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention",
                      "multi_head_attention_forward", "TransformerEncoderLayer",
                      "TransformerDecoderLayer")}

@@ -23,6 +23,9 @@ EXERCISES = {
     "4.2": "causal_mask: True on and below the diagonal",
     "4.3": "target_mask: padding and causality together",
 }
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.grading.dependencies).
+BUILDS_ON = {"4.3": ("4.1", "4.2")}
 BATCHES = [  # (tokens, pad_id)
     (torch.tensor([[5, 6, 7, 0, 0], [3, 4, 0, 0, 0]]), 0),
     (torch.tensor([[1, 2, 3, 9], [9, 9, 4, 5], [6, 9, 7, 9]]), 9),

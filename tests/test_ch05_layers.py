@@ -32,6 +32,10 @@ EXERCISES = {
     "5.4": "EncoderLayer: self-attention and feed-forward",
     "5.5": "DecoderLayer: masked self-attention, cross-attention, feed-forward",
 }
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.grading.dependencies).
+BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
+             "5.5": ("3.3", "5.1", "5.2", "5.3")}
 FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm"),
              "5.4": ("TransformerEncoderLayer",),
              "5.5": ("TransformerDecoderLayer",)}

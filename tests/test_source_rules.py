@@ -48,12 +48,13 @@ def check(code: str, forbidden=FORBIDDEN) -> list[Violation]:
 @functools.cache
 def real_forbidden() -> dict[int, dict[str, tuple[str, ...]]]:
     """``{chapter: FORBIDDEN}`` of the graded test files, read without importing them."""
+    from annotated_transformer.grading.dependencies import constants
+
     found = {}
     for chapter, path in chapter_test_files().items():
-        for node in ast.parse(path.read_text()).body:
-            if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                    and node.targets[0].id == "FORBIDDEN"):
-                found[chapter] = ast.literal_eval(node.value)
+        forbidden = constants(ast.parse(path.read_text())).get("FORBIDDEN")
+        if forbidden is not None:
+            found[chapter] = forbidden
     return found
 
 

@@ -186,6 +186,8 @@ def check_grading_step(steps: list[dict], workflow_name: str) -> list[str]:
         problems.append("the grading step's id is not 'grade' (later steps check it)")
     if not command.as_root:
         problems.append(f"the grader does not run as root ({' '.join(AS_ROOT)})")
+    if not args.no_cache:
+        problems.append("the grading run may reuse a cached result: pass --no-cache")
     if command.workdir != ".course" or args.impl != "../exercises":
         problems.append("the grading run does not grade ../exercises from .course")
     if not args.json:
@@ -355,6 +357,7 @@ def test_grade_workflow_check_catches_mistakes():
         broken(replace("--junit", "--junit-xml"))
     assert any("manifest" in p for p in broken(replace("--verify-manifest", "--json")))
     assert any("as root" in p for p in broken(replace('sudo -E env "PATH=$PATH" ', "")))
+    assert any("--no-cache" in p for p in broken(replace(" --no-cache", "")))
     assert any("--workflow-file" in p for p in broken(replace(
         "--workflow-file ../.github/workflows/grade.yml ", "")))
     # Reports in the submission: a committed grade.json could be what later steps read.

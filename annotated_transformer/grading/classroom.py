@@ -112,7 +112,7 @@ jobs:
           dir="$GITHUB_WORKSPACE"
           while [ "$dir" != / ]; do sudo chmod o+x "$dir"; dir="$(dirname "$dir")"; done
           sudo -E env "PATH=$PATH" python -m annotated_transformer.grade --impl ../exercises \\
-            --sandbox-user nobody \\
+            --sandbox-user nobody --no-cache \\
             --verify-manifest tests/grading_manifest.json --submission-root .. \\
             --workflow-file ../.github/workflows/classroom.yml \\
             --json "$RUNNER_TEMP/grade/partial/grade.json" \\

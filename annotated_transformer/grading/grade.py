@@ -169,14 +169,19 @@ def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
 
 def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
               extra_args: tuple[str, ...] = (), seed: int = 0,
-              sandbox_user: str | None = None) -> list[dict[str, Any]]:
+              sandbox_user: str | None = None,
+              exercises: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
 
     The tests run in that interpreter; the code under test only in the grading worker it
     starts (as ``sandbox_user`` when given: the grader must then run as root). Every test
     starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
-    command line draws a fresh one per run.
+    command line draws a fresh one per run. With ``exercises``, only the graded tests of
+    those exercises run (the files of their chapters are collected, nothing else runs).
     """
+    if exercises is not None:
+        chapters = sorted({int(e.split(".")[0]) for e in exercises})
+        extra_args = (f"--grade-exercises={','.join(exercises)}", *extra_args)
     files = chapter_test_files(chapters)
     if impl not in ("solutions", "exercises", "variants") and Path(impl).exists():
         impl = str(Path(impl).resolve())
@@ -228,6 +233,89 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     return rows
 
 
+def grade(chapters: list[int] | None, impl: str, exercises: list[str] | None = None, *,
+          timeout: float = 60.0, seed: int = 0, sandbox_user: str | None = None,
+          cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
+    """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
+    their records and rows.
+
+    Only their graded tests run. A whole-course exercise (the capstone) whose files are
+    unchanged since it last passed or failed is not run again when ``cache_dir`` is given
+    (see :mod:`annotated_transformer.grading.cache`). An exercise that does not pass and
+    builds on a part that does not pass either says so first; the parts it builds on that
+    were not graded in this run are graded for that (and not reported).
+    """
+    from annotated_transformer.grading import dependencies
+
+    chapter_test_files(chapters)  # a chapter without graded tests is a ValueError
+    declared = dependencies.read()
+    wanted = list(exercises) if exercises else declared.exercises(chapters)
+    unknown = sorted(set(wanted) - set(declared.titles), key=dependencies.order)
+    if unknown:
+        raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
+                         f"{', '.join(declared.exercises())}")
+    kept, keys = _reused(wanted, impl, declared, cache_dir)
+    to_run = [e for e in wanted if e not in kept]
+    options = {"timeout": timeout, "seed": seed, "sandbox_user": sandbox_user}
+    records = bounded(run_tests(None, impl, exercises=to_run, **options)) if to_run else []
+    for exercise, entry in keys.items():
+        if cache_dir is not None and exercise not in kept:
+            _cache_store(cache_dir, exercise, entry, records)
+    records += [r for exercise in wanted for r in kept.get(exercise, [])]
+    records.sort(key=lambda r: r["chapter"] if r["chapter"] is not None else 0)
+    rows = summarize(records)
+    passing = {r.id: r.status == "passed" for r in rows}
+    needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
+                     for p in declared.closure(r.id)} - set(passing), key=dependencies.order)
+    if needed:
+        extra = summarize(bounded(run_tests(None, impl, exercises=needed, **options)))
+        passing.update({r.id: r.status == "passed" for r in extra})
+    return records, [_explained(r, passing, declared) for r in rows]
+
+
+def _reused(wanted: list[str], impl: str, declared, cache_dir: Path | None):
+    """``({exercise: kept records}, {exercise: cache key})`` for the whole-course exercises
+    asked for (nothing without ``cache_dir``)."""
+    from annotated_transformer.grading import cache
+
+    kept: dict[str, list[dict[str, Any]]] = {}
+    keys: dict[str, str] = {}
+    if cache_dir is None:
+        return kept, keys
+    files = chapter_test_files()
+    for exercise in (e for e in wanted if e in declared.integration):
+        chapter = declared.chapter_of(exercise)
+        chapters = {declared.chapter_of(p) for p in declared.closure(exercise)} | {chapter}
+        entry = cache.key(impl, chapters, files[chapter])
+        if entry is None:
+            continue
+        keys[exercise] = entry
+        found = cache.load(cache_dir, exercise, entry)
+        if found is not None:
+            kept[exercise] = bounded(cache.reused(*found))
+    return kept, keys
+
+
+def _cache_store(cache_dir: Path, exercise: str, entry: str,
+                 records: list[dict[str, Any]]) -> None:
+    from annotated_transformer.grading import cache
+
+    cache.store(cache_dir, exercise, entry, [r for r in records if r["exercise"] == exercise])
+
+
+def _explained(row: ExerciseResult, passing: dict[str, bool], declared) -> ExerciseResult:
+    """``row``, whose message first names the parts it builds on that do not pass."""
+    from annotated_transformer.grading import dependencies
+
+    if row.status in ("passed", "forbidden"):
+        return row
+    roots = dependencies.failing_roots(row.id, passing, declared)
+    if not roots:
+        return row
+    message = f"{dependencies.blame(row.id, roots, declared)} {row.message}".strip()
+    return ExerciseResult(**{**asdict(row), "message": cut(message)})
+
+
 def _points(value: float) -> str:
     return f"{round(value, 2):g}"
 
@@ -250,7 +338,7 @@ def format_table(rows: list[ExerciseResult], impl: str,
     for row in rows:
         score = f"{_points(row.points)}/{_points(row.max_points)}"
         lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
-        if row.status != "passed":
+        if row.status != "passed" or row.message:
             lines.append(f"{'':<5} -> {_first_line(row.message)}")
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines += ["", f"Total: {_points(total)}/{_points(possible)} points "
@@ -406,8 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chapter", type=int, action="append",
                         help="grade this chapter only (repeatable; default: every chapter)")
     parser.add_argument("--exercise", action="append", metavar="ID",
-                        help="report this exercise only, e.g. 2.1 (repeatable; its chapter is "
-                        "graded)")
+                        help="grade this exercise only, e.g. 2.1 (repeatable): only its tests "
+                        "run (and, when it does not pass, those of the parts it builds on)")
     parser.add_argument("--impl", default="exercises",
                         help="what to grade: exercises (default), solutions, or a folder of "
                         "chNN_*.py files")
@@ -423,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run, printed with the report)")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a single test may take (default 60)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="always run the capstone, never reuse its result from an earlier "
+                        "run with the same files (CI and re-grades pass this)")
     parser.add_argument("--sandbox-user", metavar="USER",
                         help="run the code under test as USER (e.g. nobody), to whom the course "
                         "and the reports are read-only; the grader must run as root")
@@ -524,12 +615,14 @@ def main(argv: list[str] | None = None) -> int:
             rows = [r for r in rows if r.chapter in chapters]
     else:
         impl = args.impl
+        from annotated_transformer.grading import cache
+
         try:
-            records = bounded(run_tests(chapters, impl, timeout=args.timeout, seed=seed,
-                                        sandbox_user=args.sandbox_user))
+            records, rows = grade(chapters, impl, args.exercise, timeout=args.timeout,
+                                  seed=seed, sandbox_user=args.sandbox_user,
+                                  cache_dir=None if args.no_cache else cache.default_dir())
         except ValueError as error:
             parser.error(str(error))
-        rows = summarize(records)
     rows = _only(rows, args.exercise, parser)
     if records is not None and args.exercise:
         records = [r for r in records if r["exercise"] in args.exercise]

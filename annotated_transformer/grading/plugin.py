@@ -22,6 +22,33 @@ OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeou
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grade-report", default=None, help="write the graded outcomes as JSON here")
+    parser.addoption("--grade-exercises", default=None, metavar="IDS",
+                     help="comma-separated exercises (e.g. 6.2,3.3): run only their graded "
+                     "tests; every other test is deselected at collection")
+
+
+def selected_exercises(config: pytest.Config) -> set[str] | None:
+    """The exercises ``--grade-exercises`` names (None: every test runs)."""
+    value = config.getoption("--grade-exercises")
+    if value is None:
+        return None
+    return {e.strip() for e in value.split(",") if e.strip()}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--grade-exercises``, keep only the graded tests of those exercises (before the
+    recorder lists the tests of the report)."""
+    wanted = selected_exercises(config)
+    if wanted is None:
+        return
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("grade")
+        (kept if marker is not None and marker.args[0] in wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 MESSAGE_LIMIT = 2000  # characters of a message kept in a report

@@ -299,7 +299,7 @@ def grade_submission(who: Learner, chapters: list[int], seed: int,
         impl = Path(tmp) / "exercises"
         impl.mkdir()
         collect_exercises(root, chapters, impl, who)
-        return grade.summarize(grade.run_tests(chapters, str(impl), seed=seed))
+        return grade.grade(chapters, str(impl), seed=seed, cache_dir=None)[1]
 
 
 def rows_for(who: Learner, results: list[grade.ExerciseResult], seed: int) -> list[Row]:

@@ -13,6 +13,7 @@ as data only, its printed output is bounded, and each call has a time limit.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import select
 import subprocess
@@ -24,7 +25,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.grading import protocol
 from annotated_transformer.grading.layout import TESTS_DIR
 
 OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
@@ -88,7 +88,10 @@ class _Output(threading.Thread):
 
 
 class WorkerProcess:
-    """One worker: a fresh interpreter in its own session, fed requests one at a time."""
+    """One worker: a fresh interpreter in its own session, fed requests one at a time.
+
+    It is started at once and waited for at its first call, so that it imports PyTorch
+    while the tests are collected (which import it too)."""
 
     def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
                  user: str | None = None, memory_bytes: int = DEFAULT_MEMORY) -> None:
@@ -97,8 +100,8 @@ class WorkerProcess:
                   "blocked": {str(c): why for c, why in blocked.items()},
                   "tests_dir": str(TESTS_DIR), "unreachable": UNREACHABLE,
                   "user": user, "memory_bytes": memory_bytes}
-        config_path = Path(self.home.name) / "config.pt"
-        config_path.write_bytes(protocol.encode(config))
+        config_path = Path(self.home.name) / "config.json"
+        config_path.write_text(json.dumps(config))
         if user:
             _open_to(user, Path(self.home.name))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.home.name,
@@ -114,10 +117,15 @@ class WorkerProcess:
         assert self.process.stdout and self.process.stderr and self.process.stdin
         self.output = _Output(self.process.stderr.fileno())
         self.output.start()
-        self._receive(timeout=120.0)  # {"ready": True}, once PyTorch is imported
+        self.ready = False
 
     def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        from annotated_transformer.grading import protocol
+
         assert self.process.stdin is not None
+        if not self.ready:
+            self._receive(timeout=120.0)  # {"ready": True}, once PyTorch is imported
+            self.ready = True
         try:
             protocol.write_frame(self.process.stdin, request)
         except (BrokenPipeError, OSError) as error:
@@ -125,6 +133,8 @@ class WorkerProcess:
         return self._receive(timeout)
 
     def _receive(self, timeout: float) -> dict[str, Any]:
+        from annotated_transformer.grading import protocol
+
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
         deadline = time.monotonic() + timeout
@@ -256,7 +266,8 @@ class WorkerPool:
         # The course's own code (the reference and the tests' variants) shares one worker.
         return "trusted" if source == "solutions" or source.startswith("variant:") else source
 
-    def call(self, source: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def start(self, source: str) -> WorkerProcess:
+        """The worker of ``source``, started now when it is not running."""
         key = self._key(source)
         worker = self.workers.get(key)
         if worker is None or not worker.alive():
@@ -266,6 +277,11 @@ class WorkerPool:
             worker = WorkerProcess("solutions" if key == "trusted" else source, learner_dir,
                                    self.blocked_for(source) if learner_dir else {}, self.user)
             self.workers[key] = worker
+        return worker
+
+    def call(self, source: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        key = self._key(source)
+        worker = self.start(source)
         request = {**request, "source": source}
         try:
             return worker.call(request, timeout)

@@ -15,7 +15,7 @@ reported. While a probe of an exercise that asks the learner to write an op runs
 op is refused at PyTorch's dispatch level, whatever name reached it.
 
 Usage (by the sandbox): ``python -I -B -m annotated_transformer.grading.worker CONFIG``
-where CONFIG is a frame file written by the sandbox; requests arrive on stdin, replies go
+where CONFIG is a JSON file written by the sandbox; requests arrive on stdin, replies go
 to the descriptor that was stdout; what the learner's code prints goes to stderr.
 """
 
@@ -288,10 +288,12 @@ def plain(value: Any) -> Any:
 
 
 def main() -> int:
+    import json
+
     from annotated_transformer.grading import protocol
 
-    with open(sys.argv[1], "rb") as handle:
-        config = protocol.decode(handle.read())
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        config = json.load(handle)
     replies = os.fdopen(os.dup(1), "wb")
     requests = os.dup(0)
     os.dup2(2, 1)  # the learner's print() goes where the sandbox bounds it
