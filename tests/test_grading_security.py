@@ -11,7 +11,12 @@ exercises of the chapter are the reference's own lines, they may keep their poin
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -165,3 +170,55 @@ def test_no_points_without_the_work(graded, name):
     assert {r["outcome"] for r in records} == {status}, {r["outcome"] for r in records}
     assert any(phrase in r["message"] for r in records), records[0]["message"]
     assert all(len(r["message"]) < 2200 for r in records)
+
+
+# ---------------------------------------------------------------- the CI workflow's own step
+
+FAKE_SUDO = '#!/bin/sh\n[ "$1" = -E ] && shift\nexec "$@"\n'  # the test runs as root already
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the workflow runs the grader as root")
+def test_the_workflow_step_credits_what_the_local_grader_does(tmp_path_factory):
+    """grade.yml's grading step, run as GitHub would run it (as root, the worker as nobody)
+    on a workspace holding a cheating submission and a committed fake report."""
+    import yaml
+
+    workspace = Path(tempfile.mkdtemp(prefix="workspace-"))
+    try:
+        course = workspace / ".course"
+        for name in ("annotated_transformer", "tests", ".github"):
+            shutil.copytree(grade.ROOT / name, course / name, ignore=shutil.ignore_patterns(
+                "__pycache__", "variants"))
+        shutil.copy(grade.ROOT / "pyproject.toml", course)
+        submission(workspace, "exercises", CHEATS["alias outside the function"][0])
+        shutil.copytree(grade.ROOT / ".github", workspace / ".github")
+        (workspace / "grade.json").write_text('{"points": 155, "max_points": 155}')
+        bin_dir, temp = workspace / "bin", workspace / "temp"
+        bin_dir.mkdir()
+        temp.mkdir()
+        (bin_dir / "sudo").write_text(FAKE_SUDO)
+        (bin_dir / "sudo").chmod(0o755)
+        (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        (bin_dir / "python").chmod(0o755)
+        workflow = yaml.safe_load((grade.ROOT / ".github/workflows/grade.yml").read_text())
+        (job,) = workflow["jobs"].values()
+        step = next(s for s in job["steps"] if s.get("id") == "grade")
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               "RUNNER_TEMP": str(temp), "GITHUB_WORKSPACE": str(workspace),
+               "HOME": str(workspace)}
+        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                               step["run"]], cwd=course, env=env, capture_output=True,
+                              text=True, timeout=1200)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        report = json.loads((temp / "grade" / "grade.json").read_text())
+        rows = {row["id"]: row for row in report["exercises"]}
+        assert rows["2.1"]["status"] == "forbidden" and rows["2.1"]["points"] == 0
+        assert report["points"] == sum(row["points"] for row in rows.values()) < 155
+        assert report["workflow"]["changed"] is False
+        local = grade.summarize(grade.run_tests([2], str(workspace / "exercises"),
+                                                seed=report["seed"]))
+        assert {r.id: (r.points, r.status) for r in local} == {
+            i: (rows[i]["points"], rows[i]["status"]) for i in ("2.1", "2.2", "2.3")}
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
