@@ -35,6 +35,10 @@ import sys
 
 import torch
 
+# Global state changed at import: the worker resets it before every probe.
+torch.set_default_dtype(torch.float64)
+torch.set_grad_enabled(False)
+
 
 def softmax(x, dim=-1):
     exp = (x - x.amax(dim, keepdim=True)).exp()
@@ -126,6 +130,10 @@ def writes(path):
     return "written"
 
 
+def global_state(x):
+    return str(torch.get_default_dtype()), torch.is_grad_enabled(), str(torch.ones(1).dtype)
+
+
 def writes_small(path):
     with open(path, "w") as handle:
         handle.write("changed")
@@ -175,6 +183,11 @@ X = torch.randn(3, 5, dtype=torch.float64)
 def test_an_honest_function_runs(pool, folder):
     assert torch.allclose(learner(pool, folder).run(call, name="softmax", x=X),
                           torch.softmax(X, -1))
+
+
+def test_global_state_set_at_import_is_reset_before_each_probe(pool, folder):
+    assert learner(pool, folder).run(call, name="global_state", x=X) == (
+        "torch.float32", True, "torch.float32")
 
 
 def test_exit_is_a_crash_of_that_test_only(pool, folder):

@@ -33,6 +33,11 @@ from types import ModuleType
 from typing import Any
 
 MESSAGE_LIMIT = 2000  # characters of a learner's exception message that travel back
+# Modules an exercise file may import (grading/source_rules.py), and what probes use.
+PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
+             "numbers", "numpy", "torch.nn.functional", "torch.autograd.functional",
+             "annotated_transformer.batch", "annotated_transformer.model",
+             "annotated_transformer.train", "annotated_transformer.data")
 
 
 def _cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
@@ -150,6 +155,11 @@ class Worker:
             parts.confine(self.learner_dir, {int(c): why for c, why in config["blocked"].items()})
             sys.meta_path.insert(0, _Unreachable(config["unreachable"]))
         self.parts = parts
+        for name in PRELOADED:  # what an exercise file may import, loaded while the whole
+            try:  # Python installation is still readable (see drop_privileges)
+                importlib.import_module(name)
+            except ImportError:
+                pass
         for path in sorted(self.tests_dir.glob("test_ch*.py")):  # the probes' modules, so that
             try:  # what they import is in the baseline too
                 self.probe(str(path), "CHAPTER")
