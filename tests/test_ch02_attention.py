@@ -99,6 +99,41 @@ def reference_weights(query, key, mask=None):
     return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
 
 
+def mistaken_weights(query, key, mask=None):
+    """``{what went wrong: the weights it gives}`` for the plausible mistakes of 2.2, computed
+    from the same inputs (a table of the mistakes the tests tell apart)."""
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1)
+
+    def weights(scaled, dim=-1):
+        if mask is not None:
+            scaled = scaled.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scaled, dim=dim).nan_to_num(nan=0.0)
+
+    return {
+        f"These are the weights with no scaling, softmax(Q K^T): divide the scores by "
+        f"sqrt(d_k) = {math.sqrt(d_k):.3g} before the softmax.": weights(scores),
+        f"These are the weights with the scores divided by d_k instead of sqrt(d_k): divide "
+        f"by sqrt(d_k) = {math.sqrt(d_k):.3g}, not {d_k}.": weights(scores / d_k),
+        "These are the weights with the softmax over the queries (dim=-2): take it over the "
+        "keys (dim=-1), so that each query's weights sum to 1.":
+            weights(scores / math.sqrt(d_k), dim=-2),
+    }
+
+
+def check_weights(weights, query, key, name, hint, mask=None):
+    """``weights`` against the reference; when they differ and match a known mistake, the
+    message names that mistake instead of the general ``hint``."""
+    expected = reference_weights(query, key, mask)
+    if (isinstance(weights, torch.Tensor) and weights.shape == expected.shape
+            and not torch.allclose(weights.double(), expected, atol=1e-6, rtol=1e-5)):
+        for mistake, mistaken in mistaken_weights(query, key, mask).items():
+            if torch.allclose(weights.double(), mistaken, atol=1e-6, rtol=1e-5):
+                hint = mistake
+                break
+    assert_close(weights, expected, name, hint=hint)
+
+
 # ---------------------------------------------------------------- 2.1 softmax
 
 
@@ -179,9 +214,8 @@ def test_attention_matches_pytorch(learner, batch, lq, lk, d_k, d_v):
     )
     output, weights = result["output"], result["weights"]
     assert_tensor(weights, "weights", shape=(*batch, lq, lk))
-    assert_close(weights, reference_weights(q, k), "weights",
-                 hint="weights = softmax(Q K^T / sqrt(d_k)) over the keys (the last axis); "
-                 "d_k is query.size(-1).")
+    check_weights(weights, q, k, "weights", hint="weights = softmax(Q K^T / sqrt(d_k)) over the "
+                  "keys (the last axis); d_k is query.size(-1).")
     assert_close(output, F.scaled_dot_product_attention(q, k, v), "output",
                  hint="output = weights @ value.")
 
@@ -216,9 +250,9 @@ def test_mask_matches_pytorch(learner, kind):
     mask[..., 0] = True  # every query may see key 0, so PyTorch's reference has no empty row
     result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
     output, weights = result.get("output"), result.get("weights")
-    assert_close(weights, reference_weights(q, k, mask), f"weights with a {kind} mask",
-                 hint="Masked scores must become -inf before the softmax (True = allowed), "
-                 "so masked keys get weight exactly 0 and the rest still sum to 1.")
+    check_weights(weights, q, k, f"weights with a {kind} mask", mask=mask,
+                  hint="Masked scores must become -inf before the softmax (True = allowed), "
+                  "so masked keys get weight exactly 0 and the rest still sum to 1.")
     assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
                  f"output with a {kind} mask")
 

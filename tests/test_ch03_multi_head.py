@@ -154,6 +154,37 @@ def pytorch_twin(result, d_model=16, heads=4, bias=True):
     return theirs
 
 
+def mistaken_outputs(result, query, memory, bias):
+    """``{what went wrong: the output it gives}`` for the plausible mistakes of 3.3, computed
+    by PyTorch's module with the learner's weights (a table of the mistakes told apart)."""
+    found = {}
+    without_out = pytorch_twin(result, bias=bias)
+    with torch.no_grad():
+        without_out.out_proj.weight.copy_(torch.eye(without_out.embed_dim, dtype=f64))
+        if bias:
+            without_out.out_proj.bias.zero_()
+    found["This is the output without out_proj: apply out_proj to the merged heads (the "
+          "last step)."] = without_out
+    state = dict(result["state"])
+    state["v_proj.weight"] = state["k_proj.weight"]
+    if bias:
+        state["v_proj.bias"] = state["k_proj.bias"]
+    found["This is the output with the values projected by k_proj: project value with "
+          "v_proj."] = pytorch_twin({**result, "state": state}, bias=bias)
+    with torch.no_grad():
+        return {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
+
+
+def named_mistake(output, result, query, memory, bias, hint):
+    """The message of the known mistake whose output ``output`` is, else ``hint``."""
+    if isinstance(output, torch.Tensor):
+        for mistake, mistaken in mistaken_outputs(result, query, memory, bias).items():
+            if output.shape == mistaken.shape and torch.allclose(output.double(), mistaken,
+                                                                 atol=1e-6, rtol=1e-5):
+                return mistake
+    return hint
+
+
 # ---------------------------------------------------------------- 3.1 and 3.2
 
 
@@ -221,9 +252,12 @@ def test_matches_pytorch(learner, lq, lk, bias):
     theirs = pytorch_twin(result, bias=bias)
     expected, weights = theirs(query, memory, memory, average_attn_weights=False)
     out = tensor(result["output"], "MultiHeadAttention(query, key, value)")
-    assert_close(out, expected, "MultiHeadAttention(query, key, value)",
-                 hint="Project, split into heads, attend, merge, then out_proj. Are query, key "
-                 "and value each projected by their own layer?")
+    hint = ("Project, split into heads, attend, merge, then out_proj. Are query, key and "
+            "value each projected by their own layer?")
+    if out.shape == expected.shape and not torch.allclose(out.double(), expected, atol=1e-6,
+                                                          rtol=1e-5):
+        hint = named_mistake(out, result, query, memory, bias, hint)
+    assert_close(out, expected, "MultiHeadAttention(query, key, value)", hint=hint)
     tensor(result["weights"], "attention_weights", shape=(3, 4, lq, lk))
     assert_close(result["weights"], weights, "attention_weights (one map per head)")
 

@@ -11,9 +11,13 @@ Everything else runs in the grader, which never imports the code under test.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
+
+from annotated_transformer.grading.sandbox import LearnerRaised
 
 from checks import assert_tensor
 
@@ -47,6 +51,24 @@ def causal_mask_of(impl, size):
 
 def target_mask_of(impl, tokens, pad_id):
     return impl.target_mask(tokens, pad_id)
+
+
+BOOLEAN_ONLY = re.compile(r"\"(bitwise|logical)_\w+\" not implemented for '(\w+)'")
+
+
+def run_mask(learner, probe, **inputs):
+    """``learner.run(probe, ...)``; PyTorch refusing ``&``, ``|`` or ``~`` on a float tensor
+    is explained: masks are ``torch.bool`` (an error of the code under test all the same)."""
+    try:
+        return learner.run(probe, **inputs)
+    except LearnerRaised as error:
+        found = BOOLEAN_ONLY.search(error.message)
+        if found is None:
+            raise
+        raise LearnerRaised(error.types, f"{error.message}: a mask is a torch.bool tensor, and "
+                            f"&, | and ~ combine bool masks; one of yours is {found[2]} (make "
+                            f"it with dtype=torch.bool, or compare: tokens != pad_id)",
+                            error.where) from None
 
 
 def padding_mask_device(impl):
@@ -189,7 +211,7 @@ def test_no_output_depends_on_a_later_position(learner):
 @pytest.mark.parametrize("tokens, pad_id", BATCHES)
 def test_target_mask(learner, tokens, pad_id):
     batch, length = tokens.shape
-    check_mask(learner.run(target_mask_of, tokens=tokens, pad_id=pad_id),
+    check_mask(run_mask(learner, target_mask_of, tokens=tokens, pad_id=pad_id),
                f"target_mask(tokens, pad_id={pad_id})", (batch, 1, length, length),
                allowed_by_loop(tokens, pad_id, causal=True))
 
@@ -217,7 +239,7 @@ def test_decoder_self_attention_does_not_leak(learner):
     changed[1, 4:] = torch.tensor([13, 14, 15])  # the future of row 1 from position 4 on
     outputs = []
     for batch in (tokens, changed):
-        mask = usable_mask(learner.run(target_mask_of, tokens=batch, pad_id=0),
+        mask = usable_mask(run_mask(learner, target_mask_of, tokens=batch, pad_id=0),
                            "target_mask(tokens, 0)", (2, 4, 7, 7))
         x = embedding[batch] * 4 + positions  # token embeddings scaled by sqrt(16), positions
         output, weights = self_attention(x, mask, projections, heads=4)

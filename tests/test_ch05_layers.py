@@ -238,10 +238,16 @@ def test_layer_norm_matches_pytorch(learner, shape, eps):
     result = learner.run(layer_norm_of, x=x, eps=eps, weight=weight, bias=bias)
     assert {"weight", "bias"} <= set(result["parameters"]), (
         f"LayerNorm should have the parameters weight and bias, got {result['parameters']}")
-    assert_close(result["output"], theirs(x), f"LayerNorm({d_model}, eps={eps}) of x of shape "
-                 f"{list(shape)}", hint="Statistics over the last dimension only; the biased "
-                 "variance (divide by D, not D - 1); eps inside the square root; then * weight "
-                 "+ bias.")
+    hint = ("Statistics over the last dimension only; the biased variance (divide by D, not "
+            "D - 1); eps inside the square root; then * weight + bias.")
+    output = result["output"]
+    if (isinstance(output, torch.Tensor) and output.shape == x.shape
+            and torch.allclose(output.double(), F.layer_norm(x, (d_model,), eps=eps),
+                               atol=1e-6, rtol=1e-5)):
+        hint = ("This is x normalised, but weight and bias are not applied: return "
+                "normalised x * self.weight + self.bias.")
+    assert_close(output, theirs(x), f"LayerNorm({d_model}, eps={eps}) of x of shape "
+                 f"{list(shape)}", hint=hint)
 
 
 @pytest.mark.grade("5.1", points=1)

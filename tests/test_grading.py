@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from annotated_transformer.grading import grade, manifest, stubs
+from annotated_transformer.grading import cache, dependencies, grade, manifest, stubs
 
 import variants
 
@@ -315,3 +315,92 @@ def test_a_memorized_answer_cannot_be_kept_between_runs(tmp_path):
     records = grade.run_tests([3], str(tmp_path), extra_args=("-k", "merge"), seed=12)
     row = next(r for r in grade.summarize(records) if r.id == "3.2")
     assert row.status == "forbidden" and "load" in row.message, (row.status, row.message)
+
+
+# ---------------------------------------------------------------- one exercise, what it builds on
+
+
+def test_one_exercise_runs_only_its_tests():
+    records = grade.run_tests(None, "solutions", exercises=["6.2", "1.4"])
+    assert {r["exercise"] for r in records} == {"6.2", "1.4"}, "the capstone did not run"
+    assert {r["outcome"] for r in records} == {"passed"}
+
+
+def test_every_dependency_is_a_graded_exercise_of_an_earlier_or_the_same_chapter():
+    declared = dependencies.read()
+    for exercise, parts in declared.builds_on.items():
+        assert exercise in declared.titles, exercise
+        for part in parts:
+            assert part in declared.titles and part != exercise, (exercise, part)
+            assert dependencies.order(part) < dependencies.order(exercise), (exercise, part)
+    capstone = {declared.chapter_of(p) for p in declared.closure("6.5")}
+    assert capstone == {1, 2, 3, 4, 5, 6}
+
+
+def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
+    """A chapter 3 without out_proj: the chapter-5 table says to fix 3.3 first, for the layers
+    built on it, and reports chapter 5 only (chapter 3 was graded to know)."""
+    for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
+        shutil.copy(path, tmp_path)
+    target = tmp_path / "ch03_multi_head.py"
+    target.write_text(target.read_text().replace("out_proj", "output_proj"))
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "5",
+                           "--impl", str(tmp_path), "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, cwd=grade.ROOT)
+    assert done.returncode == 0, done.stderr
+    rows = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["exercises"]}
+    assert sorted(rows) == ["5.1", "5.2", "5.3", "5.4", "5.5"]
+    assert {rows[e]["status"] for e in ("5.1", "5.2", "5.3")} == {"passed"}
+    for exercise in ("5.4", "5.5"):
+        first = (f"{exercise} uses your MultiHeadAttention (3.3), which does not pass yet: fix "
+                 f"3.3 first.")
+        assert rows[exercise]["message"].startswith(first), rows[exercise]["message"]
+        assert first in done.stdout
+
+
+def test_each_named_mistake_gets_its_message():
+    """The table of mistakes the tests tell apart: a wrong variant with ``says=`` fails with a
+    message (its exercise's, as the table shows it) that contains that phrase."""
+    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter) if v.says]
+    assert named and not any(v.correct for v in named)
+    records = grade.run_tests(None, "variants", exercises=sorted({v.exercise for v in named}),
+                              extra_args=("-k", " or ".join(v.name for v in named)))
+    by_variant: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        if record["impl"]:
+            by_variant[record["impl"].removeprefix("variant:")].append(record)
+    problems = []
+    for variant in named:
+        rows = grade.summarize(by_variant[variant.name])
+        message = rows[0].message if rows else "(no test ran)"
+        if not rows or rows[0].status == "passed" or variant.says not in message:
+            problems.append(f"{variant.name} ({variant.why}) should say {variant.says!r}; "
+                            f"it says: {message}")
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------- the capstone's result, reused
+
+
+def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, monkeypatch):
+    for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
+        shutil.copy(path, tmp_path)
+    test_file = grade.chapter_test_files([6])[6]
+    key = cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file)
+    record = {"test": "t", "exercise": "6.5", "chapter": 6, "title": "Capstone", "points": 5,
+              "impl": str(tmp_path), "outcome": "passed", "message": ""}
+    folder = tmp_path / "cache"
+    assert not cache.store(folder, "6.5", key, [{**record, "outcome": "error"}]), "errors: never"
+    assert cache.store(folder, "6.5", key, [record])
+    records, rows = grade.grade(None, str(tmp_path), ["6.5"], cache_dir=folder)  # nothing runs
+    assert [r.status for r in rows] == ["passed"] and len(records) == 1
+    assert rows[0].message.startswith("(result reused: files unchanged since ")
+    assert "(result reused" in grade.format_table(rows, str(tmp_path))
+    # Any file it builds from changes the key; chapter 7 does not.
+    (tmp_path / "ch07_decoding.py").write_text("# changed\n")
+    assert cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file) == key
+    (tmp_path / "ch03_multi_head.py").write_text("# changed\n")
+    assert cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file) != key
+    # Never inside the course, where a forged result could be committed.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(grade.ROOT / ".cache"))
+    assert cache.default_dir() is None

@@ -4,7 +4,9 @@ Each chapter's module (``variants/chNN.py``) decorates functions or classes with
 :func:`wrong` or :func:`right`. A variant is the reference chapter file with one
 name replaced, so it behaves like a learner's file that answers that exercise
 its own way. ``pytest --impl variants`` grades every variant against the tests of
-its exercise; ``tests/test_grading.py`` checks the verdicts.
+its exercise; ``tests/test_grading.py`` checks the verdicts. A wrong variant may name, with
+``says="phrase"``, what the learner must read about that mistake: the message of its
+exercise must contain the phrase (the table of the mistakes the tests tell apart).
 """
 
 from __future__ import annotations
@@ -29,27 +31,32 @@ class Variant:
     correct: bool
     why: str
     obj: Any
+    says: str | None = None  # a phrase the exercise's message must contain (wrong ones only)
 
 
 _REGISTRY: dict[tuple[int, str], Variant] = {}
 
 
-def _register(exercise: str, replaces: str, correct: bool, why: str) -> Callable[[Any], Any]:
+def _register(exercise: str, replaces: str, correct: bool, why: str,
+              says: str | None = None) -> Callable[[Any], Any]:
     chapter = int(exercise.split(".")[0])
 
     def decorate(obj: Any) -> Any:
         key = (chapter, obj.__name__)
         if key in _REGISTRY:
             raise ValueError(f"two variants of chapter {chapter} are named {obj.__name__!r}")
-        _REGISTRY[key] = Variant(obj.__name__, chapter, exercise, replaces, correct, why, obj)
+        _REGISTRY[key] = Variant(obj.__name__, chapter, exercise, replaces, correct, why, obj,
+                                 says)
         return obj
 
     return decorate
 
 
-def wrong(exercise: str, replaces: str, why: str) -> Callable[[Any], Any]:
-    """A plausible mistake: some test of ``exercise`` must fail on it."""
-    return _register(exercise, replaces, False, why)
+def wrong(exercise: str, replaces: str, why: str, says: str | None = None
+          ) -> Callable[[Any], Any]:
+    """A plausible mistake: some test of ``exercise`` must fail on it, and with ``says``, the
+    exercise's message must contain that phrase (the message that names this mistake)."""
+    return _register(exercise, replaces, False, why, says)
 
 
 def right(exercise: str, replaces: str, why: str) -> Callable[[Any], Any]:

@@ -82,13 +82,15 @@ def _checked(q, k, v):
         raise ValueError(f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
 
 
-@wrong("2.2", "scaled_dot_product_attention", "divided by d_k instead of sqrt(d_k)")
+@wrong("2.2", "scaled_dot_product_attention", "divided by d_k instead of sqrt(d_k)",
+       says="divided by d_k instead of sqrt(d_k)")
 def scaled_by_d_k(q, k, v, mask=None, dropout=None):
     _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: q.size(-1))
 
 
-@wrong("2.2", "scaled_dot_product_attention", "no scaling at all")
+@wrong("2.2", "scaled_dot_product_attention", "no scaling at all",
+       says="with no scaling")
 def unscaled(q, k, v, mask=None, dropout=None):
     _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: 1.0)
@@ -108,7 +110,8 @@ def scaled_by_d_v(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(v.size(-1)))
 
 
-@wrong("2.2", "scaled_dot_product_attention", "softmax over the queries (dim=-2)")
+@wrong("2.2", "scaled_dot_product_attention", "softmax over the queries (dim=-2)",
+       says="softmax over the queries")
 def softmax_over_queries(q, k, v, mask=None, dropout=None):
     _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, softmax_dim=-2)

@@ -119,7 +119,8 @@ class _Base(nn.Module):
         return x.transpose(1, 2).flatten(2)
 
 
-@wrong("3.3", "MultiHeadAttention", "the output projection left out")
+@wrong("3.3", "MultiHeadAttention", "the output projection left out",
+       says="without out_proj")
 class NoOutputProjection(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)
@@ -147,7 +148,8 @@ class ViewWithoutTranspose(_Base):
         return self.out_proj(self.merge(out))
 
 
-@wrong("3.3", "MultiHeadAttention", "the key projection applied to the values")
+@wrong("3.3", "MultiHeadAttention", "the key projection applied to the values",
+       says="projected by k_proj")
 class KeyProjectionForValues(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)

@@ -107,6 +107,13 @@ def combined_with_or(tokens, pad_id):
     return _pad(tokens, pad_id) | _causal(tokens.size(1), tokens.device)
 
 
+@wrong("4.3", "target_mask", "a float causal triangle combined with the bool padding mask",
+       says="a mask is a torch.bool tensor")
+def float_causal(tokens, pad_id):
+    length = tokens.size(1)
+    return _pad(tokens, pad_id) & torch.ones(length, length, device=tokens.device).tril()
+
+
 @right("4.3", "target_mask", "logical_and of aranges and the padding")
 def logical_and_aranges(tokens, pad_id):
     positions = torch.arange(tokens.size(1), device=tokens.device)

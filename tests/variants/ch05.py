@@ -59,6 +59,20 @@ class NoAffine(nn.Module):
         return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
 
 
+@wrong("5.1", "LayerNorm", "weight and bias created but never used",
+       says="weight and bias are not applied")
+class AffineUnused(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+
+
 VarMeanRsqrt = right("5.1", "LayerNorm", "var_mean with correction=0 and rsqrt")(
     type("VarMeanRsqrt", (_layer_norm_class(
         lambda x, eps: (x - torch.var_mean(x, -1, correction=0, keepdim=True)[1])
@@ -238,11 +252,20 @@ class AttendsToItself(_Decoder):
         return self.residuals[2](x, self.feed_forward)
 
 
-@wrong("5.5", "DecoderLayer", "the two masks swapped")
+@wrong("5.5", "DecoderLayer", "the two masks swapped", says="only when given masks")
 class MasksSwapped(_Decoder):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, src_mask))
         x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, tgt_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
+@wrong("5.5", "DecoderLayer", "cross-attention's queries from the memory, keys and values from x",
+       says="queries from the decoder")
+class QueriesFromMemory(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.residuals[1](x, lambda y: self.cross_attn(memory, y, y, src_mask))
         return self.residuals[2](x, self.feed_forward)
 
 
