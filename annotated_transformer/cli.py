@@ -286,11 +286,10 @@ def build_parser(prog: str = "python -m annotated_transformer") -> argparse.Argu
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not has_reference():  # a student release: say so once, as a line of its own
-        print(f"note: {RELEASE_NOTE}", file=sys.stderr)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=re.escape(RELEASE_NOTE))
+            # A student release, where the reference was asked for: a line of its own.
+            warnings.showwarning = functools.partial(release_note, warnings.showwarning)
             return args.run(args)
     except (UsageError, DataError, VocabularyError, checkpoint.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -298,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     except NotImplementedError as error:  # a stub of the parts the model is built from
         print(f"error: {unfinished(error)}", file=sys.stderr)
         return 1
+
+
+def release_note(show, message, category, filename, lineno, file=None, line=None) -> None:
+    """Print the release's note (the reference replaced by exercises/) as ``note: ...``."""
+    if str(message) == RELEASE_NOTE:
+        print(f"note: {RELEASE_NOTE}", file=sys.stderr)
+    else:
+        show(message, category, filename, lineno, file, line)
 
 
 def unfinished(error: NotImplementedError) -> str:

@@ -82,11 +82,30 @@ def _resolve(source: str) -> str:
         return source
     if not _warned:
         _warned.append(True)
-        warnings.warn(RELEASE_NOTE, stacklevel=4)
+        warnings.warn(RELEASE_NOTE, stacklevel=_callers_level())
     return "exercises"
 
 
 _warned: list[bool] = []
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` (for :func:`_resolve`'s warning) of the first frame outside the
+    course's code: the notebook cell or script line that asked for the parts, not a line
+    of this package, of a chapter file or of the ``__init__`` that dataclasses generate."""
+    frame, level = sys._getframe(2), 2  # the caller of _resolve is level 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        generated = name == "<string>" and frame.f_code.co_name == "__init__"
+        ours = name.startswith("<frozen") or generated or (
+            not name.startswith("<") and (
+                _PACKAGE_DIR in Path(name).resolve().parents
+                or CHAPTER_FILE.match(Path(name).name) is not None))
+        if not ours:
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
 
 
 def _source_dir(source: str) -> Path:

@@ -76,8 +76,11 @@ def test_the_release_has_fresh_stubs_and_its_own_readme(out: Path):
         assert stub.read_text() == stubs.render(solution)
     readme = (out / "README.md").read_text()
     assert "A student release" in readme and "grade your exercises" in readme
-    for marker in ("course-only", "release-only", "solutions/chNN", "CONTRIBUTING"):
+    for marker in ("course-only", "release-only", "solutions/chNN", "CONTRIBUTING",
+                   "with_chapter(", "from the reference parts"):
         assert marker not in readme
+    for stub in (out / "exercises").glob("ch*.py"):  # nothing points to the missing answers
+        assert "solutions/" not in stub.read_text().split('"""')[0], stub.name
     course = (ROOT / "README.md").read_text()
     assert "A student release" not in release.COURSE_ONLY.sub("", course).split("<!--")[0]
 
@@ -122,6 +125,7 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
             parts = Parts.reference()
         print("describe:", parts.describe())
         print("warned:", any("student release" in str(w.message) for w in caught))
+        print("warned at:", [f"{w.filename}:{w.lineno}" for w in caught])
         try:
             parts.positional_encoding(4, 6)
         except NotImplementedError as error:
@@ -137,6 +141,7 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert lines["describe"] == "exercises" and lines["warned"] == "True"
+    assert lines["warned at"] == "['<string>:8']", "the warning names the caller's line"
     assert lines["stub"].startswith("Exercise 1.1")
     assert "student release" in lines["fast"]
     assert lines["dates"].startswith("(2, ")
