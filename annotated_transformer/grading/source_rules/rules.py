@@ -1,0 +1,204 @@
+"""The rules, as data, each with its reason: what an exercise file may import and name."""
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+
+from annotated_transformer.parts import Parts
+
+# Modules an exercise may import whole (``import torch.nn.functional as F``) or take any
+# public name from (``from torch import Tensor, nn``); each name taken is checked like an
+# attribute of the module. These compute and nothing else; numpy is here because a correct
+# answer (tests/variants/ch01.py, numpy_float64) and many honest learners use it.
+IMPORTABLE = frozenset({
+    "torch", "torch.nn", "torch.nn.functional", "numpy", "math", "typing", "collections.abc",
+    "dataclasses", "functools", "itertools", "numbers",
+})
+# Modules only some names may come from. The course package is how a chapter uses an
+# earlier chapter's part; any other name of it (Parts, load_chapter, ...) loads a chapter
+# from a source of the learner's choosing, the reference included.
+FROM_ONLY = {
+    "__future__": frozenset({"annotations"}),
+    "annotated_transformer.parts": frozenset({"active_parts"}),
+    "annotated_transformer.batch": frozenset({"Batch"}),
+}
+# What the learner reads (the instructor page and the grader's report can print it).
+SUMMARY = (
+    "An exercise file computes with PyTorch and nothing else. It may import torch (with "
+    "torch.nn, torch.nn.functional and their public submodules), numpy, math, typing, "
+    "collections.abc, dataclasses, functools, itertools, numbers, and from the course only "
+    "active_parts and Batch. It may not read or write files, start processes or threads, "
+    "reach the interpreter's internals or frames (names with double underscores, names of "
+    "others starting with _), run code from strings, import modules at run time, touch the "
+    "global random number generator or change what it imported. Every .py file in the "
+    "folder is checked, and the op an exercise asks you to write may not be used anywhere "
+    "in the file.")
+ALLOWED_IMPORTS = ("torch, numpy, math, typing, collections.abc, dataclasses, functools, "
+                   "itertools, numbers, active_parts, Batch")
+MAX_MESSAGE = 200  # characters: one line a learner reads in a report
+
+# Built-in names an exercise may not use, with why (each one a way around every other rule).
+BANNED_BUILTINS = {
+    "eval": "runs code from a string; write the code itself",
+    "exec": "runs code from a string; write the code itself",
+    "compile": "builds code from a string; write the code itself",
+    "open": "reads and writes files; an exercise computes with tensors only",
+    "input": "reads the terminal; take values as arguments",
+    "breakpoint": "starts a debugger; remove it before grading",
+    "help": "starts the interactive help; remove it before grading",
+    "getattr": "looks an attribute up by a computed name; write the attribute (x.name)",
+    "setattr": "sets an attribute by a computed name; write `self.name = value`",
+    "delattr": "deletes an attribute by a computed name; write `del self.name`",
+    "globals": "reaches the module's namespace; use the names themselves",
+    "locals": "reaches a frame's namespace; use the names themselves",
+    "vars": "reaches an object's namespace; use its attributes (x.name)",
+    "dir": "lists an object's hidden names; use its attributes (x.name)",
+    "memoryview": "reaches raw memory; use tensors",
+    "type": "builds classes and reaches internals; use isinstance(x, SomeClass)",
+    "exit": "stops the grader; raise ValueError instead",
+    "quit": "stops the grader; raise ValueError instead",
+    "copyright": "is the interactive help; remove it", "credits": "is the interactive help; "
+    "remove it", "license": "is the interactive help; remove it",
+    # These pass through the test framework's handlers and stop the whole run.
+    "SystemExit": "stops the grader; raise ValueError instead",
+    "KeyboardInterrupt": "stops the grader; raise ValueError instead",
+    "GeneratorExit": "stops the grader; raise ValueError instead",
+    "BaseException": "stops the grader; use Exception",
+}
+
+# Attribute names (also ``from m import name``) that reach past computing with tensors.
+# One line per reason; the reason is what the learner reads.
+_BANNED_GROUPS = {
+    "reads or writes files": (
+        "load save from_file fromfile tofile savez savez_compressed savetxt loadtxt genfromtxt "
+        "fromregex memmap open_memmap DataSource dump dumps serialization hub package onnx "
+        "profiler gds"),
+    "starts processes or threads, or loads native code": (
+        "multiprocessing distributed parallel DataParallel cpp_extension utils library classes "
+        "ctypeslib ctypes f2py distutils testing jiterator share_memory share_memory_ lib "
+        "mp python_multiprocessing reducer reduction tunable typing_extensions"),
+    "reaches PyTorch's compiler or operator dispatch": (
+        "ops jit compile compiler fx export overrides register_dispatch_key backends ao "
+        "quantization handle_torch_function has_torch_function has_torch_function_unary "
+        "has_torch_function_variadic as_subclass"),
+    "changes or reads the global random number generator": (
+        "manual_seed manual_seed_all seed seed_all set_rng_state set_rng_state_all "
+        "get_rng_state get_rng_state_all initial_seed fork_rng default_generator get_state "
+        "set_state"),
+    "changes a setting of the whole process": (
+        "set_default_dtype set_default_device set_default_tensor_type "
+        "use_deterministic_algorithms set_deterministic_debug_mode set_num_threads "
+        "set_num_interop_threads set_flush_denormal set_float32_matmul_precision "
+        "set_warn_always seterr seterrcall setbufsize monitor"),
+    "installs a hook on every module or tensor": "graph register_multi_grad_hook",
+    "changes what isinstance answers for classes that are not yours": "register",
+    "builds code or looks names up from strings": (
+        "get_type_hints ForwardRef make_dataclass attrgetter methodcaller stdlib_re"),
+    "reaches the interpreter's frames": (
+        "gi_frame gi_code gi_yieldfrom gi_running gi_suspended cr_frame cr_code cr_await "
+        "cr_origin ag_frame ag_code ag_await f_back f_globals f_locals f_builtins f_code "
+        "f_trace f_lasti tb_frame tb_next tb_lasti co_code co_consts co_names"),
+    "loads chapters from a source other than the grader's": "reference learner with_chapter",
+}
+BANNED_ATTRIBUTES = {name: reason for reason, names in _BANNED_GROUPS.items()
+                     for name in names.split()}
+# Global module hooks (register_module_forward_hook, ...) act on every module, the grader's too.
+BANNED_PREFIXES = {"register_module_": "installs a hook on every module or tensor"}
+# PyTorch, numpy, typing and dataclasses hand out standard modules as attributes
+# (``torch.os``, ``torch.sys``, ``dataclasses.builtins``): any standard module's name is
+# refused as an attribute, except these, which are also tensor or array operations or harmless.
+STDLIB_EXEMPT = frozenset({"abc", "array", "chunk", "cmath", "copy", "math", "numbers",
+                           "select", "trace"})
+STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names if not n.startswith("_"))
+
+# What ``active_parts()`` is besides the parts: ways to other sources (the reference).
+PARTS_OWN = (frozenset(n for n in dir(Parts) if not n.startswith("_"))
+             | {f.name for f in fields(Parts)})
+
+# The special methods a learner's class may define: construction, printing, containers,
+# calling, context managers, comparisons and arithmetic. Any other one is a hook that Python,
+# PyTorch or numpy run behind the learner's back (``__array_interface__`` hands numpy a raw
+# memory address, ``__torch_function__`` intercepts every call, ``__del__`` runs after the
+# verdict), so the list is of what is allowed, not of what is not.
+_ARITHMETIC = ("add sub mul matmul truediv floordiv mod pow lshift rshift and xor or").split()
+ALLOWED_DUNDER_METHODS = frozenset(
+    "__init__ __post_init__ __repr__ __str__ __len__ __iter__ __next__ __reversed__ "
+    "__contains__ __getitem__ __setitem__ __delitem__ __call__ __enter__ __exit__ __eq__ "
+    "__ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __neg__ __pos__ __abs__ "
+    "__invert__".split()
+    + [f"__{prefix}{op}__" for op in _ARITHMETIC for prefix in ("", "r", "i")])
+# Why some of the others are refused, for the message (any other one: "a hook").
+BANNED_DUNDER_METHODS = {
+    "__del__": "runs when the grader frees the object, after the verdict",
+    "__torch_function__": "intercepts every PyTorch call",
+    "__torch_dispatch__": "intercepts every PyTorch call",
+    "__array__": "runs inside numpy and PyTorch conversions",
+    "__array_function__": "intercepts numpy calls", "__array_ufunc__": "intercepts numpy calls",
+    "__reduce__": "runs when a result is copied between processes",
+    "__reduce_ex__": "runs when a result is copied between processes",
+    "__getstate__": "runs when a result is copied between processes",
+    "__setstate__": "runs when a result is copied between processes",
+    "__getnewargs__": "runs when a result is copied between processes",
+    "__getnewargs_ex__": "runs when a result is copied between processes",
+    "__copy__": "runs when the grader copies a result",
+    "__deepcopy__": "runs when the grader copies a result",
+    "__getattr__": "answers attribute lookups by computed names",
+    "__getattribute__": "answers attribute lookups by computed names",
+    "__setattr__": "changes attributes by computed names",
+    "__delattr__": "deletes attributes by computed names", "__dir__": "hides names",
+    "__new__": "builds objects behind the constructor",
+    "__init_subclass__": "runs when classes are built",
+    "__set_name__": "runs when classes are built",
+    "__class_getitem__": "runs when classes are subscripted",
+    "__mro_entries__": "changes how classes are built",
+    "__prepare__": "changes how classes are built",
+    "__instancecheck__": "changes what isinstance answers",
+    "__subclasscheck__": "changes what issubclass answers",
+    "__subclasshook__": "changes what issubclass answers",
+    "__class__": "changes what isinstance answers",
+}
+# Classes a learner's class may not derive from (by the end of the name: MaskedTensor too): a
+# Tensor subclass overrides comparisons and intercepts every PyTorch call made with it.
+BANNED_BASES = ("Tensor", "Parameter", "Buffer")
+
+SELF_NAMES = frozenset({"self", "cls"})
+# Thirty times the largest solution file: more is not an exercise, and reading it (about
+# 10 microseconds a byte) must not make the grader wait.
+MAX_SOURCE_BYTES = 250_000
+MAX_VIOLATIONS = 50  # per file: the first ones say what to fix; a report stays short
+
+
+def is_dunder(name: str) -> bool:
+    """``__name__``-style: two underscores on both sides."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def attribute_problem(name: str, own: bool = False) -> str | None:
+    """Why an attribute (or imported) name is refused, or None. ``own``: an attribute of the
+    learner's ``self``, which may share a name with a standard module."""
+    reason = BANNED_ATTRIBUTES.get(name) or next(
+        (r for prefix, r in BANNED_PREFIXES.items() if name.startswith(prefix)), None)
+    if reason:
+        return f"it {reason}; compute with tensors only"
+    if name in STDLIB_MODULES and name not in STDLIB_EXEMPT and not own:
+        return (f"`{name}` is a module of Python's standard library; if it is your own "
+                f"attribute, rename it")
+    return None
+
+
+def module_problem(module: str) -> str | None:
+    """Why a module may not be imported, or None. A submodule of torch or numpy
+    (``torch.nn.init``) may be, when each part of its name passes the attribute rules,
+    since ``import torch.nn.init`` reaches what ``torch.nn.init`` does."""
+    if module in IMPORTABLE:
+        return None
+    root, *parts = module.split(".")
+    if root not in ("torch", "numpy") or not parts:
+        return f"import only {ALLOWED_IMPORTS}"
+    for part in parts:
+        if part.startswith("_"):
+            return f"`{part}` is internal (its name starts with `_`); import only {ALLOWED_IMPORTS}"
+        problem = attribute_problem(part)
+        if problem:
+            return f"`{part}`: {problem}"
+    return None
