@@ -123,23 +123,18 @@ def _say(violation) -> str:
 POOL = pytest.StashKey[WorkerPool]()
 
 
-def _worker_sources(config: pytest.Config) -> list[str]:
-    """The sources whose workers a grading run needs (the course's variants share one)."""
-    specs = [s for s in config.getoption("--impl").split(",") if s]
-    return ["solutions" if s == "variants" else s for s in specs]
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    """In a grading run (``--grade-report``), start the workers now: they import PyTorch
-    while this process collects the tests, which import it too (this module does not)."""
+    """In a grading run (``--grade-report``), start the first source's worker now: it
+    imports PyTorch while this process collects the tests, which import it too (this module
+    does not). The others start when first needed, one at a time."""
     pool = WorkerPool(_learner_dir, _blocked, user=config.getoption("--grade-user"))
     config.stash[POOL] = pool
-    if config.getoption("--grade-report", None) and not config.option.collectonly:
-        for source in _worker_sources(config):
-            try:
-                pool.start(source)
-            except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
-                pass
+    first = config.getoption("--impl").split(",")[0]
+    if config.getoption("--grade-report", None) and not config.option.collectonly and first:
+        try:
+            pool.start("solutions" if first == "variants" else first)
+        except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
+            pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

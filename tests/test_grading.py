@@ -391,11 +391,23 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
               "impl": str(tmp_path), "outcome": "passed", "message": ""}
     folder = tmp_path / "cache"
     assert not cache.store(folder, "6.5", key, [{**record, "outcome": "error"}]), "errors: never"
-    assert cache.store(folder, "6.5", key, [record])
-    records, rows = grade.grade(None, str(tmp_path), ["6.5"], cache_dir=folder)  # nothing runs
+    assert not cache.store(folder, "6.5", key, [{**record, "outcome": "timeout"}])
+    runs = []
+
+    def run_tests(chapters, impl, **options):  # the capstone's run, without its training
+        runs.append(options["exercises"])
+        return [record]
+
+    monkeypatch.setattr(grade, "run_tests", run_tests)
+    records, rows = grade.grade(None, str(tmp_path), ["6.5"], cache_dir=folder)
+    assert runs == [["6.5"]] and rows[0].message == ""
+    records, rows = grade.grade(None, str(tmp_path), ["6.5"], cache_dir=folder)
+    assert runs == [["6.5"]], "the second time nothing runs"
     assert [r.status for r in rows] == ["passed"] and len(records) == 1
     assert rows[0].message.startswith("(result reused: files unchanged since ")
     assert "(result reused" in grade.format_table(rows, str(tmp_path))
+    grade.grade(None, str(tmp_path), ["6.5"], cache_dir=None)
+    assert len(runs) == 2, "without a cache it runs"
     # Any file it builds from changes the key; chapter 7 does not.
     (tmp_path / "ch07_decoding.py").write_text("# changed\n")
     assert cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file) == key
