@@ -51,7 +51,7 @@ def graded_files(root: Path) -> list[str]:
     """The files of ``root`` that decide a grade (paths relative to it, with ``/``)."""
     tests = root / "tests"
     paths = [root / "annotated_transformer" / m for m in GRADER_MODULES]
-    paths += sorted((root / "annotated_transformer" / "grading").glob("*.py"))
+    paths += sorted((root / "annotated_transformer" / "grading").rglob("*.py"))
     paths += [tests / "conftest.py", tests / "checks.py", tests / "torch_models.py"]
     paths += [p for p in tests.glob("test_ch*.py") if TEST_FILE.match(p.name)]
     return sorted(p.relative_to(root).as_posix() for p in paths if p.is_file())

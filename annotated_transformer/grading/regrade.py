@@ -209,7 +209,7 @@ def stage_grading_files(root: Path, dest: Path, who: Learner) -> None:
     """
     wanted = {"pyproject.toml", "conftest.py", *manifest.CONFIG_FILES}
     places = [(root, False), (root / "tests", True), (root / "annotated_transformer", False),
-              (root / "annotated_transformer" / "grading", False)]
+              (root / "annotated_transformer" / "grading", True)]
     seen = 0
     for top, recursive in places:
         if not real_dir(top):

@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 MESSAGE_LIMIT = 2000  # characters of a learner's exception message that travel back
-# Modules an exercise file may import (grading/source_rules.py), and what probes use.
+# Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
 PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
              "numbers", "numpy", "torch.nn.functional", "torch.autograd.functional",
              "annotated_transformer.batch", "annotated_transformer.model",
