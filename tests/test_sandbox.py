@@ -124,6 +124,18 @@ def patches_torch(x):
     return x
 
 
+def imports_dynamo(x):
+    import torch._dynamo  # PyTorch itself imports it when first needed (torch.compile, ...)
+    return x
+
+
+def wraps_manual_seed(x):
+    import functools
+
+    torch.manual_seed = functools.wraps(torch.manual_seed)(lambda seed: None)
+    return x
+
+
 def writes(path):
     with open(path, "w") as handle:
         handle.write("z" * 64 * 2**20)
@@ -260,6 +272,14 @@ def test_replacing_a_torch_function_is_reported_and_changes_nothing_here(pool, f
         learner(pool, folder).run(call, name="patches_torch", x=X)
     assert torch.allclose is allclose
     assert not torch.allclose(torch.zeros(1), torch.ones(1))
+
+
+def test_pytorch_wrapping_its_own_function_is_not_a_replacement(pool, folder):
+    """torch._dynamo, imported when first needed, wraps torch.manual_seed: not the learner's
+    doing. A wrapper of the learner's own, even one that says it wraps it, is reported."""
+    assert learner(pool, folder).run(call, name="imports_dynamo", x=X).shape == X.shape
+    with pytest.raises(ForbiddenCall, match="torch.manual_seed"):
+        learner(pool, folder).run(call, name="wraps_manual_seed", x=X)
 
 
 def test_files_written_stay_small(pool, folder, tmp_path):

@@ -83,9 +83,9 @@ def drop_privileges(user: str) -> None:
 # ---------------------------------------------------------------- what the learner may not reach
 
 
-def public_functions() -> dict[str, int]:
-    """``{"torch.softmax": id(torch.softmax), ...}`` for the modules and classes a learner
-    could patch to change what the tests see."""
+def public_functions() -> dict[str, Any]:
+    """``{"torch.softmax": torch.softmax, ...}`` for the modules and classes a learner could
+    patch to change what the tests see."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -99,13 +99,27 @@ def public_functions() -> dict[str, int]:
     for prefix, owner in owners.items():
         for name, value in list(vars(owner).items()):
             if callable(value) or isinstance(value, (type, ModuleType)):
-                snapshot[f"{prefix}.{name}"] = id(value)
+                snapshot[f"{prefix}.{name}"] = value
     return snapshot
 
 
-def changed_functions(before: dict[str, int]) -> list[str]:
+def _torch_wrapper(new: Any, old: Any) -> bool:
+    """Whether ``new`` is PyTorch's own wrapper around ``old``: its code lives in PyTorch and
+    it wraps exactly ``old``. (``torch._dynamo``, which PyTorch imports when first needed,
+    wraps ``torch.manual_seed`` so; importing it up front would cost every grading run
+    seconds.)"""
+    import torch
+
+    code = getattr(new, "__code__", None)
+    return (getattr(new, "__wrapped__", None) is old and code is not None
+            and Path(code.co_filename).resolve().is_relative_to(
+                Path(torch.__file__).resolve().parent))
+
+
+def changed_functions(before: dict[str, Any]) -> list[str]:
     after = public_functions()
-    return sorted(name for name, ident in before.items() if after.get(name) != ident)
+    return sorted(name for name, value in before.items()
+                  if after.get(name) is not value and not _torch_wrapper(after.get(name), value))
 
 
 class ForbiddenOpUsed(RuntimeError):
@@ -146,7 +160,6 @@ class Worker:
         sys.path.insert(0, str(self.tests_dir))  # checks.py, variants/, the probes' modules
         self.test_modules: dict[str, ModuleType] = {}
         import torch  # noqa: F401 - imported before any learner code, then watched
-        import torch._dynamo  # noqa: F401 - it wraps torch.manual_seed when first imported
         import torch.utils._python_dispatch  # noqa: F401 - the forbidden-op mode
 
         from annotated_transformer import parts
