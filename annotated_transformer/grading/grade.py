@@ -2,6 +2,7 @@
 
     python -m annotated_transformer.grade                  # every chapter, your exercises/
     python -m annotated_transformer.grade --chapter 1      # one chapter (repeat for more)
+    python -m annotated_transformer.grade --exercise 6.2   # only that exercise's tests
     python -m annotated_transformer.grade --impl solutions --json report.json
     python -m annotated_transformer.grade --points         # the points on offer, nothing run
     python -m annotated_transformer.grade --verify-manifest tests/grading_manifest.json
@@ -20,6 +21,11 @@ decide the grade (tests, grader, pytest settings) that differ from the course's
 ``--workflow-file``, every report names the sha256 of the workflow file a CI job ran
 beside the course's copy, and says ``WORKFLOW CHANGED`` when they differ. Every message
 in a report is cut to ``MESSAGE_LIMIT`` characters, with a marker saying how much went.
+
+An exercise that does not pass and builds on an earlier one that does not pass either (its
+test file's ``BUILDS_ON``) says so first, naming the part to fix; the capstone runs only
+when asked for or with its chapter, and on a learner's machine its result is reused while
+its files are unchanged (``--no-cache`` turns that off; CI passes it).
 """
 
 from __future__ import annotations
