@@ -144,8 +144,13 @@ def chapter_files(source: str) -> Mapping[int, Path]:
 
 
 def _exported_names(path: Path) -> list[str]:
-    """The names in a file's ``__all__``, read without importing it (it may be broken)."""
-    for node in ast.parse(path.read_text()).body:
+    """The names in a file's ``__all__``, read without importing it (it may be broken: then
+    none)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        return []
+    for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
         ):
@@ -241,6 +246,8 @@ class Parts:
     def get(self, name: str) -> Any:
         """A part by its syllabus name (``"MultiHeadAttention"``), from its chapter's source."""
         if name not in name_index():
+            if _confined and _confined[0][1]:  # in a chapter file that could not be read
+                raise BlockedChapter(next(iter(_confined[0][1].values())))
             raise AttributeError(f"no chapter exports a part named {name!r}")
         return getattr(self.module(name_index()[name]), name)
 
