@@ -88,7 +88,10 @@ def add_train(sub) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: autocast to bfloat16 (for GPUs that support it)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                   help="torch.compile the model's layers, once for every batch shape "
+                   "(BACKEND: inductor, the default, generates kernels; aot_eager only "
+                   "traces, a quick check that the model compiles)")
     p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
     p.add_argument("--decay", choices=("linear", "noam"),
@@ -118,6 +121,10 @@ def run_train(args) -> int:
     for name in ("steps", "batch_size", "eval_every", "eval_size", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.compile is not None and args.compile not in torch.compiler.list_backends(
+            exclude_tags=()):
+        raise UsageError(f"--compile {args.compile!r} is not a torch.compile backend (inductor, "
+                         f"aot_eager, ...)")
     task = make_task(args.task, **options)
     parts = parse_parts(args.parts)
     recipe = RECIPES[args.task]
@@ -136,14 +143,16 @@ def run_train(args) -> int:
         model_config = recipe.model_config(task)
         Model = DecoderOnlyTransformer if task.decoder_only else EncoderDecoder
         model = Model(model_config, parts=parts).to(device)
-        runtime = Runtime(precision=args.precision, compile=args.compile,
+        runtime = Runtime(precision=args.precision, compile=args.compile is not None,
+                          compile_backend=args.compile or "inductor",
                           out=args.out, resume=args.resume,
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
             print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters, "
                   f"parts from {parts.describe()}, {device}, {args.precision}"
-                  f"{', compiled' if args.compile else ''}, {torch.get_num_threads()} "
+                  f"{f', compiled ({args.compile})' if args.compile else ''}, "
+                  f"{torch.get_num_threads()} "
                   f"thread(s), {distributed.world_size()} "
                   f"process(es), {config.steps} steps of {config.batch_size}")
         log = functools.partial(print, flush=True) if main else None

@@ -61,7 +61,8 @@ class Runtime:
     """How a run executes (the device is the model's own; none of this changes what is learned)."""
 
     precision: str = "fp32"  # or "bf16": autocast to bfloat16
-    compile: bool = False  # torch.compile the model for training
+    compile: bool = False  # torch.compile the model's layers for training (compile_model)
+    compile_backend: str = "inductor"  # or "aot_eager": trace, but run PyTorch's kernels
     out: Path | None = None  # checkpoint.pt and metrics.jsonl go here
     resume: bool = False  # continue from out/checkpoint.pt
     progress: bool = False  # a tqdm progress bar
@@ -183,7 +184,7 @@ def train_step(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     Returns the loss per real label token of the whole (global) batch and its token count.
     With several processes each one's loss is weighted by its share of the tokens, so the
     averaged gradient is the gradient of the global mean."""
-    net = net or model
+    net = model if net is None else net
     model.train()
     with autocast(src.device, precision):
         loss, tokens = loss_and_tokens(model, net, src, tgt, loss_fn)
@@ -196,6 +197,40 @@ def train_step(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     optimizer.step()
     scheduler.step()
     return distributed.all_sum(loss.item() * weight, src.device), total
+
+
+def compile_model(model: Model, backend: str = "inductor") -> Model:
+    """Compile ``model``'s layers in place with ``torch.compile(dynamic=True)``; returns it.
+
+    - **The layers, not the whole model** ("regional" compilation): every encoder and
+      decoder layer of a model has the same code and shapes, so one compiled graph serves
+      all of them, and compiling takes the time of one layer instead of ``N``. The
+      embeddings, the generator and the loss stay eager (a few large operations each).
+    - **``dynamic=True``**: batches change shape from step to step (sampled sequences
+      differ in length, and a batch by token budget also in rows), and every size is
+      traced as a symbol from the first step, so the layers compile once for every
+      ``[B, L]`` instead of once per shape. Padding lengths to a few buckets would
+      compile a few times and compute on the padding at every step. Sizes 0 and 1 are
+      still specialised (a batch of one row compiles once more).
+    - ``backend``: ``"inductor"`` generates kernels (C++ on a CPU, Triton on a GPU);
+      ``"aot_eager"`` traces forward and backward the same way but runs PyTorch's own
+      kernels, which checks in seconds that the model compiles.
+
+    Parameters, state dict and checkpoints are unchanged. :func:`evaluate` runs the
+    layers eagerly (decoding grows its input one token at a time).
+    """
+    parts = model.parts
+    layers = tuple(getattr(parts, name) for name in ("EncoderLayer", "DecoderLayer"))
+    for module in model.modules():
+        if isinstance(module, layers):
+            module.compile(dynamic=True, backend=backend)
+    return model
+
+
+def eager():
+    """Run compiled code eagerly inside this block (PyTorch 2.6 and later; before, nothing)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance else contextlib.nullcontext()
 
 
 def autocast(device: torch.device, precision: str):
@@ -219,7 +254,7 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     src, tgt = src[order], tgt[order]
     for start in range(0, src.size(0), batch_size):
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
-        with use_parts(parts), autocast(s.device, precision):
+        with use_parts(parts), autocast(s.device, precision), eager():
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
             if isinstance(model, DecoderOnlyTransformer):
                 decoded = complete(model, s, t.size(1))
@@ -281,7 +316,9 @@ def train(model: Model, task: Task, config: TrainConfig,
         start_step = checkpoint.restore_training(state, model, optimizer, scheduler, generator)
         history = History(**state.get("history", {}))
     held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
-    net = torch.compile(model) if runtime.compile else model
+    if runtime.compile:
+        compile_model(model, runtime.compile_backend)
+    net = model
     net = distributed.wrap(net, device)
     metrics = Metrics(runtime.out if rank == 0 else None, append=runtime.resume)
     bar = tqdm(total=config.steps, initial=start_step, disable=not runtime.progress or rank,
