@@ -74,7 +74,9 @@ from annotated_transformer.train import (
     evaluate,
     learning_rate,
     make_optimizer,
+    model_batch,
     train_step,
+    training_batches,
 )
 
 REFERENCE = Parts.reference()
@@ -416,15 +418,14 @@ def _time_to_exact_match(model, task, config: TrainConfig, optimizer, scheduler,
                          held_out, eval_every: int, device, log, label: str) -> dict:
     """Train until greedy decoding reproduces every held-out sequence (or the recipe's
     steps run out): seconds of training (evaluation not counted), steps, exact match."""
-    generator = torch.Generator().manual_seed(config.seed)
+    batches = training_batches(task, config, torch.Generator().manual_seed(config.seed))
     torch.manual_seed(config.seed)
     seconds, curve, reached = 0.0, [], None
     for step in range(1, config.steps + 1):
         synchronize(device)
         started = time.perf_counter()
-        src, tgt = task.sample(config.batch_size, generator)
-        train_step(model, src.to(device), tgt.to(device), loss_fn, optimizer, scheduler,
-                   config.clip_norm)
+        batch = model_batch(model, *next(batches)).to(device)
+        train_step(model, batch, loss_fn, optimizer, scheduler, config.clip_norm)
         synchronize(device)
         seconds += time.perf_counter() - started
         if step % eval_every == 0 or step == config.steps:
