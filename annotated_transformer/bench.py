@@ -1,6 +1,7 @@
 """How fast the course's Transformer trains, beside PyTorch's own, measured in one run.
 
     python -m annotated_transformer.bench [--quick] [--json PATH] [--plot PATH] [--rounds N]
+        [--max-tokens N]
 
 What it measures, in this order (the book's performance page shows the latest figures):
 
@@ -18,7 +19,9 @@ What it measures, in this order (the book's performance page shows the latest fi
    second: median and range over the rounds, and its ratio to ``nn.Transformer``'s
    median. Three shapes:
    the copy task's (``d_model=64``), a middle one (``d_model=256``) and the paper's base
-   model (``d_model=512``).
+   model (``d_model=512``). At the copy shape every contender also runs under
+   ``torch.compile`` (the whole model, its one static shape; ``--quick`` traces with the
+   ``eager`` backend only), the reference parts compiled among them.
 3. **Attention alone**, forward and backward, ``B=8, H=8, d_k=64``, ``L = 64, 256, 1024``:
    the reference (Exercise 2.2) against ``F.scaled_dot_product_attention``, and the fast
    parts' explicit formula.
@@ -27,10 +30,16 @@ What it measures, in this order (the book's performance page shows the latest fi
    three seeds, the reference and the fast parts; beside it the Annotated Transformer's
    recipe on ``nn.Transformer`` (Adam at ``0.5 x`` Noam, warmup 400, batch 80, 400 steps,
    post-LN, two layers, no label smoothing) and the exact match it reaches. Evaluation
-   is not counted in the time; sampling the batches is.
-5. **On a CUDA device** (the rest runs there unchanged), the base model at 8,192 target
-   tokens a step in bf16 autocast, eager and ``torch.compile``-d, with its model-FLOPs
-   utilisation against the bf16 matrix-product rate measured on the same GPU.
+   is not counted in the time; sampling the batches is. ``--max-tokens N``: the default
+   recipe trains on batches by a token budget of ``N`` instead of 128 sequences.
+5. **On a CUDA device** (the rest runs there unchanged), the paper's scale: the base
+   model with a 37,000-token vocabulary at about 25,000 target tokens a step
+   (``--max-tokens`` changes it) in bf16 autocast, every contender eager and
+   ``torch.compile``-d, with its model-FLOPs utilisation against the bf16 matrix-product
+   rate measured on the same GPU; and the dates recipe (fast parts, bf16) eager and
+   compiled, as ``train`` reports its time. Without a GPU these rows say
+   "not measured (no GPU)".
+6. **The goals**, one line each: met, not met, or not measured (and why).
 
 **How FLOPs are counted.** Only matrix products, ``2·m·n·k`` each, as the model's
 arithmetic requires them: the projections, the feed-forward layers, the generator, and
@@ -841,8 +850,10 @@ def verdict(goal: dict) -> str:
 
 
 def run(quick: bool = False, rounds: int | None = None, device: str | None = None,
-        threads: int | None = None, max_tokens: int | None = None, log=print) -> dict:
-    """Every section; returns the report (see the module docstring)."""
+        threads: int | None = None, max_tokens: int | None = None,
+        shapes: tuple[str, ...] | None = None, log=print) -> dict:
+    """Every section (the throughput at ``shapes`` only, default all); returns the report
+    (see the module docstring)."""
     started = time.perf_counter()
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     threads = threads or torch.get_num_threads()
@@ -858,15 +869,15 @@ def run(quick: bool = False, rounds: int | None = None, device: str | None = Non
                                        rounds=3 if quick else 5)
     log(f"  {report['ceiling']['gflops']:.1f} GFLOP/s (n={report['ceiling']['size']})")
     log("training throughput (forward, backward, clipping, Adam; target tokens/s)")
-    shapes = SHAPES
-    if quick:  # the same three, much smaller: only that the code runs
-        shapes = tuple(replace(s, num_layers=1, batch=4, length=8) for s in SHAPES)
-    steps = ({s.name: 1 for s in shapes} if quick
+    selected = tuple(s for s in SHAPES if shapes is None or s.name in shapes)
+    if quick:  # the same, much smaller: only that the code runs
+        selected = tuple(replace(s, num_layers=1, batch=4, length=8) for s in selected)
+    steps = ({s.name: 1 for s in selected} if quick
              else {"copy": 20, "medium": 2, "base": 2} if dev.type == "cpu"
              else {"copy": 50, "medium": 20, "base": 20})
     # Compiled too at the copy shape: on a CPU each compilation takes about a minute.
     # --quick compiles with the "eager" backend (tracing only, no code generated).
-    report["throughput"] = throughput(shapes, dev, rounds, steps, warmup=1 if quick else 3,
+    report["throughput"] = throughput(selected, dev, rounds, steps, warmup=1 if quick else 3,
                                       ceiling=report["ceiling"]["gflops"], compile=CONTENDERS,
                                       compile_at=("copy",),
                                       backend="eager" if quick else "inductor", log=log)
@@ -919,7 +930,13 @@ def main(argv: list[str] | None = None) -> int:
                         "at most N tokens each side (instead of the recipe's 128 sequences), "
                         f"and the GPU's paper-scale step has about N target tokens (default "
                         f"{PAPER_TOKENS:,})")
+    parser.add_argument("--shapes", help="the throughput's shapes, comma-separated "
+                        f"(default: all of {', '.join(s.name for s in SHAPES)})")
     args = parser.parse_args(argv)
+    shapes = None if args.shapes is None else tuple(args.shapes.split(","))
+    if shapes and not set(shapes) <= {s.name for s in SHAPES}:
+        parser.error(f"--shapes: choose among {', '.join(s.name for s in SHAPES)}, got "
+                     f"{args.shapes!r}")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
     longest = max(CopyTask().max_source_len, CopyTask().max_target_len)
@@ -931,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
               "student release leaves out; run it in the course's repository", file=sys.stderr)
         return 2
     report = run(quick=args.quick, rounds=args.rounds, device=args.device, threads=args.threads,
-                 max_tokens=args.max_tokens)
+                 max_tokens=args.max_tokens, shapes=shapes)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")

@@ -256,7 +256,8 @@ def compile_model(model: Model, backend: str = "inductor") -> Model:
     - **The layers, not the whole model** ("regional" compilation): every encoder and
       decoder layer of a model has the same code and shapes, so one compiled graph serves
       all of them, and compiling takes the time of one layer instead of ``N``. The
-      embeddings, the generator and the loss stay eager (a few large operations each).
+      embeddings and the generator stay eager (a few large operations each);
+      :func:`train` compiles the loss as well.
     - **``dynamic=True``**: batches change shape from step to step (sampled sequences
       differ in length, and a batch by token budget also in rows), and every size is
       traced as a symbol from the first step, so the layers compile once for every
@@ -380,6 +381,8 @@ def train(model: Model, task: Task, config: TrainConfig,
     held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
     if runtime.compile:
         compile_model(model, runtime.compile_backend)
+        # the loss too: over a large vocabulary its elementwise work is a step's largest
+        loss_fn.compile(dynamic=True, backend=runtime.compile_backend)
     net = distributed.wrap(model, device)
     metrics = Metrics(runtime.out if rank == 0 else None, append=runtime.resume)
     bar = tqdm(total=config.steps, initial=start_step, disable=not runtime.progress or rank,
