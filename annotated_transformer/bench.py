@@ -1,7 +1,7 @@
 """How fast the course's Transformer trains, beside PyTorch's own, measured in one run.
 
     python -m annotated_transformer.bench [--quick] [--json PATH] [--plot PATH] [--rounds N]
-        [--max-tokens N]
+        [--max-tokens N] [--shapes copy,medium,base] [--profile]
 
 What it measures, in this order (the book's performance page shows the latest figures):
 
@@ -40,6 +40,9 @@ What it measures, in this order (the book's performance page shows the latest fi
    compiled, as ``train`` reports its time. Without a GPU these rows say
    "not measured (no GPU)".
 6. **The goals**, one line each: met, not met, or not measured (and why).
+
+``--profile`` instead profiles the copy recipe's training step with ``torch.profiler``
+(:func:`profile_step`): the time of each phase and of the busiest operators.
 
 **How FLOPs are counted.** Only matrix products, ``2·m·n·k`` each, as the model's
 arithmetic requires them: the projections, the feed-forward layers, the generator, and
@@ -846,6 +849,75 @@ def verdict(goal: dict) -> str:
     return {True: "met", False: "not met"}.get(goal["met"], goal["note"] or "not measured")
 
 
+# ---------------------------------------------------------------- profile
+
+PHASES = ("draw the examples", "masks and labels", "forward and loss", "backward",
+          "clip gradients", "Adam")
+
+
+def profile_step(parts_name: str, steps: int = 30, warmup: int = 10, rows: int = 14,
+                 log=print) -> dict:
+    """Where the copy recipe's training step (the steps of :func:`~annotated_transformer.
+    train.train_step`, each phase under ``record_function``) spends its time on this
+    machine's CPU, by ``torch.profiler``: milliseconds a step per phase, and the operators
+    with the most time of their own (the ``rows`` first)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from annotated_transformer.train import model_loss
+
+    task, recipe = CopyTask(), RECIPES["copy"]
+    config = recipe.train_config()
+    torch.manual_seed(0)
+    parts = Parts(parts_name)
+    model = EncoderDecoder(recipe.model_config(task), parts=parts)
+    optimizer, scheduler = make_optimizer(model, config)
+    with use_parts(parts):
+        loss_fn = parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+    generator = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        with record_function(PHASES[0]):
+            src, tgt = task.sample(config.batch_size, generator)
+        with record_function(PHASES[1]):
+            batch = model_batch(model, src, tgt)
+        with record_function(PHASES[2]):
+            loss = model_loss(model, model, batch, loss_fn)
+        optimizer.zero_grad(set_to_none=True)
+        with record_function(PHASES[3]):
+            loss.backward()
+        with record_function(PHASES[4]):
+            nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm, foreach=True)
+        with record_function(PHASES[5]):
+            optimizer.step()
+        scheduler.step()
+
+    for _ in range(warmup):
+        step()
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        seconds = time.perf_counter() - started
+    events = {e.key: e for e in profiler.key_averages()}
+    phases = {name: events[name].cpu_time_total / 1000 / steps for name in PHASES}
+    operators = sorted((e for e in events.values() if e.key.startswith("aten::")),
+                       key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in operators)
+    result = {"parts": parts_name, "threads": torch.get_num_threads(),
+              "step_ms": 1000 * seconds / steps, "phases_ms": phases,
+              "operators": [{"name": e.key, "self_ms": e.self_cpu_time_total / 1000 / steps,
+                             "share": e.self_cpu_time_total / total,
+                             "calls": e.count / steps} for e in operators[:rows]]}
+    log(f"  {parts_name} parts, {result['threads']} thread(s): {result['step_ms']:.1f} ms a "
+        f"step under the profiler")
+    for name, ms in phases.items():
+        log(f"    {name:18s} {ms:7.2f} ms  {ms / result['step_ms']:5.1%}")
+    for op in result["operators"]:
+        log(f"    {op['name']:28s} {op['self_ms']:7.2f} ms  {op['share']:5.1%} of the "
+            f"operators' time, {op['calls']:.0f} calls")
+    return result
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -930,6 +1002,9 @@ def main(argv: list[str] | None = None) -> int:
                         "at most N tokens each side (instead of the recipe's 128 sequences), "
                         f"and the GPU's paper-scale step has about N target tokens (default "
                         f"{PAPER_TOKENS:,})")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile the copy recipe's training step (reference and "
+                        "fast parts): time per phase and per operator")
     parser.add_argument("--shapes", help="the throughput's shapes, comma-separated "
                         f"(default: all of {', '.join(s.name for s in SHAPES)})")
     args = parser.parse_args(argv)
@@ -947,6 +1022,15 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the benchmark compares the reference and the fast parts, which a "
               "student release leaves out; run it in the course's repository", file=sys.stderr)
         return 2
+    if args.profile:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        steps, warmup = (2, 1) if args.quick else (30, 10)
+        profiles = [profile_step(name, steps, warmup) for name in ("solutions", "fast")]
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(profiles, indent=1) + "\n")
+        return 0
     report = run(quick=args.quick, rounds=args.rounds, device=args.device, threads=args.threads,
                  max_tokens=args.max_tokens, shapes=shapes)
     if args.json:

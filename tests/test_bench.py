@@ -120,3 +120,16 @@ def test_the_gpu_section_runs_and_reports(capsys):
     assert goals["reference_compiled_at_least_1x_gpu"]["value"] == pytest.approx(
         cuda["contenders"]["reference+compile"]["ratio_to_torch"])
     assert goals["copy_task_100%_within_5s_cpu"]["met"] is None, "a GPU run measures no CPU goal"
+
+
+def test_the_profile_times_every_phase_of_the_step(tmp_path, capsys):
+    path = tmp_path / "profile.json"
+    assert bench.main(["--profile", "--quick", "--threads", "1", "--json", str(path)]) == 0
+    profiles = json.loads(path.read_text())
+    assert [p["parts"] for p in profiles] == ["solutions", "fast"]
+    for p in profiles:
+        assert list(p["phases_ms"]) == list(bench.PHASES)
+        assert all(ms > 0 for ms in p["phases_ms"].values())
+        assert sum(p["phases_ms"].values()) <= 1.05 * p["step_ms"], "phases overlap"
+        assert any(op["name"] in ("aten::mm", "aten::addmm") for op in p["operators"])
+    assert "forward and loss" in capsys.readouterr().out
