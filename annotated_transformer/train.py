@@ -9,6 +9,10 @@ executes: the device, bf16 autocast, ``torch.compile``, where checkpoints and me
 a progress bar. Several processes started by ``torchrun`` train one model with PyTorch's
 ``DistributedDataParallel``: every process draws the same global batch and takes its own
 rows, and the loss is weighted by tokens so that the update equals one process's.
+
+A step never waits for the device: batches, masks and token counts are made on the host
+(on a GPU copied through pinned memory, ``non_blocking``), and the losses stay on the
+device until they are logged.
 """
 
 from __future__ import annotations
@@ -266,7 +270,7 @@ def compile_model(model: Model, backend: str = "inductor") -> Model:
       still specialised (a batch of one row compiles once more).
     - ``backend``: ``"inductor"`` generates kernels (C++ on a CPU, Triton on a GPU);
       ``"aot_eager"`` traces forward and backward the same way but runs PyTorch's own
-      kernels, which checks in seconds that the model compiles.
+      kernels: a quicker check, without a C++ compiler, that the model compiles.
 
     Parameters, state dict and checkpoints are unchanged. :func:`evaluate` runs the
     layers eagerly (decoding grows its input one token at a time).
