@@ -88,9 +88,15 @@ def add_train(sub) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: autocast to bfloat16 (for GPUs that support it)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                   help="torch.compile the model's layers, once for every batch shape "
+                   "(BACKEND: inductor, the default, generates kernels; aot_eager only "
+                   "traces, a quick check that the model compiles)")
     p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
+    p.add_argument("--max-tokens", type=int, metavar="N",
+                   help="instead of --batch-size: batches of sequences of similar length, at "
+                   "most N padded source and N target tokens each, as the paper trains")
     p.add_argument("--decay", choices=("linear", "noam"),
                    help="the learning rate after warmup: linear (to 0 at the last step) or "
                    "noam (1/sqrt(step)) (default: the recipe's)")
@@ -115,17 +121,28 @@ def run_train(args) -> int:
     options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
     if args.data and args.task != "tsv":
         raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
-    for name in ("steps", "batch_size", "eval_every", "eval_size", "threads"):
+    for name in ("steps", "batch_size", "eval_every", "eval_size", "threads", "max_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.compile is not None and args.compile not in torch.compiler.list_backends(
+            exclude_tags=()):
+        raise UsageError(f"--compile {args.compile!r} is not a torch.compile backend (inductor, "
+                         f"aot_eager, ...)")
+    if args.max_tokens is not None and args.batch_size is not None:
+        raise UsageError("--max-tokens and --batch-size both size the batches: give one")
     task = make_task(args.task, **options)
+    longest = max(task.max_source_len, task.max_target_len)
+    if args.max_tokens is not None and args.max_tokens < longest:
+        raise UsageError(f"--max-tokens {args.max_tokens} is smaller than the longest sequence "
+                         f"of --task {args.task} ({longest} tokens)")
     parts = parse_parts(args.parts)
     recipe = RECIPES[args.task]
     if args.lr_factor is not None and not args.lr_factor > 0:
         raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
     config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                                  eval_every=args.eval_every, eval_size=args.eval_size,
-                                 decay=args.decay, lr_factor=args.lr_factor)
+                                 decay=args.decay, lr_factor=args.lr_factor,
+                                 max_tokens=args.max_tokens)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.threads:
@@ -136,16 +153,20 @@ def run_train(args) -> int:
         model_config = recipe.model_config(task)
         Model = DecoderOnlyTransformer if task.decoder_only else EncoderDecoder
         model = Model(model_config, parts=parts).to(device)
-        runtime = Runtime(precision=args.precision, compile=args.compile,
+        runtime = Runtime(precision=args.precision, compile=args.compile is not None,
+                          compile_backend=args.compile or "inductor",
                           out=args.out, resume=args.resume,
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
             print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters, "
                   f"parts from {parts.describe()}, {device}, {args.precision}"
-                  f"{', compiled' if args.compile else ''}, {torch.get_num_threads()} "
+                  f"{f', compiled ({args.compile})' if args.compile else ''}, "
+                  f"{torch.get_num_threads()} "
                   f"thread(s), {distributed.world_size()} "
-                  f"process(es), {config.steps} steps of {config.batch_size}")
+                  f"process(es), {config.steps} steps of "
+                  + (f"{config.batch_size} examples" if config.max_tokens is None else
+                     f"at most {config.max_tokens} tokens"))
         log = functools.partial(print, flush=True) if main else None
         history = train(model, task, config, log=log, runtime=runtime)
         if main:

@@ -51,9 +51,14 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
-def all_sum(value: float | int, device: torch.device) -> float | int:
-    """The sum of ``value`` over all processes (``value`` itself for one process)."""
+def all_sum(value: float | int | torch.Tensor, device: torch.device
+            ) -> float | int | torch.Tensor:
+    """The sum of ``value`` over all processes (``value`` itself for one process); a tensor
+    (on ``device``) is summed in place and returned."""
     if not is_distributed():
+        return value
+    if isinstance(value, torch.Tensor):
+        dist.all_reduce(value)
         return value
     tensor = torch.tensor(value, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)

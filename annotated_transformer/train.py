@@ -9,6 +9,10 @@ executes: the device, bf16 autocast, ``torch.compile``, where checkpoints and me
 a progress bar. Several processes started by ``torchrun`` train one model with PyTorch's
 ``DistributedDataParallel``: every process draws the same global batch and takes its own
 rows, and the loss is weighted by tokens so that the update equals one process's.
+
+A step never waits for the device: batches, masks and token counts are made on the host
+(on a GPU copied through pinned memory, ``non_blocking``), and the losses stay on the
+device until they are logged.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -25,7 +30,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from annotated_transformer import checkpoint, distributed
-from annotated_transformer.batch import Batch
+from annotated_transformer.data.batching import TokenBatches
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.task import Task, pad_rows
 from annotated_transformer.data.vocab import BOS, EOS, PAD
@@ -38,7 +43,11 @@ Model = EncoderDecoder | DecoderOnlyTransformer
 
 @dataclass
 class TrainConfig:
-    """A training run. The defaults learn the copy task on a CPU in well under a minute."""
+    """A training run. The defaults learn the copy task on a CPU in well under a minute.
+
+    A step trains on ``batch_size`` random examples, or, with ``max_tokens``, on a batch by
+    token budget (:class:`~annotated_transformer.data.batching.TokenBatches`): sequences
+    of similar length together, at most ``max_tokens`` padded tokens on each side."""
 
     steps: int = 400
     batch_size: int = 128
@@ -50,10 +59,13 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 100
     eval_size: int = 200
+    max_tokens: int | None = None  # batches of about this many source and target tokens
 
     def __post_init__(self) -> None:
         if self.decay not in ("linear", "noam"):
             raise ValueError(f"decay must be 'linear' or 'noam', got {self.decay!r}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
 
 
 @dataclass
@@ -61,7 +73,8 @@ class Runtime:
     """How a run executes (the device is the model's own; none of this changes what is learned)."""
 
     precision: str = "fp32"  # or "bf16": autocast to bfloat16
-    compile: bool = False  # torch.compile the model for training
+    compile: bool = False  # torch.compile the model's layers for training (compile_model)
+    compile_backend: str = "inductor"  # or "aot_eager": trace, but run PyTorch's kernels
     out: Path | None = None  # checkpoint.pt and metrics.jsonl go here
     resume: bool = False  # continue from out/checkpoint.pt
     progress: bool = False  # a tqdm progress bar
@@ -138,12 +151,6 @@ def check_same_schedule(state: dict, config: TrainConfig, model: Model) -> None:
             f"--lr-factor, or start a new run")
 
 
-def batch_loss(model: nn.Module, batch: Batch, loss_fn: nn.Module) -> Tensor:
-    """The loss of the teacher-forced predictions of ``batch``, per real label token."""
-    logits = model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)  # [B, Lt-1, V]
-    return loss_fn(logits.reshape(-1, logits.size(-1)), batch.tgt_labels.reshape(-1))
-
-
 def language_model_batch(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
     """Decoder-only teacher forcing: ``prompt [B, Lp]`` and ``answer [B, La]`` (both padded)
     joined per row into one sequence; returns ``(inputs, labels)``, both ``[B, L-1]``:
@@ -159,43 +166,127 @@ def language_model_batch(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor
     return sequence[:, :-1].to(prompt.device), labels[:, : sequence.size(1) - 1].to(prompt.device)
 
 
-def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
-                    loss_fn: nn.Module) -> tuple[Tensor, int]:
-    """The mean loss of a batch and how many target tokens it scores.
+@dataclass
+class ModelBatch:
+    """A batch as the model reads it: ``args`` for its forward pass (encoder-decoder:
+    ``src [B, Ls], tgt_input [B, Lt], src_mask [B, 1, 1, Ls], tgt_mask [B, 1, Lt, Lt]``;
+    decoder-only: ``tokens [B, L], mask [B, 1, L, L]``) and the ``labels [B, Lt]`` that its
+    logits ``[B, Lt, V]`` are scored against (PAD is not scored). Every tensor is batch
+    first."""
 
-    ``net`` runs the forward pass: the model itself, or its compiled or DDP wrapper."""
+    args: tuple[Tensor, ...]
+    labels: Tensor
+
+    def rows(self, start: int, step: int) -> ModelBatch:
+        """Rows ``start, start + step, ...`` of every tensor (one process's share)."""
+        return ModelBatch(tuple(a[start::step] for a in self.args), self.labels[start::step])
+
+    def to(self, device: torch.device) -> ModelBatch:
+        """On ``device``. To a GPU the tensors go through pinned memory with
+        ``non_blocking=True``: the copy is queued behind the work already there, and the
+        host goes on without waiting for it."""
+        if device.type != "cuda":
+            return ModelBatch(tuple(a.to(device) for a in self.args), self.labels.to(device))
+
+        def move(tensor: Tensor) -> Tensor:
+            if tensor.device.type == "cpu":
+                tensor = tensor.pin_memory()
+            return tensor.to(device, non_blocking=True)
+        return ModelBatch(tuple(move(a) for a in self.args), move(self.labels))
+
+    def num_tokens(self) -> int:
+        """The labels that are scored (read back from the device when they are on one)."""
+        return int((self.labels != PAD).sum())
+
+
+def model_batch(model: Model, src: Tensor, tgt: Tensor) -> ModelBatch:
+    """Teacher forcing for ``model``'s kind, on ``src [B, Ls]`` and ``tgt [B, Lt]``'s device:
+    chapter 6's ``make_batch`` for an encoder-decoder, :func:`language_model_batch` and
+    chapter 4's ``target_mask`` for a decoder-only model, both from the model's parts."""
     parts = model.parts
     with use_parts(parts):
         if isinstance(model, DecoderOnlyTransformer):
             inputs, labels = language_model_batch(src, tgt)
-            logits = net(inputs, parts.target_mask(inputs, PAD))
-            loss = loss_fn(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
-            return loss, int((labels != PAD).sum())
+            return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
         batch = parts.make_batch(src, tgt, PAD)
-        return batch_loss(net, batch, loss_fn), batch.num_tokens
+        return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
+                          batch.tgt_labels)
 
 
-def train_step(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
+def model_loss(model: Model, net: nn.Module, batch: ModelBatch, loss_fn: nn.Module) -> Tensor:
+    """The mean loss per scored label of ``batch`` (a scalar on its device); ``net`` runs
+    the forward pass: the model itself or its DDP wrapper."""
+    with use_parts(model.parts):
+        logits = net(*batch.args)  # [B, L, V]
+        return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+
+
+def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
+                    loss_fn: nn.Module) -> tuple[Tensor, int]:
+    """The mean loss of a batch and how many target tokens it scores (read back to the
+    host: for evaluation, not for the training step)."""
+    batch = model_batch(model, src, tgt)
+    return model_loss(model, net, batch, loss_fn), batch.num_tokens()
+
+
+def train_step(model: Model, batch: ModelBatch, loss_fn: nn.Module,
                optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None,
-               net: nn.Module | None = None, precision: str = "fp32") -> tuple[float, int]:
-    """One update on ``(src [B, Ls], tgt [B, Lt])``, this process's share of the batch.
+               net: nn.Module | None = None, precision: str = "fp32",
+               weight: float = 1.0) -> Tensor:
+    """One update on ``batch`` (this process's rows of the global batch, on the device).
 
-    Returns the loss per real label token of the whole (global) batch and its token count.
-    With several processes each one's loss is weighted by its share of the tokens, so the
-    averaged gradient is the gradient of the global mean."""
-    net = net or model
+    ``weight`` is this process's share of the global batch's scored tokens (1 for one
+    process): each process's loss is weighted by it, so that the gradient DDP averages is
+    the gradient of the global mean. Returns the weighted loss, a float64 scalar left on
+    the device: nothing in the step waits for the device (no ``.item()``), so the host
+    prepares the next batch while the device computes; :func:`train` reads the losses
+    back every ``log_every`` steps."""
+    net = model if net is None else net
     model.train()
-    with autocast(src.device, precision):
-        loss, tokens = loss_and_tokens(model, net, src, tgt, loss_fn)
-    total = distributed.all_sum(tokens, src.device)
-    weight = tokens / max(total, 1)
+    with autocast(batch.labels.device, precision):
+        loss = model_loss(model, net, batch, loss_fn)
     optimizer.zero_grad(set_to_none=True)
     (loss * weight * distributed.world_size()).backward()  # DDP averages over processes
     if clip_norm:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm, foreach=True)
     optimizer.step()
     scheduler.step()
-    return distributed.all_sum(loss.item() * weight, src.device), total
+    return loss.detach().double() * weight
+
+
+def compile_model(model: Model, backend: str = "inductor") -> Model:
+    """Compile ``model``'s layers in place with ``torch.compile(dynamic=True)``; returns it.
+
+    - **The layers, not the whole model** ("regional" compilation): every encoder and
+      decoder layer of a model has the same code and shapes, so one compiled graph serves
+      all of them, and compiling takes the time of one layer instead of ``N``. The
+      embeddings and the generator stay eager (a few large operations each);
+      :func:`train` compiles the loss as well.
+    - **``dynamic=True``**: batches change shape from step to step (sampled sequences
+      differ in length, and a batch by token budget also in rows), and every size is
+      traced as a symbol from the first step, so the layers compile once for every
+      ``[B, L]`` instead of once per shape. Padding lengths to a few buckets would
+      compile a few times and compute on the padding at every step. Sizes 0 and 1 are
+      still specialised (a batch of one row compiles once more).
+    - ``backend``: ``"inductor"`` generates kernels (C++ on a CPU, Triton on a GPU);
+      ``"aot_eager"`` traces forward and backward the same way but runs PyTorch's own
+      kernels: a quicker check, without a C++ compiler, that the model compiles.
+
+    Parameters, state dict and checkpoints are unchanged. :func:`evaluate` runs the
+    layers eagerly (decoding grows its input one token at a time).
+    """
+    parts = model.parts
+    layers = tuple(getattr(parts, name) for name in ("EncoderLayer", "DecoderLayer"))
+    for module in model.modules():
+        if isinstance(module, layers):
+            module.compile(dynamic=True, backend=backend)
+    return model
+
+
+def eager():
+    """Run compiled code eagerly inside this block (PyTorch 2.6 and later; before, nothing)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance else contextlib.nullcontext()
 
 
 def autocast(device: torch.device, precision: str):
@@ -219,7 +310,7 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     src, tgt = src[order], tgt[order]
     for start in range(0, src.size(0), batch_size):
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
-        with use_parts(parts), autocast(s.device, precision):
+        with use_parts(parts), autocast(s.device, precision), eager():
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
             if isinstance(model, DecoderOnlyTransformer):
                 decoded = complete(model, s, t.size(1))
@@ -260,6 +351,17 @@ class Metrics:
             self.file.close()
 
 
+def training_batches(task: Task, config: TrainConfig, generator: torch.Generator,
+                     start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+    """The run's global batches ``(src [B, Ls], tgt [B, Lt])`` on the host, from step
+    ``start_step + 1`` on: ``config.batch_size`` examples drawn with ``generator``, or
+    batches by ``config.max_tokens`` (seeded by ``config.seed``)."""
+    if config.max_tokens is None:
+        while True:
+            yield task.sample(config.batch_size, generator)
+    yield from islice(TokenBatches(task, config.max_tokens, config.seed), start_step, None)
+
+
 def train(model: Model, task: Task, config: TrainConfig,
           log: Callable[[str], None] | None = None, runtime: Runtime | None = None) -> History:
     """Train ``model`` (on the device it is on) on ``task``; evaluate on held-out
@@ -281,27 +383,45 @@ def train(model: Model, task: Task, config: TrainConfig,
         start_step = checkpoint.restore_training(state, model, optimizer, scheduler, generator)
         history = History(**state.get("history", {}))
     held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
-    net = torch.compile(model) if runtime.compile else model
-    net = distributed.wrap(net, device)
+    if runtime.compile:
+        compile_model(model, runtime.compile_backend)
+        # the loss too: over a large vocabulary its elementwise work is a step's largest
+        loss_fn.compile(dynamic=True, backend=runtime.compile_backend)
+    net = distributed.wrap(model, device)
     metrics = Metrics(runtime.out if rank == 0 else None, append=runtime.resume)
     bar = tqdm(total=config.steps, initial=start_step, disable=not runtime.progress or rank,
                unit="step", dynamic_ncols=True)
     say = log if log is None or not runtime.progress else tqdm.write
     started, tokens_since, since = time.perf_counter(), 0, time.perf_counter()
     seconds_before = history.seconds
+    batches = training_batches(task, config, generator, start_step)
+    pending: list[Tensor] = []  # the steps' losses, on the device until they are logged
+
+    def read_losses() -> float:
+        """The losses of the steps since the last call, summed over processes: the only
+        place where the training loop waits for the device."""
+        if pending:
+            history.loss.extend(distributed.all_sum(torch.stack(pending), device).tolist())
+            pending.clear()
+        return history.loss[-1]
+
     for step in range(start_step + 1, config.steps + 1):
         lr = scheduler.get_last_lr()[0]
-        src, tgt = task.sample(config.batch_size, generator)
-        src, tgt = src[rank::world].to(device), tgt[rank::world].to(device)
-        loss, tokens = train_step(model, src, tgt, loss_fn, optimizer, scheduler,
-                                  config.clip_norm, net, runtime.precision)
+        # The global batch, its masks and its token counts are made on the host; each
+        # process trains on its own rows, weighted by its share of the scored tokens.
+        batch = model_batch(model, *next(batches))
+        total = batch.num_tokens()
+        mine = batch.rows(rank, world)
+        weight = mine.num_tokens() / max(total, 1)
+        pending.append(train_step(model, mine.to(device), loss_fn, optimizer, scheduler,
+                                  config.clip_norm, net, runtime.precision, weight))
         history.step.append(step)
-        history.loss.append(loss)
         history.lr.append(lr)
-        history.tokens += tokens
-        tokens_since += tokens
+        history.tokens += total
+        tokens_since += total
         bar.update(1)
         if step % runtime.log_every == 0 or step == config.steps:
+            loss = read_losses()
             now = time.perf_counter()
             rate = tokens_since / (now - since)
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
@@ -309,6 +429,7 @@ def train(model: Model, task: Task, config: TrainConfig,
                           seconds=round(seconds_before + now - started, 2))
             tokens_since, since = 0, now
         if step % config.eval_every == 0 or step == config.steps:
+            loss = read_losses()
             if rank == 0:
                 eval_loss, accuracy = evaluate(model, *held_out, loss_fn, runtime.precision)
                 history.eval_step.append(step)

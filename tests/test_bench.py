@@ -56,8 +56,10 @@ def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
             "copy_task", "cuda", "goals", "seconds"} <= set(report)
     assert report["quick"] is True and report["ceiling"]["gflops"] > 0
     assert set(report["throughput"]) == {"copy", "medium", "base"}
-    for entry in report["throughput"].values():
-        assert set(entry["contenders"]) == set(bench.CONTENDERS)
+    compiled = {f"{name}+compile" for name in bench.CONTENDERS}
+    for shape, entry in report["throughput"].items():
+        expected = set(bench.CONTENDERS) | (compiled if shape == "copy" else set())
+        assert set(entry["contenders"]) == expected
         for stats in entry["contenders"].values():
             assert {"median", "min", "max", "spread", "ratio_to_torch", "utilisation",
                     "gflops", "step_ms"} <= set(stats)
@@ -70,10 +72,64 @@ def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
     assert {"reached", "final_exact_match", "curve"} <= set(copy["annotated_transformer"])
     assert "copy_default_recipe_100%_within_20s" in report["goals"]
     assert image.stat().st_size > 10_000
-    assert "| copy | fast parts |" in table.read_text()
+    text = table.read_text()
+    assert "| copy | fast parts |" in text and "| copy | reference parts, compiled |" in text
+    assert "| copy | nn.Transformer, compiled |" in text
+    goals = report["goals"]
+    for name in ("train_compile_every_task", "copy_task_100%_within_5s_cpu",
+                 "fast_at_least_2x_copy_cpu", "reference_compiled_at_least_1x_cpu",
+                 "reference_compiled_at_least_1x_gpu", "fast_compiled_bf16_mfu_at_least_40%_gpu",
+                 "dates_recipe_within_10s_gpu"):
+        assert name in goals, f"no line for the goal {name}"
+        assert f"| {name.replace('_', ' ')} |" in text
+    if not torch.cuda.is_available():
+        assert report["cuda"] is None
+        assert goals["dates_recipe_within_10s_gpu"]["met"] is None
+        assert "| fast parts, compiled | not measured (no GPU) |" in text
+        assert "| dates recipe within 10s gpu | - | not measured (no GPU) |" in text
+    assert goals["reference_compiled_at_least_1x_cpu"]["value"] == pytest.approx(
+        report["throughput"]["copy"]["contenders"]["reference+compile"]["ratio_to_torch"])
 
 
-def test_bad_arguments_are_refused(capsys):
+@pytest.mark.parametrize("argv, message", [(["--rounds", "0"], "--rounds"),
+                                           (["--max-tokens", "5"], "--max-tokens")])
+def test_bad_arguments_are_refused(capsys, argv, message):
     with pytest.raises(SystemExit):
-        bench.main(["--rounds", "0"])
-    assert "--rounds" in capsys.readouterr().err
+        bench.main(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_gpu_section_runs_and_reports(capsys):
+    """The GPU section's code, run on the CPU in fp32 (a CPU computes bf16 slowly): the
+    paper-scale step's six contenders and the dates recipe, and their Markdown."""
+    cuda = bench.cuda_section(torch.device("cpu"), quick=True, rounds=1, log=lambda _: None,
+                              precision="fp32")
+    names = set(bench.CONTENDERS) | {f"{name}+compile" for name in bench.CONTENDERS}
+    assert set(cuda["contenders"]) == names
+    assert all(stats["mfu"] > 0 and stats["median"] > 0 for stats in cuda["contenders"].values())
+    assert set(cuda["dates"]) == {"eager"} and 0 <= cuda["dates"]["eager"]["exact_match"] <= 1
+    lines = "\n".join(bench.gpu_lines(cuda, {name: name for name in names}))
+    assert "not measured" not in lines and "| fast+compile |" in lines and "| eager |" in lines
+    report = {"throughput": {}, "environment": {"device": "cuda"}, "copy_task": {},
+              "cuda": cuda}
+    goals = bench.goals(report)
+    assert goals["fast_compiled_bf16_mfu_at_least_40%_gpu"]["value"] == pytest.approx(
+        cuda["contenders"]["fast+compile"]["mfu"])
+    assert goals["reference_compiled_at_least_1x_gpu"]["value"] == pytest.approx(
+        cuda["contenders"]["reference+compile"]["ratio_to_torch"])
+    assert goals["copy_task_100%_within_5s_cpu"]["met"] is None, "a GPU run measures no CPU goal"
+
+
+def test_the_profile_times_every_phase_of_the_step(tmp_path, capsys):
+    path = tmp_path / "profile.json"
+    assert bench.main(["--profile", "--quick", "--threads", "1", "--json", str(path)]) == 0
+    profiles = json.loads(path.read_text())
+    assert [p["parts"] for p in profiles] == ["solutions", "fast"]
+    for p in profiles:
+        assert list(p["phases_ms"]) == list(bench.PHASES)
+        assert all(ms > 0 for ms in p["phases_ms"].values())
+        assert sum(p["phases_ms"].values()) <= 1.05 * p["step_ms"], "phases overlap"
+        assert any(op["name"] in ("aten::mm", "aten::addmm") for op in p["operators"])
+    assert "forward and loss" in capsys.readouterr().out
