@@ -93,7 +93,8 @@ _BANNED_GROUPS = {
     "installs a hook on every module or tensor": "graph register_multi_grad_hook",
     "changes what isinstance answers for classes that are not yours": "register",
     "builds code or looks names up from strings": (
-        "get_type_hints ForwardRef make_dataclass attrgetter methodcaller stdlib_re"),
+        "get_type_hints ForwardRef make_dataclass attrgetter methodcaller stdlib_re "
+        "sympy sympify mpmath jinja2 networkx"),
     "reaches the interpreter's frames": (
         "gi_frame gi_code gi_yieldfrom gi_running gi_suspended cr_frame cr_code cr_await "
         "cr_origin ag_frame ag_code ag_await f_back f_globals f_locals f_builtins f_code "
