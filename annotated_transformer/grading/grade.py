@@ -50,28 +50,14 @@ from annotated_transformer.grading.layout import (
     WORKFLOWS_DIR,
     chapter_test_files,
 )
+from annotated_transformer.grading.messages import MESSAGE_LIMIT, cut  # noqa: F401
 
 # The worst outcome of an exercise's tests names its status.
 PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed",
             "collected")
-# The most characters of a message that a report keeps (the marker of the cut included).
-MESSAGE_LIMIT = 2000
 # Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
-    """``text`` (made a string) of at most ``limit`` characters: a longer one keeps its
-    beginning and ends with ``[... cut: N characters]``; a lone surrogate (which no file
-    can hold) becomes its escape."""
-    text = str(text)
-    if any("\ud800" <= c <= "\udfff" for c in text[:limit * 2]):
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) <= limit:
-        return text
-    keep = limit - len(f" [... cut: {len(text)} characters]")
-    return f"{text[:keep]} [... cut: {len(text) - keep} characters]"
 
 
 def bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

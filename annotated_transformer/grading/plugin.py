@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from annotated_transformer.grading.layout import PACKAGE_DIR, TESTS_DIR
+from annotated_transformer.grading.messages import MESSAGE_LIMIT, cut
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
 
@@ -51,16 +52,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-MESSAGE_LIMIT = 2000  # characters of a message kept in a report
 NOT_RUN = ("this test did not run: the grading run ended before it (a crash, a timeout of the "
            "whole run, or an interruption); it counts 0 points")
-
-
-def cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]} [... cut: {len(text) - limit:,} characters]"
 
 
 def _first_message(error: BaseException) -> str:

@@ -32,7 +32,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-MESSAGE_LIMIT = 2000  # characters of a learner's exception message that travel back
+from annotated_transformer.grading.messages import cut
+
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
 PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
              "numbers", "numpy", "torch.nn.functional", "torch.autograd.functional",
@@ -40,16 +41,10 @@ PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "i
              "annotated_transformer.train", "annotated_transformer.data")
 
 
-def _cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]} [... cut: {len(text) - limit:,} characters]"
-
-
 def _text(error: BaseException) -> str:
     """``str(error)``, or a note when the exception cannot be printed."""
     try:
-        return _cut(str(error))
+        return cut(str(error))
     except BaseException:  # noqa: BLE001 - a learner's __str__ may raise anything
         return f"<a {type(error).__name__} whose message cannot be printed>"
 
