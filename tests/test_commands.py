@@ -33,6 +33,19 @@ def test_every_model_command_of_cli_is_in_the_tree():
             "release", "classroom", "regrade", "bench"} <= set(COMMANDS)
 
 
+def test_a_command_added_in_cli_joins_the_tree(monkeypatch, capsys):
+    """A new ``add_X(sub)`` in cli.py's list is a command of the tree, with its help."""
+    add_export = cli.add_export
+
+    def add_export_and_average(sub) -> None:
+        add_export(sub)
+        sub.add_parser("average", help="average the weights of checkpoints")
+
+    monkeypatch.setattr(cli, "add_export", add_export_and_average)
+    assert all_commands()["average"].help == "average the weights of checkpoints"
+    assert tree.main(["--help"]) == 0 and "average" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_every_command_answers_help(name):
     result = run(name, "--help")
