@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from annotated_transformer.data import Task
-from annotated_transformer.model import TransformerConfig
+from annotated_transformer.model import TransformerConfig, model_for
 from annotated_transformer.train import TrainConfig
 
 
@@ -23,9 +23,7 @@ class Recipe:
 
     def model_config(self, task: Task) -> TransformerConfig:
         """The model for ``task``: its vocabulary, positions for its longest sequence."""
-        longest = max(task.max_source_len, task.max_target_len)
-        if task.decoder_only:
-            longest = task.max_source_len + task.max_target_len
+        longest = model_for(task).longest_sequence(task.max_source_len, task.max_target_len)
         return TransformerConfig.small(len(task.vocab), max_len=max(64, longest),
                                        **self.model)
 
