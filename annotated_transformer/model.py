@@ -270,10 +270,12 @@ class EncoderDecoder(Model):
             memory = self.encode(src, src_mask)
             self.decode(memory, src_mask, output,
                         parts.causal_mask(output.size(1), device=output.device))
+        def weights(layers, name: str) -> list[Tensor]:
+            return [getattr(layer, name).attention_weights[0].cpu() for layer in layers]
         return src[0].tolist(), output[0].tolist(), {
-            "encoder": [layer.self_attn.attention_weights[0].cpu() for layer in self.encoder_layers],
-            "decoder": [layer.self_attn.attention_weights[0].cpu() for layer in self.decoder_layers],
-            "cross": [layer.cross_attn.attention_weights[0].cpu() for layer in self.decoder_layers]}
+            "encoder": weights(self.encoder_layers, "self_attn"),
+            "decoder": weights(self.decoder_layers, "self_attn"),
+            "cross": weights(self.decoder_layers, "cross_attn")}
 
 
 class DecoderOnlyTransformer(Model):
