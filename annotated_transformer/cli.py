@@ -24,7 +24,7 @@ import torch
 
 from annotated_transformer import checkpoint, distributed
 from annotated_transformer.data import TASKS, DataError, Task, VocabularyError, make_task
-from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
+from annotated_transformer.model import Model, UnsupportedDecoding, model_for
 from annotated_transformer.parts import RELEASE_NOTE, Parts, has_reference
 
 
@@ -63,7 +63,7 @@ def parse_parts(source: str | None) -> Parts | None:
     return Parts(source)
 
 
-def load_checkpoint(args) -> tuple[dict, Task, torch.nn.Module]:
+def load_checkpoint(args) -> tuple[dict, Task, Model]:
     device = pick_device(args.device)
     state = checkpoint.load(args.checkpoint)
     task = checkpoint.build_task(state, getattr(args, "data", None))
@@ -151,8 +151,7 @@ def run_train(args) -> int:
     try:
         torch.manual_seed(config.seed)
         model_config = recipe.model_config(task)
-        Model = DecoderOnlyTransformer if task.decoder_only else EncoderDecoder
-        model = Model(model_config, parts=parts).to(device)
+        model = model_for(task)(model_config, parts=parts).to(device)
         runtime = Runtime(precision=args.precision, compile=args.compile is not None,
                           compile_backend=args.compile or "inductor",
                           out=args.out, resume=args.resume,
@@ -201,7 +200,7 @@ def run_evaluate(args) -> int:
     state, task, model = load_checkpoint(args)
     device = next(model.parameters()).device
     src, tgt = (x.to(device) for x in task.held_out_set(args.size))
-    loss_fn = model.parts.LabelSmoothingLoss(0.0, ignore_index=0)
+    loss_fn = model.parts.LabelSmoothingLoss(0.0, ignore_index=task.vocab.pad_id)
     loss, exact = evaluate(model, src, tgt, loss_fn)
     result = {"task": state["task"]["task"], "step": state["step"], "exact_match": exact,
               "loss": loss, "num_examples": int(src.size(0))}
@@ -242,11 +241,10 @@ def run_translate(args) -> int:
     if not texts:
         raise UsageError("nothing to translate: give inputs or lines on stdin")
     _, task, model = load_checkpoint(args)
-    if args.beam is not None and task.decoder_only:
-        raise UsageError("--beam is for encoder-decoder checkpoints; this one is decoder-only "
-                         "(use --temperature and --top-k to sample)")
-    if (args.temperature or args.top_k) and not task.decoder_only:
-        raise UsageError("--temperature and --top-k are for decoder-only checkpoints")
+    try:
+        model.check_decoding(args.beam, args.temperature, args.top_k)
+    except UnsupportedDecoding as error:
+        raise UsageError(str(error)) from None
     for line in translate(model, task, texts, args.beam, args.temperature, args.top_k,
                           args.seed):
         print(line)

@@ -1,21 +1,28 @@
 """Decoding: from a trained model to text.
 
+Every model decodes with its own ``generate``
+(:meth:`~annotated_transformer.model.Model.generate`):
+
 - Encoder-decoder models decode with Chapter 6's ``greedy_decode`` or Chapter 7's
   ``beam_search``, taken from the model's parts (the reference or the learner's).
-- Decoder-only models *complete* a prompt: greedily, or by sampling with a temperature
-  and top-k.
+- Decoder-only models *complete* a prompt (:func:`complete`): greedily, or by sampling
+  with a temperature and top-k.
 
 Every function works on the model's device and never assumes one.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
 from annotated_transformer.data.task import Task, pad_rows
-from annotated_transformer.data.vocab import BOS, EOS, PAD
-from annotated_transformer.parts import use_parts
+from annotated_transformer.data.vocab import EOS, PAD
+
+if TYPE_CHECKING:  # the models decode with this module's functions: no import at run time
+    from annotated_transformer.model import Model
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -73,42 +80,21 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
     return pad_rows([r or [PAD] for r in rows]).to(prompt.device)
 
 
-@torch.no_grad()
-def decode_batch(model: nn.Module, task: Task, src: Tensor, beam_size: int | None = None,
-                 max_len: int | None = None) -> Tensor:
-    """The model's outputs for a batch of sources ``src [B, Ls]`` (on the model's device):
-    encoder-decoder ``[B, <= max_len]`` starting with BOS (greedy, or beam search when
-    ``beam_size`` is given), decoder-only the continuations (greedy)."""
-    model.eval()
-    parts = model.parts
-    if task.decoder_only:
-        if beam_size is not None:
-            raise ValueError("beam search is for encoder-decoder models; this checkpoint is "
-                             "decoder-only (use --temperature/--top-k to sample)")
-        return complete(model, src, max_len or task.max_target_len)
-    max_len = max_len or task.max_target_len
-    with use_parts(parts):
-        src_mask = parts.padding_mask(src, PAD)
-        if beam_size is None:
-            return parts.greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
-        return parts.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD,
-                                 beam_size=beam_size)
-
-
-def translate(model: nn.Module, task: Task, texts: list[str], beam_size: int | None = None,
+def translate(model: Model, task: Task, texts: list[str], beam_size: int | None = None,
               temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
               batch_size: int = 256) -> list[str]:
-    """Decode ``texts`` (unknown characters raise ``VocabularyError``) to output texts."""
+    """Decode ``texts`` (unknown characters raise ``VocabularyError``) to output texts with
+    the model's ``generate``: greedy, beam search with ``beam_size`` beams (encoder-decoder),
+    or sampling with ``temperature`` and ``top_k`` (decoder-only); an option the model does
+    not have raises :class:`~annotated_transformer.model.UnsupportedDecoding`."""
+    model.check_decoding(beam_size, temperature, top_k)
+    model.eval()
     device = model_device(model)
     generator = torch.Generator(device=device).manual_seed(seed)
     outputs: list[str] = []
     for start in range(0, len(texts), batch_size):
         chunk = texts[start:start + batch_size]
         src = pad_rows([task.source_ids(t) for t in chunk]).to(device)
-        if task.decoder_only and temperature > 0:
-            model.eval()
-            ids = complete(model, src, task.max_target_len, temperature, top_k, generator)
-        else:
-            ids = decode_batch(model, task, src, beam_size)
+        ids = model.generate(src, task.max_target_len, beam_size, temperature, top_k, generator)
         outputs.extend(task.vocab.decode(row) for row in ids.tolist())
     return outputs
