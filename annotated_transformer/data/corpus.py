@@ -108,6 +108,9 @@ def read_file(path: Path, source_lang: str, target_lang: str) -> list[Pair]:
         return read_pairs(path)
     if path.suffix not in (".jsonl", ".json"):
         raise DataError(f"{path}: a corpus file is .jsonl (JSON lines) or .tsv")
+    with open(path, "rb") as file:
+        if not any(line.strip() for line in file):
+            raise DataError(f"{path}: the file is empty (no sentence pairs)")
     datasets = require("datasets")
     datasets.disable_progress_bars()  # a local file is read in a moment
     try:
