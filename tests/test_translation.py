@@ -102,6 +102,7 @@ def test_bpe_round_trip_specials_and_a_vocabulary_shared_by_both_languages():
     assert vocabulary_from_dict(char.to_dict()) == char
 
 
+@pytest.mark.slow  # the first test to ask for the module's tiny training run
 def test_a_checkpoint_holds_the_tokenizer(trained, corpus):
     state = checkpoint.load(trained / "checkpoint.pt")
     assert state["vocab"]["kind"] == "bpe" and "tokenizer" in state["vocab"]
@@ -158,6 +159,7 @@ def test_a_missing_library_names_the_command_that_installs_it():
 
 # ---------------------------------------------------------------- end to end
 
+@pytest.mark.slow
 def test_train_translate_evaluate_average(capsys, trained, corpus):
     assert sorted(p.name for p in trained.glob("checkpoint-*.pt")) == [
         "checkpoint-10.pt", "checkpoint-20.pt"]
@@ -200,6 +202,7 @@ def test_train_translate_evaluate_average(capsys, trained, corpus):
     assert status == 0 and len(out.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_average_refuses_checkpoints_of_other_models(capsys, trained, tmp_path):
     state = checkpoint.load(trained / "checkpoint-10.pt")
     state["model_config"]["d_ff"] += 1
@@ -263,6 +266,7 @@ def test_bad_corpora_exit_2_with_a_message(capsys, tmp_path, corpus):
     assert status == 2 and "--keep-last" in err
 
 
+@pytest.mark.slow
 def test_a_translation_checkpoint_without_its_tokenizer_exits_2(capsys, trained, tmp_path):
     state = checkpoint.load(trained / "checkpoint.pt")
     state["vocab"] = Vocabulary.build([t for pair in PAIRS for t in pair]).to_dict()
@@ -274,6 +278,7 @@ def test_a_translation_checkpoint_without_its_tokenizer_exits_2(capsys, trained,
         assert status == 2 and "no subword tokenizer" in err
 
 
+@pytest.mark.slow
 def test_an_unreachable_hub_dataset_exits_2_naming_it(tmp_path):
     """Offline (as here): the message names the dataset and the ways to work without a
     network. ``HF_HUB_OFFLINE=1`` answers at once, without the client's retries."""
@@ -285,3 +290,24 @@ def test_an_unreachable_hub_dataset_exits_2_naming_it(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and "'someone/no-such-corpus'" in result.stderr
     assert "HF_HUB_OFFLINE" in result.stderr and "local file" in result.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU: torch.cuda.is_available() is False here")
+def test_translation_trains_compiled_in_bf16_on_cuda(capsys, tmp_path, corpus):
+    """The paper's base model on the GPU, bf16 and compiled, a few steps; then BLEU."""
+    argv = ["train", "--task", "translation", "--dataset", corpus, "--model", "base",
+            "--device", "cuda", "--precision", "bf16", "--compile", "--steps", 4,
+            "--max-tokens", 400, "--eval-size", 6, "--vocab-size", VOCAB, "--no-progress",
+            "--out", tmp_path]
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    assert "cuda" in out and "bf16, compiled (inductor)" in out
+    losses = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["history"]["loss"]
+    assert len(losses) == 4 and all(0 < loss < 100 for loss in losses), losses
+    status, out, err = run(capsys, "evaluate", "--checkpoint", tmp_path / "checkpoint.pt",
+                           "--device", "cuda", "--json")
+    assert status == 0, err
+    assert 0 <= json.loads(out)["bleu"] <= 100
