@@ -20,8 +20,6 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
-
 from annotated_transformer import checkpoint
 from annotated_transformer.checkpoint import CheckpointError
 

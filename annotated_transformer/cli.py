@@ -320,9 +320,9 @@ def add_translation_options(p) -> None:
 
     p.add_argument("--dataset", metavar="NAME_OR_PATH",
                    help="--task translation: a Hugging Face hub dataset (bentrevett/multi30k, "
-                   "wmt14), a .jsonl or .tsv file, or a folder of train/validation/test files")
+                   "wmt/wmt14), a .jsonl or .tsv file, or a folder of train/validation/test files")
     p.add_argument("--dataset-config", metavar="NAME",
-                   help="--task translation: the hub dataset's config (wmt14: de-en)")
+                   help="--task translation: the hub dataset's config (wmt/wmt14: de-en)")
     p.add_argument("--source-lang", metavar="LANG",
                    help="--task translation: the source language's column (default de)")
     p.add_argument("--target-lang", metavar="LANG",

@@ -1,7 +1,7 @@
 """Parallel corpora: sentence pairs by split, from the Hugging Face hub or from local files.
 
     load_corpus("bentrevett/multi30k", "de", "en")       # the hub: columns "de" and "en"
-    load_corpus("wmt14", "en", "de", config="de-en")     # a "translation" column of dicts
+    load_corpus("wmt/wmt14", "en", "de", config="de-en") # a "translation" column of dicts
     load_corpus("data/", "de", "en")                     # train.jsonl, validation.jsonl, ...
     load_corpus("pairs.tsv", "de", "en")                 # source<TAB>target lines
 
