@@ -236,6 +236,19 @@ def test_paper_model_sizes(size, layers, d_model, d_ff, heads):
     assert expected == {"base": 63_119_496, "big": 214_282_376}[size]
 
 
+def test_recipes_model_sizes_and_batches():
+    from annotated_transformer.recipes import PAPER_LABEL_SMOOTHING, RECIPES
+
+    recipe = RECIPES["translation"]
+    assert recipe.model == MODEL_SIZES["base"] and recipe.train.max_tokens is not None
+    assert recipe.train.label_smoothing == PAPER_LABEL_SMOOTHING == 0.1
+    assert recipe.train_config(batch_size=32).max_tokens is None  # rows instead of tokens
+    assert recipe.train_config(max_tokens=999).max_tokens == 999
+    big = RECIPES["copy"].with_model("big")
+    assert big.model == MODEL_SIZES["big"] and big.train.label_smoothing == 0.1
+    assert RECIPES["copy"].with_model("small").train == RECIPES["copy"].train
+
+
 # ---------------------------------------------------------------- bad input
 
 def test_bad_corpora_exit_2_with_a_message(capsys, tmp_path, corpus):
