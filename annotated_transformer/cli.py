@@ -390,8 +390,8 @@ def add_decoding_options(p, evaluate: bool) -> None:
 
 
 def decoding_of(args):
-    """The :class:`~annotated_transformer.translation.Decoding` that ``args`` ask for."""
-    from annotated_transformer.translation import Decoding
+    """The :class:`~annotated_transformer.metrics.Decoding` that ``args`` ask for."""
+    from annotated_transformer.metrics import Decoding
 
     beam = 1 if getattr(args, "greedy", False) else (args.beam if args.beam is not None else 4)
     try:
@@ -403,7 +403,7 @@ def decoding_of(args):
 def run_evaluate_translation(args, state: dict, task, model) -> int:
     """``evaluate`` of a translation checkpoint: BLEU and chrF (``sacrebleu``, with their
     signatures), exact match and loss on ``--split``."""
-    from annotated_transformer.translation import evaluate_split
+    from annotated_transformer.metrics import evaluate_split
 
     result = evaluate_split(model, task, args.split, args.size, decoding_of(args))
     result = {"task": "translation", "step": state["step"],
@@ -422,7 +422,7 @@ def run_evaluate_translation(args, state: dict, task, model) -> int:
 
 def run_translate_translation(args, task, model, texts: list[str]) -> int:
     """``translate`` with a translation checkpoint: detokenized text, one line each."""
-    from annotated_transformer.translation import translate_texts
+    from annotated_transformer.metrics import translate_texts
 
     if args.temperature or args.top_k:
         raise UsageError("--temperature and --top-k are for decoder-only checkpoints")

@@ -22,7 +22,7 @@ from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.vocab import BOS, EOS, PAD, Vocabulary
 from annotated_transformer.model import EncoderDecoder, TransformerConfig, count_parameters
 from annotated_transformer.recipes import MODEL_SIZES
-from annotated_transformer.translation import Decoding, translate_texts
+from annotated_transformer.metrics import Decoding, translate_texts
 
 pytest.importorskip("datasets")
 pytest.importorskip("tokenizers")
