@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.data import Task, Vocabulary, make_task
+from annotated_transformer.data import Task, make_task, vocabulary_from_dict
 from annotated_transformer.model import MODELS, Model, TransformerConfig
 from annotated_transformer.parts import Parts
 
@@ -96,8 +96,14 @@ def build_task(state: dict, data: str | None = None) -> Task:
     spec = dict(state["task"])
     if data is not None and "path" in spec:
         spec["path"] = data
+    # The translation task: its corpus (--data) and its subword vocabulary (saved inside).
+    if data is not None and "dataset" in spec:
+        spec["dataset"] = data
+    if spec["task"] == "translation" and "tokenizer" not in state["vocab"]:
+        raise CheckpointError("this translation checkpoint holds no subword tokenizer (its "
+                              "vocabulary has no 'tokenizer'): it cannot encode or decode text")
     task = make_task(**spec)
-    vocab = Vocabulary.from_dict(state["vocab"])
+    vocab = vocabulary_from_dict(state["vocab"])
     object.__setattr__(task, "vocab", vocab)
     return task
 

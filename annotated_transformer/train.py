@@ -77,6 +77,7 @@ class Runtime:
     resume: bool = False  # continue from out/checkpoint.pt
     progress: bool = False  # a tqdm progress bar
     log_every: int = 10  # steps between metrics lines
+    keep_last: int = 0  # also keep the last N checkpoints as checkpoint-STEP.pt (averaging)
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -382,6 +383,9 @@ def train(model: Model, task: Task, config: TrainConfig,
                     checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, model, task,
                                              config, step, optimizer, scheduler, generator,
                                              history)
+                    if runtime.keep_last:  # copies for `average` (average.py)
+                        from annotated_transformer.average import keep_copy
+                        keep_copy(runtime.out, step, runtime.keep_last)
             distributed.barrier()
     bar.close()
     metrics.close()
