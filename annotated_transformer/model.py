@@ -33,8 +33,8 @@ from torch import Tensor, nn
 
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.vocab import BOS, EOS, PAD
-from annotated_transformer.decode import complete
 from annotated_transformer.parts import Parts, active_parts, use_parts
+from annotated_transformer.sampling import complete
 from annotated_transformer.teacher_forcing import ModelBatch, language_model_batch
 
 
@@ -346,7 +346,7 @@ class DecoderOnlyTransformer(Model):
                  temperature: float = 0.0, top_k: int | None = None,
                  generator: torch.Generator | None = None) -> Tensor:
         """The continuations ``[B, <= max_len]`` of the prompts ``src [B, Lp]``, EOS
-        included (:func:`~annotated_transformer.decode.complete`): greedy when
+        included (:func:`~annotated_transformer.sampling.complete`): greedy when
         ``temperature`` is 0, otherwise sampled over the ``top_k`` likeliest tokens."""
         self.check_decoding(beam_size, temperature, top_k)
         return complete(self, src, max_len, temperature, top_k, generator)

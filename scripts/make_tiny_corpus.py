@@ -78,8 +78,10 @@ def sentence(rng: random.Random) -> tuple[str, str]:
         reason_de, reason_en, reason_plural = noun_phrase(rng, "nom", animate=True)
         tired_de = "müde sind" if reason_plural else "müde ist"
         tired_en = "are tired" if reason_plural else "is tired"
-        de = f"{upper_first(subject_de)} {verb_de} {object_de}{where_de}, weil {reason_de} {tired_de}"
-        en = f"{upper_first(subject_en)} {verb_en} {object_en}{where_en} because {reason_en} {tired_en}"
+        de = (f"{upper_first(subject_de)} {verb_de} {object_de}{where_de}, weil {reason_de} "
+              f"{tired_de}")
+        en = (f"{upper_first(subject_en)} {verb_en} {object_en}{where_en} because {reason_en} "
+              f"{tired_en}")
     else:
         de = f"{upper_first(subject_de)} {verb_de} {object_de}{where_de}"
         en = f"{upper_first(subject_en)} {verb_en} {object_en}{where_en}"

@@ -21,6 +21,8 @@ LAYERS = {
     "annotated_transformer.plots": 1,
     "annotated_transformer.distributed": 1,
     "annotated_transformer.fast_parts": 1,  # the reference on fused kernels
+    "annotated_transformer.teacher_forcing": 1,  # a model's inputs and labels for a batch
+    "annotated_transformer.sampling": 1,  # completing a prompt: greedy or sampled
     "annotated_transformer.model": 2,  # the models, built from parts
     "annotated_transformer.decode": 3,  # what runs a model: decoding, training, files
     "annotated_transformer.train": 3,
@@ -58,16 +60,21 @@ def layer_of(name: str) -> int | None:
 
 
 def imports_of(name: str) -> set[str]:
-    """The package's modules that ``name`` imports, anywhere in its file."""
+    """The package's modules that ``name`` imports, anywhere in its file (at the top or in
+    a function) except under ``if TYPE_CHECKING:``."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # imports for annotations only never run: leave them out
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            node.body = []
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:
+            if node.level:  # a relative import
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             for alias in node.names:

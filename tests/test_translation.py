@@ -20,9 +20,9 @@ from annotated_transformer.data import make_task, vocabulary_from_dict
 from annotated_transformer.data.optional import MissingLibrary, require
 from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.vocab import BOS, EOS, PAD, Vocabulary
+from annotated_transformer.metrics import Decoding, translate_texts
 from annotated_transformer.model import EncoderDecoder, TransformerConfig, count_parameters
 from annotated_transformer.recipes import MODEL_SIZES
-from annotated_transformer.metrics import Decoding, translate_texts
 
 pytest.importorskip("datasets")
 pytest.importorskip("tokenizers")
@@ -183,7 +183,8 @@ def test_train_translate_evaluate_average(capsys, trained, corpus):
     assert result["chrf"] == pytest.approx(chrf.score)
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert f"version:{sacrebleu.__version__}" in result["bleu_signature"]
-    assert result["exact_match"] == sum(h == r for h, r in zip(hypotheses, references)) / 6
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / 6
+    assert result["exact_match"] == exact
     assert result["loss"] > 0 and result["beam_size"] == 4 and result["alpha"] == 0.6
 
     status, out, _ = run(capsys, "evaluate", "--checkpoint", path, "--device", "cpu",
