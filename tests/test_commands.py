@@ -37,13 +37,13 @@ def test_a_command_added_in_cli_joins_the_tree(monkeypatch, capsys):
     """A new ``add_X(sub)`` in cli.py's list is a command of the tree, with its help."""
     add_export = cli.add_export
 
-    def add_export_and_average(sub) -> None:
+    def add_export_and_distill(sub) -> None:
         add_export(sub)
-        sub.add_parser("average", help="average the weights of checkpoints")
+        sub.add_parser("distill", help="train a small model to imitate a checkpoint")
 
-    monkeypatch.setattr(cli, "add_export", add_export_and_average)
-    assert all_commands()["average"].help == "average the weights of checkpoints"
-    assert tree.main(["--help"]) == 0 and "average" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "add_export", add_export_and_distill)
+    assert all_commands()["distill"].help == "train a small model to imitate a checkpoint"
+    assert tree.main(["--help"]) == 0 and "distill" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
