@@ -8,6 +8,7 @@ them. A missing one is reported in one line with the command that installs it.
 from __future__ import annotations
 
 import importlib
+import warnings
 from types import ModuleType
 
 from annotated_transformer.data.tsv import DataError
@@ -20,9 +21,15 @@ class MissingLibrary(DataError):
 
 
 def require(name: str) -> ModuleType:
-    """``import name``, or :class:`MissingLibrary` naming the command that installs it."""
+    """``import name``, or :class:`MissingLibrary` naming the command that installs it.
+
+    ``datasets`` imports ``tqdm.auto``, which warns in a notebook without ``ipywidgets``
+    that its bars fall back to text: a warning about the library's own display, not about
+    anything the learner can change, so it is silenced here."""
     try:
-        return importlib.import_module(name)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            return importlib.import_module(name)
     except ImportError:
         raise MissingLibrary(f"the translation task needs the {name!r} library: {INSTALL}"
                              ) from None
