@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from annotated_transformer.data.task import Task, pad_rows
 from annotated_transformer.data.vocab import BOS, EOS, PAD
-from annotated_transformer.parts import use_parts
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -87,12 +86,11 @@ def decode_batch(model: nn.Module, task: Task, src: Tensor, beam_size: int | Non
                              "decoder-only (use --temperature/--top-k to sample)")
         return complete(model, src, max_len or task.max_target_len)
     max_len = max_len or task.max_target_len
-    with use_parts(parts):
-        src_mask = parts.padding_mask(src, PAD)
-        if beam_size is None:
-            return parts.greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
-        return parts.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD,
-                                 beam_size=beam_size)
+    src_mask = parts.padding_mask(src, PAD)
+    if beam_size is None:
+        return parts.greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
+    return parts.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD,
+                             beam_size=beam_size)
 
 
 def translate(model: nn.Module, task: Task, texts: list[str], beam_size: int | None = None,

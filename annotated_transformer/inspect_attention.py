@@ -18,7 +18,6 @@ from annotated_transformer.data.task import Task, pad_rows
 from annotated_transformer.data.vocab import EOS, SPECIALS
 from annotated_transformer.decode import decode_batch
 from annotated_transformer.model import DecoderOnlyTransformer
-from annotated_transformer.parts import use_parts
 from annotated_transformer.plots import heatmap
 
 SHORT = {"<pad>": "·", "<bos>": "^", "<eos>": "$"}
@@ -55,18 +54,17 @@ def attention_maps(model: torch.nn.Module, task: Task, text: str) -> AttentionMa
     output = decode_batch(model, task, src)[0].tolist()
     if EOS in output:
         output = output[: output.index(EOS) + 1]
-    with use_parts(parts):
-        if isinstance(model, DecoderOnlyTransformer):
-            sequence = torch.tensor([src[0].tolist() + output], device=device)
-            model(sequence, parts.causal_mask(sequence.size(1), device=device))
-            tokens = _labels(task, sequence[0].tolist())
-            return AttentionMaps(tokens, tokens, task.vocab.decode(output),
-                                 decoder=[layer.self_attn.attention_weights[0].cpu()
-                                          for layer in model.layers])
-        tgt = torch.tensor([output], device=device)
-        memory = model.encode(src, parts.padding_mask(src, 0))
-        model.decode(memory, parts.padding_mask(src, 0), tgt,
-                     parts.causal_mask(tgt.size(1), device=device))
+    if isinstance(model, DecoderOnlyTransformer):
+        sequence = torch.tensor([src[0].tolist() + output], device=device)
+        model(sequence, parts.causal_mask(sequence.size(1), device=device))
+        tokens = _labels(task, sequence[0].tolist())
+        return AttentionMaps(tokens, tokens, task.vocab.decode(output),
+                             decoder=[layer.self_attn.attention_weights[0].cpu()
+                                      for layer in model.layers])
+    tgt = torch.tensor([output], device=device)
+    memory = model.encode(src, parts.padding_mask(src, 0))
+    model.decode(memory, parts.padding_mask(src, 0), tgt,
+                 parts.causal_mask(tgt.size(1), device=device))
     return AttentionMaps(
         _labels(task, src[0].tolist()), _labels(task, output), task.vocab.decode(output),
         encoder=[layer.self_attn.attention_weights[0].cpu() for layer in model.encoder_layers],

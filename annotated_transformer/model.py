@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from annotated_transformer.parts import Parts, active_parts, use_parts
+from annotated_transformer.parts import Parts, active_parts
 
 
 def build_embeddings(
@@ -98,18 +98,19 @@ class EncoderDecoder(nn.Module):
         self.config = config
         self.parts = parts = parts or active_parts()
         c = config
-        with use_parts(parts):  # the layers bind their attention from these parts
-            self.src_embed = build_embeddings(c.src_vocab_size, c.d_model, c.max_len, c.dropout)
-            self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
-            self.encoder_layers = nn.ModuleList(
-                [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-                 for _ in range(c.num_layers)])
-            self.decoder_layers = nn.ModuleList(
-                [parts.DecoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-                 for _ in range(c.num_layers)])
-            # Pre-LN leaves the residual stream unnormalised: one LayerNorm at each stack's end.
-            self.encoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
-            self.decoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.src_embed = build_embeddings(c.src_vocab_size, c.d_model, c.max_len, c.dropout,
+                                          parts=parts)
+        self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
+                                          parts=parts)
+        self.encoder_layers = nn.ModuleList(  # each binds its attention from these parts
+            [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+             for _ in range(c.num_layers)])
+        self.decoder_layers = nn.ModuleList(
+            [parts.DecoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+             for _ in range(c.num_layers)])
+        # Pre-LN leaves the residual stream unnormalised: one LayerNorm at each stack's end.
+        self.encoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         self._init_weights()
         if c.tie_embeddings:  # Press & Wolf (2017), section 3.4 of the paper
@@ -161,12 +162,12 @@ class DecoderOnlyTransformer(nn.Module):
         self.config = config
         self.parts = parts = parts or active_parts()
         c = config
-        with use_parts(parts):
-            self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
-            self.layers = nn.ModuleList(
-                [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-                 for _ in range(c.num_layers)])
-            self.norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
+                                      parts=parts)
+        self.layers = nn.ModuleList(
+            [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+             for _ in range(c.num_layers)])
+        self.norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         for parameter in self.parameters():
             if parameter.dim() > 1:

@@ -23,19 +23,23 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copyreg
+import functools
 import hashlib
 import importlib
 import importlib.util
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Any, SupportsIndex
+
+import torch
 
 PACKAGES = ("solutions", "exercises")
 NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
@@ -222,6 +226,9 @@ class Parts:
     def __reduce__(self) -> tuple[Any, ...]:  # copy.deepcopy and pickle of a model
         return (Parts, (self.default, dict(self.chapters)))
 
+    def __hash__(self) -> int:  # equal parts share their bound classes (see bind)
+        return hash((self.default, tuple(sorted(self.chapters.items()))))
+
     @classmethod
     def reference(cls) -> Parts:
         """Every chapter from ``solutions`` (from ``exercises`` in a student release)."""
@@ -244,12 +251,14 @@ class Parts:
         return load_chapter(self.source(chapter), chapter)
 
     def get(self, name: str) -> Any:
-        """A part by its syllabus name (``"MultiHeadAttention"``), from its chapter's source."""
+        """A part by its syllabus name (``"MultiHeadAttention"``), from its chapter's source,
+        bound to these parts (see the module's docstring): a function runs, and a class is
+        built, as if inside ``with use_parts(self):``."""
         if name not in name_index():
             if _confined and _confined[0][1]:  # in a chapter file that could not be read
                 raise BlockedChapter(next(iter(_confined[0][1].values())))
             raise AttributeError(f"no chapter exports a part named {name!r}")
-        return getattr(self.module(name_index()[name]), name)
+        return bind(getattr(self.module(name_index()[name]), name), self)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -267,7 +276,9 @@ _ACTIVE: ContextVar[Parts | None] = ContextVar("annotated_transformer_parts", de
 
 
 def active_parts() -> Parts:
-    """The parts that modules built now take their pieces from (the reference by default)."""
+    """The parts that modules built now take their pieces from: those of the innermost
+    ``with use_parts(...)`` block, of the bound part being built or run, or else the
+    reference."""
     active = _ACTIVE.get()
     return Parts.reference() if active is None else active
 
@@ -280,3 +291,92 @@ def use_parts(parts: Parts) -> Iterator[Parts]:
         yield parts
     finally:
         _ACTIVE.reset(token)
+
+
+is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
+"""Whether ``torch.compile`` is tracing this call (older PyTorch: never)."""
+
+
+def bind(part: Any, parts: Parts) -> Any:
+    """``part`` bound to ``parts``: what :meth:`Parts.get` hands out.
+
+    A class becomes a subclass of itself whose construction runs under
+    ``use_parts(parts)``; a function (any other callable) a :class:`BoundFunction` whose
+    calls do; anything else stays as it is. A part already bound to other parts is bound
+    afresh. The same ``part`` and equal ``parts`` give the same object every time.
+    """
+    if isinstance(part, BoundFunction) or (isinstance(part, type)
+                                           and "_bound_to" in vars(part)):
+        part = part.__wrapped__
+    return _bind(part, parts) if callable(part) else part
+
+
+@cache
+def _bind(part: Callable[..., Any], parts: Parts) -> Any:
+    return _bound_class(part, parts) if isinstance(part, type) else BoundFunction(part, parts)
+
+
+class BoundFunction:
+    """A function part that runs with the parts it came from (``parts.make_batch``).
+
+    Calling it calls ``__wrapped__`` under ``use_parts(parts)``. Inside ``torch.compile``
+    the block is left out (a ``ContextVar`` cannot be set in a traced graph): a forward
+    pass calls only parts that read no other parts while they run (chapter 2's attention,
+    bound to its module when the module was built).
+    """
+
+    def __init__(self, function: Callable[..., Any], parts: Parts) -> None:
+        functools.update_wrapper(self, function)  # __name__, __doc__, __wrapped__, ...
+        self.parts = parts
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return self.__wrapped__(*args, **kwargs)
+        token = _ACTIVE.set(self.parts)
+        try:
+            return self.__wrapped__(*args, **kwargs)
+        finally:
+            _ACTIVE.reset(token)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle of a module that holds one
+        return (bind, (self.__wrapped__, self.parts))
+
+    def __repr__(self) -> str:
+        return f"<function {self.__qualname__} from parts {self.parts.describe()!r}>"
+
+
+def _bound_class(cls: type, parts: Parts) -> type:
+    """A subclass of ``cls`` that builds its instances under ``use_parts(parts)``, with
+    ``cls``'s name, so that ``isinstance``, ``repr`` and state-dict names are ``cls``'s."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        token = _ACTIVE.set(parts)
+        try:
+            cls.__init__(self, *args, **kwargs)
+        finally:
+            _ACTIVE.reset(token)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """Pickle (and ``copy.deepcopy``) name ``cls`` and ``parts``, not this class, which
+        exists only in this process."""
+        reduced = cls.__reduce_ex__(self, protocol)
+        if (type(self) is not bound or not isinstance(reduced, tuple)
+                or reduced[0] is not copyreg.__newobj__ or reduced[1] != (bound,)):
+            return reduced  # a subclass of ours, or an unusual reduction: as it is
+        return (_new_bound, (cls, parts), *reduced[2:])
+
+    namespace = {
+        "__init__": __init__, "__reduce_ex__": __reduce_ex__, "__doc__": cls.__doc__,
+        "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+        "__wrapped__": cls, "_bound_to": parts,
+    }
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__doc__ = getattr(cls.__init__, "__doc__", None)
+    bound = type(cls)(cls.__name__, (cls,), namespace)
+    return bound
+
+
+def _new_bound(cls: type, parts: Parts) -> Any:
+    """An empty instance of ``cls`` bound to ``parts`` (pickle fills in its state)."""
+    bound = bind(cls, parts)
+    return bound.__new__(bound)

@@ -36,7 +36,7 @@ from annotated_transformer.data.task import Task, pad_rows
 from annotated_transformer.data.vocab import BOS, EOS, PAD
 from annotated_transformer.decode import complete
 from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
-from annotated_transformer.parts import Parts, use_parts
+from annotated_transformer.parts import Parts
 
 Model = EncoderDecoder | DecoderOnlyTransformer
 
@@ -204,21 +204,19 @@ def model_batch(model: Model, src: Tensor, tgt: Tensor) -> ModelBatch:
     chapter 6's ``make_batch`` for an encoder-decoder, :func:`language_model_batch` and
     chapter 4's ``target_mask`` for a decoder-only model, both from the model's parts."""
     parts = model.parts
-    with use_parts(parts):
-        if isinstance(model, DecoderOnlyTransformer):
-            inputs, labels = language_model_batch(src, tgt)
-            return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
-        batch = parts.make_batch(src, tgt, PAD)
-        return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
-                          batch.tgt_labels)
+    if isinstance(model, DecoderOnlyTransformer):
+        inputs, labels = language_model_batch(src, tgt)
+        return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
+    batch = parts.make_batch(src, tgt, PAD)
+    return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
+                      batch.tgt_labels)
 
 
 def model_loss(model: Model, net: nn.Module, batch: ModelBatch, loss_fn: nn.Module) -> Tensor:
     """The mean loss per scored label of ``batch`` (a scalar on its device); ``net`` runs
     the forward pass: the model itself or its DDP wrapper."""
-    with use_parts(model.parts):
-        logits = net(*batch.args)  # [B, L, V]
-        return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+    logits = net(*batch.args)  # [B, L, V]
+    return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
 
 
 def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
@@ -310,7 +308,7 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     src, tgt = src[order], tgt[order]
     for start in range(0, src.size(0), batch_size):
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
-        with use_parts(parts), autocast(s.device, precision), eager():
+        with autocast(s.device, precision), eager():
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
             if isinstance(model, DecoderOnlyTransformer):
                 decoded = complete(model, s, t.size(1))
@@ -372,8 +370,7 @@ def train(model: Model, task: Task, config: TrainConfig,
     rank, world = distributed.rank(), distributed.world_size()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    with use_parts(model.parts):
-        loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+    loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
     optimizer, scheduler = make_optimizer(model, config)
     history, start_step = History(), 0
     if runtime.resume:
