@@ -6,13 +6,40 @@ kernels, :mod:`annotated_transformer.fast_parts`), or a folder holding ``chNN_*.
 files (a submission elsewhere, freshly generated stubs). Anything is looked up by the
 name the syllabus gives it::
 
-    parts = Parts.reference().with_chapter(2, "exercises")  # my attention, reference rest
+    parts = Parts.reference().with_chapter(4, "exercises")  # my masks, reference rest
     pe = parts.PositionalEncoding(d_model=64)               # chapter 1, from solutions
-    parts.module(2).softmax                                 # chapter 2, from exercises
+    batch = parts.make_batch(src, tgt, pad_id)              # chapter 6, with my masks
+    parts.module(4).padding_mask                            # chapter 4's own function
 
-Code that builds modules from earlier chapters' parts (a chapter file, the model
-builder) asks :func:`active_parts` *while it is built*, so a model made under
-``with use_parts(parts):`` keeps those classes wherever it later runs.
+A part means the parts it came from, wherever it is used. Chapter files reach earlier
+chapters through :func:`active_parts` (the one name of this module they may import), and
+``parts.X`` is bound to ``parts`` (:func:`bind`): a class is a subclass of the chapter's
+class, with its name, whose construction runs under ``use_parts(parts)``, so a layer binds
+that ``MultiHeadAttention`` when it is built and keeps it wherever the model later runs;
+a function is a :class:`BoundFunction` whose calls run under ``use_parts(parts)``, so
+``parts.make_batch`` takes its masks from ``parts``. No ``with`` block is needed, and one
+around them changes nothing: ``Parts.reference().X`` is always the reference. A
+chapter's module itself (``parts.module(4)``, or ``import solutions.ch05_layers``) is
+not bound: its classes and functions use the active parts, those of the innermost
+``with use_parts(...)`` block, or the reference outside any. That is how the grading
+worker runs a learner's chapter on the learner's earlier chapters.
+
+Why bound parts, and not the alternatives:
+
+- Parts passed explicitly to every constructor (``EncoderLayer(..., parts=parts)``)
+  would change the syllabus's signatures, which the learners write and the tests check.
+- A constructor-like proxy (an object whose call builds the chapter's class under the
+  block) would not be a class: ``issubclass``, ``class Mine(parts.EncoderLayer)`` and
+  ``isinstance`` (without a hook) would fail. A bound class is a class: ``isinstance``
+  with the chapter's class holds, ``repr`` and state-dict names are the chapter's,
+  ``parts.X is parts.X`` (one class per part and equal parts), and ``copy.deepcopy``
+  and ``pickle`` of a model name the chapter's class and the parts, which rebuild it.
+- What this costs: ``type(module) is chapter.X`` is false (``isinstance`` is the test),
+  and each call of a bound function sets a context variable. Inside ``torch.compile``
+  that is left out (setting one breaks the graph); what a forward pass calls (chapter 2's
+  attention, bound to its module when it was built) reads no parts while it runs. A
+  module's methods run under whatever parts are active: modules bind their parts in
+  ``__init__``, as the syllabus asks.
 
 A student release of the course (``python -m annotated_transformer.release``) has no
 ``solutions/`` and no fast parts: there every chapter the reference would give comes
