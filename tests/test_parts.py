@@ -14,7 +14,13 @@ import torch
 import solutions.ch01_positional_encoding as reference_ch01
 from annotated_transformer import Parts, active_parts, use_parts
 from annotated_transformer.grading.stubs import write_stubs
-from annotated_transformer.model import build_embeddings
+from annotated_transformer.model import (
+    DecoderOnlyTransformer,
+    EncoderDecoder,
+    TransformerConfig,
+    build_embeddings,
+)
+from annotated_transformer.train import model_batch
 
 
 def test_names_resolve_to_their_chapter_and_source():
@@ -67,8 +73,6 @@ def test_a_module_keeps_the_parts_it_was_built_with(tmp_path):
 
 
 def test_a_model_can_be_copied_and_pickled_with_its_parts():
-    from annotated_transformer.model import EncoderDecoder, TransformerConfig
-
     parts = Parts.reference().with_chapter(5, "fast")
     model = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=parts)
     for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
@@ -193,9 +197,6 @@ def test_a_class_part_binds_its_own_parts_when_built_outside_any_block(marked):
 
 
 def test_the_batch_builder_uses_the_models_masks(marked):
-    from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
-    from annotated_transformer.train import model_batch
-
     src, tgt = tokens([[5, 6, 7, 0]]), tokens([[1, 5, 6, 2]])
     config = TransformerConfig.small(11, num_layers=1)
     calls(marked, 4)
@@ -211,8 +212,6 @@ def test_the_batch_builder_uses_the_models_masks(marked):
 
 
 def test_a_model_keeps_its_parts_when_run_inside_a_block_of_other_parts(marked):
-    from annotated_transformer.model import EncoderDecoder, TransformerConfig
-
     torch.manual_seed(0)
     model = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=marked)
     twin = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=Parts.reference())
