@@ -1,37 +1,35 @@
-"""The command line: ``python -m annotated_transformer <command> ...``.
-
-    train      train a model on a task (copy, reverse, dates, addition, tsv)
-    evaluate   held-out exact match and loss of a checkpoint
-    translate  decode inputs with a checkpoint (greedy, beam search, sampling)
-    attention  draw a checkpoint's attention maps for one input
-    export     a smaller copy of a checkpoint, for evaluation only
-    grade      run the graded tests, report points per exercise
-    stubs      regenerate or check exercises/ from solutions/
-
-``python -m annotated_transformer COMMAND --help`` describes each.
-"""
+"""``python -m annotated_transformer <command> ...`` and the console script
+``annotated-transformer``: one command tree, whose commands are listed in
+:mod:`annotated_transformer.commands`. ``--help`` lists them; ``<command> --help``
+describes one."""
 
 from __future__ import annotations
 
 import sys
 
-from annotated_transformer import cli
-from annotated_transformer.grading import grade, stubs
-
-COMMANDS = {"grade": grade.main, "stubs": stubs.main}
+from annotated_transformer.commands import COURSE_COMMANDS, all_commands, overview
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__.strip())
+        print(overview(all_commands()))
         return 0
-    if argv and argv[0] in COMMANDS:
-        return COMMANDS[argv[0]](argv[1:])
-    if not argv or argv[0] not in ("train", "evaluate", "translate", "attention", "export"):
-        print(__doc__.strip(), file=sys.stderr)
+    if not argv:
+        print(overview(all_commands()), file=sys.stderr)
         return 2
-    return cli.main(argv)
+    name, rest = argv[0], argv[1:]
+    # The course's commands need no model code: found without building the model parser.
+    command = next((c for c in COURSE_COMMANDS if c.name == name), None)
+    if command is None:
+        commands = all_commands()
+        command = commands.get(name)
+        if command is None:
+            print(overview(commands), file=sys.stderr)
+            print(f"\nerror: unknown command {name!r}; choose one of "
+                  f"{', '.join(commands)}", file=sys.stderr)
+            return 2
+    return command.run(rest)
 
 
 if __name__ == "__main__":

@@ -15,24 +15,18 @@ import tempfile
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from annotated_transformer.data import Task, Vocabulary, make_task
-from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
+from annotated_transformer.data import Task, make_task, vocabulary_from_dict
+from annotated_transformer.model import MODELS, Model, TransformerConfig
 from annotated_transformer.parts import Parts
 
 FILE_NAME = "checkpoint.pt"
 FORMAT = 1
-KINDS = {"encoder-decoder": EncoderDecoder, "decoder-only": DecoderOnlyTransformer}
 REQUIRED = ("format", "kind", "model_config", "model", "task", "vocab", "parts", "step")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used, and why."""
-
-
-def kind_of(model: nn.Module) -> str:
-    return "decoder-only" if isinstance(model, DecoderOnlyTransformer) else "encoder-decoder"
 
 
 def save(path: Path, state: dict) -> None:
@@ -49,12 +43,12 @@ def save(path: Path, state: dict) -> None:
         raise
 
 
-def save_training(path: Path, model: nn.Module, task: Task, config, step: int, optimizer,
+def save_training(path: Path, model: Model, task: Task, config, step: int, optimizer,
                   scheduler, generator: torch.Generator, history=None) -> None:
     """Save a run at ``step``: enough to evaluate the model and to resume training."""
     save(path, {
         "format": FORMAT,
-        "kind": kind_of(model),
+        "kind": model.kind,
         "model_config": dataclasses.asdict(model.config),
         "model": model.state_dict(),
         "parts": {"default": model.parts.default, "chapters": dict(model.parts.chapters)},
@@ -91,7 +85,7 @@ def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
     if missing:
         raise CheckpointError(f"{path}: not a checkpoint of this package (missing "
                               f"{', '.join(missing)})")
-    if state["format"] != FORMAT or state["kind"] not in KINDS:
+    if state["format"] != FORMAT or state["kind"] not in MODELS:
         raise CheckpointError(f"{path}: unsupported checkpoint (format {state['format']}, "
                               f"kind {state['kind']!r})")
     return state
@@ -102,21 +96,27 @@ def build_task(state: dict, data: str | None = None) -> Task:
     spec = dict(state["task"])
     if data is not None and "path" in spec:
         spec["path"] = data
+    # The translation task: its corpus (--data) and its subword vocabulary (saved inside).
+    if data is not None and "dataset" in spec:
+        spec["dataset"] = data
+    if spec["task"] == "translation" and "tokenizer" not in state["vocab"]:
+        raise CheckpointError("this translation checkpoint holds no subword tokenizer (its "
+                              "vocabulary has no 'tokenizer'): it cannot encode or decode text")
     task = make_task(**spec)
-    vocab = Vocabulary.from_dict(state["vocab"])
+    vocab = vocabulary_from_dict(state["vocab"])
     object.__setattr__(task, "vocab", vocab)
     return task
 
 
 def build_model(state: dict, parts: Parts | None = None,
-                device: str | torch.device = "cpu") -> nn.Module:
+                device: str | torch.device = "cpu") -> Model:
     """The checkpoint's model with its weights, from ``parts`` (default: those it was
     trained with), in eval mode on ``device``."""
     config = TransformerConfig(**state["model_config"])
     if parts is None:
         parts = Parts(state["parts"]["default"],
                       {int(c): s for c, s in state["parts"]["chapters"].items()})
-    model = KINDS[state["kind"]](config, parts=parts)
+    model = MODELS[state["kind"]](config, parts=parts)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
@@ -125,11 +125,11 @@ def build_model(state: dict, parts: Parts | None = None,
     return model.to(device).eval()
 
 
-def check_compatible(state: dict, model: nn.Module, task: Task) -> None:
+def check_compatible(state: dict, model: Model, task: Task) -> None:
     """Resuming needs the same kind of model, the same config and the same task."""
-    if state["kind"] != kind_of(model):
+    if state["kind"] != model.kind:
         raise CheckpointError(f"the checkpoint holds a {state['kind']} model, not "
-                              f"{kind_of(model)}")
+                              f"{model.kind}")
     config = dataclasses.asdict(model.config)
     if state["model_config"] != config:
         changed = sorted(k for k in config if state["model_config"].get(k) != config[k])
@@ -139,7 +139,7 @@ def check_compatible(state: dict, model: nn.Module, task: Task) -> None:
                               f"{task.spec()}")
 
 
-def restore_training(state: dict, model: nn.Module, optimizer, scheduler,
+def restore_training(state: dict, model: Model, optimizer, scheduler,
                      generator: torch.Generator) -> int:
     """Load weights, optimizer, schedule and random states; return the checkpoint's step."""
     if "optimizer" not in state:

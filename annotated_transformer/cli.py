@@ -1,4 +1,4 @@
-"""The command line for models: train, evaluate, translate, attention, export.
+"""The command line for models: train, evaluate, translate, attention, export, average.
 
     python -m annotated_transformer train --task dates --out runs/dates
     python -m annotated_transformer evaluate --checkpoint runs/dates/checkpoint.pt --json
@@ -6,6 +6,10 @@
     python -m annotated_transformer attention --checkpoint runs/dates/checkpoint.pt "3 mai 1998" \
         --out maps.png
     python -m annotated_transformer export --checkpoint runs/dates/checkpoint.pt --out dates.pt
+    python -m annotated_transformer train --task translation --dataset bentrevett/multi30k \
+        --source-lang de --target-lang en --out runs/multi30k --keep-last 5
+    python -m annotated_transformer average --last 5 runs/multi30k --out runs/multi30k/avg.pt
+    python -m annotated_transformer evaluate --checkpoint runs/multi30k/avg.pt   # BLEU, chrF
 
 Bad arguments and bad data end with a one-line message and exit status 2.
 """
@@ -24,7 +28,7 @@ import torch
 
 from annotated_transformer import checkpoint, distributed
 from annotated_transformer.data import TASKS, DataError, Task, VocabularyError, make_task
-from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
+from annotated_transformer.model import Model, UnsupportedDecoding, model_for
 from annotated_transformer.parts import RELEASE_NOTE, Parts, has_reference
 
 
@@ -63,7 +67,7 @@ def parse_parts(source: str | None) -> Parts | None:
     return Parts(source)
 
 
-def load_checkpoint(args) -> tuple[dict, Task, torch.nn.Module]:
+def load_checkpoint(args) -> tuple[dict, Task, Model]:
     device = pick_device(args.device)
     state = checkpoint.load(args.checkpoint)
     task = checkpoint.build_task(state, getattr(args, "data", None))
@@ -109,6 +113,7 @@ def add_train(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_translation_options(p)
     p.set_defaults(run=run_train)
 
 
@@ -119,6 +124,7 @@ def run_train(args) -> int:
     if args.task not in TASKS:
         raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
     options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
+    options = translation_task_options(args) or options  # --task translation's corpus
     if args.data and args.task != "tsv":
         raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
     for name in ("steps", "batch_size", "eval_every", "eval_size", "threads", "max_tokens"):
@@ -131,18 +137,20 @@ def run_train(args) -> int:
     if args.max_tokens is not None and args.batch_size is not None:
         raise UsageError("--max-tokens and --batch-size both size the batches: give one")
     task = make_task(args.task, **options)
+    reuse_saved_vocabulary(args, task)  # --resume of a translation run: the saved BPE
     longest = max(task.max_source_len, task.max_target_len)
     if args.max_tokens is not None and args.max_tokens < longest:
         raise UsageError(f"--max-tokens {args.max_tokens} is smaller than the longest sequence "
                          f"of --task {args.task} ({longest} tokens)")
     parts = parse_parts(args.parts)
-    recipe = RECIPES[args.task]
+    recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
+        args.model)  # --model small|base|big
     if args.lr_factor is not None and not args.lr_factor > 0:
         raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
     config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                                  eval_every=args.eval_every, eval_size=args.eval_size,
                                  decay=args.decay, lr_factor=args.lr_factor,
-                                 max_tokens=args.max_tokens)
+                                 max_tokens=args.max_tokens, warmup_steps=args.warmup)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.threads:
@@ -151,11 +159,10 @@ def run_train(args) -> int:
     try:
         torch.manual_seed(config.seed)
         model_config = recipe.model_config(task)
-        Model = DecoderOnlyTransformer if task.decoder_only else EncoderDecoder
-        model = Model(model_config, parts=parts).to(device)
+        model = model_for(task)(model_config, parts=parts).to(device)
         runtime = Runtime(precision=args.precision, compile=args.compile is not None,
                           compile_backend=args.compile or "inductor",
-                          out=args.out, resume=args.resume,
+                          out=args.out, resume=args.resume, keep_last=args.keep_last or 0,
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
@@ -186,22 +193,27 @@ def add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="held-out exact match and loss of a checkpoint")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--size", type=int, default=1000, help="held-out examples (default 1000)")
-    p.add_argument("--data", help="--task tsv: read the pairs from this file instead")
+    p.add_argument("--size", type=int, help="held-out examples (default 1000; translation: "
+                   "the whole split)")
+    p.add_argument("--data", help="--task tsv: read the pairs from this file instead; "
+                   "translation: this corpus instead (--dataset's forms)")
     p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
     p.add_argument("--device", default="auto")
+    add_decoding_options(p, evaluate=True)
     p.set_defaults(run=run_evaluate)
 
 
 def run_evaluate(args) -> int:
     from annotated_transformer.train import evaluate
 
-    if args.size < 1:
+    if args.size is not None and args.size < 1:
         raise UsageError("--size must be at least 1")
     state, task, model = load_checkpoint(args)
+    if task.name == "translation":  # BLEU and chrF on a split
+        return run_evaluate_translation(args, state, task, model)
     device = next(model.parameters()).device
-    src, tgt = (x.to(device) for x in task.held_out_set(args.size))
-    loss_fn = model.parts.LabelSmoothingLoss(0.0, ignore_index=0)
+    src, tgt = (x.to(device) for x in task.held_out_set(args.size or 1000))
+    loss_fn = model.parts.LabelSmoothingLoss(0.0, ignore_index=task.vocab.pad_id)
     loss, exact = evaluate(model, src, tgt, loss_fn)
     result = {"task": state["task"]["task"], "step": state["step"], "exact_match": exact,
               "loss": loss, "num_examples": int(src.size(0))}
@@ -219,13 +231,15 @@ def add_translate(sub) -> None:
     p = sub.add_parser("translate", help="decode inputs with a checkpoint")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("inputs", nargs="*", help="texts to decode (default: lines of stdin)")
-    p.add_argument("--beam", type=int, help="beam search with this many beams (else greedy)")
+    p.add_argument("--beam", type=int, help="beam search with this many beams (else greedy; "
+                   "translation: 4 unless given)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="decoder-only: sample at this temperature (0: greedy)")
     p.add_argument("--top-k", type=int, help="decoder-only: sample among the k likeliest")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
     p.add_argument("--device", default="auto")
+    add_decoding_options(p, evaluate=False)
     p.set_defaults(run=run_translate)
 
 
@@ -242,11 +256,12 @@ def run_translate(args) -> int:
     if not texts:
         raise UsageError("nothing to translate: give inputs or lines on stdin")
     _, task, model = load_checkpoint(args)
-    if args.beam is not None and task.decoder_only:
-        raise UsageError("--beam is for encoder-decoder checkpoints; this one is decoder-only "
-                         "(use --temperature and --top-k to sample)")
-    if (args.temperature or args.top_k) and not task.decoder_only:
-        raise UsageError("--temperature and --top-k are for decoder-only checkpoints")
+    try:
+        model.check_decoding(args.beam, args.temperature, args.top_k)
+    except UnsupportedDecoding as error:
+        raise UsageError(str(error)) from None
+    if task.name == "translation":  # the paper's decoding, detokenized output
+        return run_translate_translation(args, task, model, texts)
     for line in translate(model, task, texts, args.beam, args.temperature, args.top_k,
                           args.seed):
         print(line)
@@ -295,12 +310,162 @@ def run_export(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- translation
+
+def add_translation_options(p) -> None:
+    """``train``'s options for ``--task translation``, ``--model`` and ``--keep-last``."""
+    from annotated_transformer.recipes import MODEL_SIZES
+
+    p.add_argument("--dataset", metavar="NAME_OR_PATH",
+                   help="--task translation: a Hugging Face hub dataset (bentrevett/multi30k, "
+                   "wmt/wmt14), a .jsonl or .tsv file, or a folder of train/validation/test files")
+    p.add_argument("--dataset-config", metavar="NAME",
+                   help="--task translation: the hub dataset's config (wmt/wmt14: de-en)")
+    p.add_argument("--source-lang", metavar="LANG",
+                   help="--task translation: the source language's column (default de)")
+    p.add_argument("--target-lang", metavar="LANG",
+                   help="--task translation: the target language's column (default en)")
+    p.add_argument("--vocab-size", type=int, metavar="N",
+                   help="--task translation: tokens of the shared BPE vocabulary (default "
+                   "8000; the paper's WMT English-German: 37000)")
+    p.add_argument("--max-length", type=int, metavar="N",
+                   help="--task translation: leave out training pairs longer than N tokens "
+                   "(default 256)")
+    p.add_argument("--model", choices=tuple(MODEL_SIZES),
+                   help="the model's size: small (2 layers of 64), or the paper's base or "
+                   "big (Table 3, with label smoothing 0.1) (default: the recipe's; "
+                   "translation: base)")
+    p.add_argument("--warmup", type=int, metavar="STEPS",
+                   help="steps of the learning rate's warmup (default: the recipe's)")
+    p.add_argument("--keep-last", type=int, metavar="N",
+                   help="also keep the last N checkpoints as checkpoint-STEP.pt, for "
+                   "`average`")
+
+
+def translation_task_options(args) -> dict:
+    """``make_task``'s options for ``--task translation`` from ``args`` (``{}`` for another
+    task, after checking that no translation option was given to it)."""
+    given = {name: getattr(args, name) for name in
+             ("dataset", "dataset_config", "source_lang", "target_lang", "vocab_size",
+              "max_length") if getattr(args, name) is not None}
+    for name in ("keep_last", "warmup"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.task != "translation":
+        if given:
+            raise UsageError(f"--{next(iter(given)).replace('_', '-')} is for --task "
+                             f"translation")
+        return {}
+    if args.data:
+        raise UsageError("--task translation reads its corpus from --dataset, not --data")
+    for name in ("vocab_size", "max_length"):
+        if given.get(name) is not None and given[name] < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    return {"dataset": None, **given}
+
+
+def reuse_saved_vocabulary(args, task) -> None:
+    """On ``--resume`` of a translation run, take the vocabulary saved in its checkpoint
+    instead of training the tokenizer again."""
+    saved = args.out / checkpoint.FILE_NAME
+    if task.name == "translation" and args.resume and saved.is_file():
+        object.__setattr__(task, "vocab", checkpoint.build_task(checkpoint.load(saved)).vocab)
+
+
+def add_decoding_options(p, evaluate: bool) -> None:
+    """The translation task's decoding: beam, length penalty, maximum output length."""
+    if evaluate:
+        p.add_argument("--split", default="test",
+                       help="translation: the split to score (default test)")
+        p.add_argument("--beam", type=int,
+                       help="translation: beam size (default 4, the paper's; 1 is greedy)")
+        p.add_argument("--greedy", action="store_true", help="translation: --beam 1")
+    p.add_argument("--alpha", type=float, default=0.6,
+                   help="translation: the beam's length penalty exponent (default 0.6)")
+    p.add_argument("--extra-len", type=int, default=50,
+                   help="translation: an output's tokens at most its input's plus this "
+                   "(default 50)")
+
+
+def decoding_of(args):
+    """The :class:`~annotated_transformer.metrics.Decoding` that ``args`` ask for."""
+    from annotated_transformer.metrics import Decoding
+
+    beam = 1 if getattr(args, "greedy", False) else (args.beam if args.beam is not None else 4)
+    try:
+        return Decoding(beam_size=beam, alpha=args.alpha, extra_len=args.extra_len)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def run_evaluate_translation(args, state: dict, task, model) -> int:
+    """``evaluate`` of a translation checkpoint: BLEU and chrF (``sacrebleu``, with their
+    signatures), exact match and loss on ``--split``."""
+    from annotated_transformer.metrics import evaluate_split
+
+    result = evaluate_split(model, task, args.split, args.size, decoding_of(args))
+    result = {"task": "translation", "step": state["step"],
+              **{k: v for k, v in result.items() if k != "hypotheses"}}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"translation {task.source_lang}-{task.target_lang} at step {result['step']}, "
+              f"{result['split']} split ({result['num_examples']} sentences, beam "
+              f"{result['beam_size']}):\n"
+              f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
+              f"chrF {result['chrf']:.2f}  {result['chrf_signature']}\n"
+              f"exact match {result['exact_match']:.1%}, loss {result['loss']:.4f} per token")
+    return 0
+
+
+def run_translate_translation(args, task, model, texts: list[str]) -> int:
+    """``translate`` with a translation checkpoint: detokenized text, one line each."""
+    from annotated_transformer.metrics import translate_texts
+
+    if args.temperature or args.top_k:
+        raise UsageError("--temperature and --top-k are for decoder-only checkpoints")
+    for line in translate_texts(model, task, texts, decoding_of(args)):
+        print(line)
+    return 0
+
+
+# ---------------------------------------------------------------- average
+
+def add_average(sub) -> None:
+    p = sub.add_parser("average", help="average the weights of several checkpoints",
+                       description="One checkpoint whose weights are the mean of several "
+                       "of one model (section 6.1 of the paper).")
+    p.add_argument("checkpoints", nargs="+", type=Path,
+                   help="checkpoint files; with --last, one run folder")
+    p.add_argument("--last", type=int, metavar="N",
+                   help="the N newest checkpoint-STEP.pt of the run folder given "
+                   "(train --keep-last N writes them)")
+    p.add_argument("--out", required=True, type=Path, help="the file to write")
+    p.set_defaults(run=run_average)
+
+
+def run_average(args) -> int:
+    from annotated_transformer.average import last_checkpoints, write_average
+
+    paths = args.checkpoints
+    if args.last is not None:
+        if len(paths) != 1 or not paths[0].is_dir():
+            raise UsageError("--last N takes one run folder (holding checkpoint-STEP.pt "
+                             "files)")
+        paths = last_checkpoints(paths[0], args.last)
+    state = write_average(paths, args.out)
+    print(f"averaged {len(paths)} checkpoints (steps "
+          f"{', '.join(map(str, state['averaged']['steps']))}); wrote {args.out}")
+    return 0
+
+
 # ---------------------------------------------------------------- entry
 
 def build_parser(prog: str = "python -m annotated_transformer") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_train, add_evaluate, add_translate, add_attention, add_export):
+    for add in (add_train, add_evaluate, add_translate, add_attention, add_export,
+                add_average):
         add(sub)
     return parser
 

@@ -16,8 +16,7 @@ from torch import Tensor
 
 from annotated_transformer.data.task import Task, pad_rows
 from annotated_transformer.data.vocab import EOS, SPECIALS
-from annotated_transformer.decode import decode_batch
-from annotated_transformer.model import DecoderOnlyTransformer
+from annotated_transformer.model import Model
 from annotated_transformer.plots import heatmap
 
 SHORT = {"<pad>": "·", "<bos>": "^", "<eos>": "$"}
@@ -45,31 +44,18 @@ def _labels(task: Task, ids: list[int]) -> list[str]:
 
 
 @torch.no_grad()
-def attention_maps(model: torch.nn.Module, task: Task, text: str) -> AttentionMaps:
+def attention_maps(model: Model, task: Task, text: str) -> AttentionMaps:
     """Decode ``text`` and collect every head's attention (see the module docstring)."""
     device = next(model.parameters()).device
     model.eval()
-    parts = model.parts
     src = pad_rows([task.source_ids(text)]).to(device)
-    output = decode_batch(model, task, src)[0].tolist()
+    output = model.generate(src, task.max_target_len)[0].tolist()  # greedy
     if EOS in output:
         output = output[: output.index(EOS) + 1]
-    if isinstance(model, DecoderOnlyTransformer):
-        sequence = torch.tensor([src[0].tolist() + output], device=device)
-        model(sequence, parts.causal_mask(sequence.size(1), device=device))
-        tokens = _labels(task, sequence[0].tolist())
-        return AttentionMaps(tokens, tokens, task.vocab.decode(output),
-                             decoder=[layer.self_attn.attention_weights[0].cpu()
-                                      for layer in model.layers])
-    tgt = torch.tensor([output], device=device)
-    memory = model.encode(src, parts.padding_mask(src, 0))
-    model.decode(memory, parts.padding_mask(src, 0), tgt,
-                 parts.causal_mask(tgt.size(1), device=device))
-    return AttentionMaps(
-        _labels(task, src[0].tolist()), _labels(task, output), task.vocab.decode(output),
-        encoder=[layer.self_attn.attention_weights[0].cpu() for layer in model.encoder_layers],
-        decoder=[layer.self_attn.attention_weights[0].cpu() for layer in model.decoder_layers],
-        cross=[layer.cross_attn.attention_weights[0].cpu() for layer in model.decoder_layers])
+    source_ids, output_ids, weights = model.read_attention(src, torch.tensor([output],
+                                                                             device=device))
+    return AttentionMaps(_labels(task, source_ids), _labels(task, output_ids),
+                         task.vocab.decode(output), **weights)
 
 
 def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = None) -> Figure:

@@ -13,16 +13,29 @@ The decoder-only ("generative") Transformer is the decoder without cross-attenti
         feed-forward (chapter 5's encoder layer, given the causal mask) -> logits [B, L, V]
 
 Which implementation each part comes from is a :class:`~annotated_transformer.parts.Parts`.
+
+Each kind of model owns what differs between the kinds (:class:`Model`): how a batch is
+taught (``teacher_forcing``, then ``loss``), how it decodes (``generate``), which decoding
+options it accepts, and which attention it has to show. Training, decoding, checkpoints
+and the command line ask the model, never which kind it is; :data:`MODELS` names the kinds
+as checkpoints save them, and :func:`model_for` picks the kind a task's data is laid out for.
 """
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import ClassVar
 
+import torch
 from torch import Tensor, nn
 
+from annotated_transformer.data.task import Task
+from annotated_transformer.data.vocab import BOS, EOS, PAD
 from annotated_transformer.parts import Parts, active_parts
+from annotated_transformer.sampling import complete
+from annotated_transformer.teacher_forcing import ModelBatch, language_model_batch
 
 
 def build_embeddings(
@@ -85,7 +98,69 @@ class TransformerConfig:
         return cls(vocab_size, vocab_size, **{**size, **changes})
 
 
-class EncoderDecoder(nn.Module):
+class UnsupportedDecoding(ValueError):
+    """A decoding option that this kind of model does not have (beam search on a
+    decoder-only model, sampling on an encoder-decoder)."""
+
+
+class Model(nn.Module, metaclass=ABCMeta):
+    """What every kind of model owns, so that nothing outside it asks which kind it is.
+
+    - ``kind``: its name in checkpoints; ``decoder_only``: it reads a task's prompt and
+      answer as one sequence (the layout of a task with ``decoder_only = True``).
+    - :meth:`teacher_forcing` turns ``(src, tgt)`` into the arguments of its forward pass
+      and the labels; :meth:`loss` runs the forward pass and scores the logits.
+    - :meth:`generate` decodes; :meth:`check_decoding` refuses an option it does not have.
+    - :meth:`read_attention` runs the forward pass that fills every attention's weights.
+    """
+
+    kind: ClassVar[str]
+    decoder_only: ClassVar[bool]
+    config: TransformerConfig
+    parts: Parts
+
+    @staticmethod
+    @abstractmethod
+    def longest_sequence(max_source_len: int, max_target_len: int) -> int:
+        """The most positions a sequence of this kind needs, for a task's longest pair."""
+
+    @abstractmethod
+    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> ModelBatch:
+        """``src [B, Ls]`` and ``tgt [B, Lt]`` of a task (on their device) as this model
+        reads them in training: its forward pass's arguments and the labels."""
+
+    def loss(self, batch: ModelBatch, loss_fn: nn.Module, net: nn.Module | None = None
+             ) -> Tensor:
+        """The mean of ``loss_fn`` over the scored labels of ``batch`` (a scalar on its
+        device): logits ``[B, L, V]`` against labels ``[B, L]``, flattened to ``[B*L, V]``
+        and ``[B*L]``. ``net`` runs the forward pass: this model (the default) or its
+        ``DistributedDataParallel`` wrapper, which must see the call to average the
+        gradients. How many labels are scored is ``batch.num_tokens()``."""
+        net = self if net is None else net
+        logits = net(*batch.args)  # [B, L, V]
+        return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+
+    @abstractmethod
+    def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
+                       top_k: int | None = None) -> None:
+        """Raise :class:`UnsupportedDecoding`, saying why, for an option this kind lacks."""
+
+    @abstractmethod
+    def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
+                 temperature: float = 0.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """The model's outputs ``[B, <= max_len]`` for the inputs ``src [B, Ls]`` of a task."""
+
+    @abstractmethod
+    def read_attention(self, src: Tensor, output: Tensor
+                       ) -> tuple[list[int], list[int], dict[str, list[Tensor]]]:
+        """Run the forward pass on one input ``src [1, Ls]`` and its decoded ``output
+        [1, Lt]``; return the ids along the source axis, those along the output axis, and
+        every attention's weights, per kind (``"encoder"``, ``"decoder"``, ``"cross"``) a
+        list of ``[H, queries, keys]`` per layer, on the CPU."""
+
+
+class EncoderDecoder(Model):
     """The Transformer: ``encode``, ``decode`` and ``generator``, built from ``parts``.
 
     ``forward(src, tgt_input, src_mask, tgt_mask)`` returns logits ``[B, Lt, V]``;
@@ -102,7 +177,7 @@ class EncoderDecoder(nn.Module):
                                           parts=parts)
         self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
                                           parts=parts)
-        self.encoder_layers = nn.ModuleList(  # each binds its attention from these parts
+        self.encoder_layers = nn.ModuleList(
             [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
              for _ in range(c.num_layers)])
         self.decoder_layers = nn.ModuleList(
@@ -143,8 +218,64 @@ class EncoderDecoder(nn.Module):
         """``src [B, Ls]``, ``tgt [B, Lt]`` -> logits ``[B, Lt, V]``."""
         return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
 
+    kind = "encoder-decoder"
+    decoder_only = False
 
-class DecoderOnlyTransformer(nn.Module):
+    @staticmethod
+    def longest_sequence(max_source_len: int, max_target_len: int) -> int:
+        """The source and the target have positions of their own: the longer of the two."""
+        return max(max_source_len, max_target_len)
+
+    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> ModelBatch:
+        """Chapter 6's ``make_batch`` of this model's parts: ``args = (src, tgt_input,
+        src_mask, tgt_mask)``, ``labels = tgt_labels`` (the target shifted by one)."""
+        parts = self.parts
+        batch = parts.make_batch(src, tgt, PAD)
+        return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
+                          batch.tgt_labels)
+
+    def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
+                       top_k: int | None = None) -> None:
+        """Greedy or beam search; sampling is for decoder-only models."""
+        if temperature or top_k is not None:
+            raise UnsupportedDecoding(
+                "sampling (--temperature, --top-k) is for decoder-only models; this one is an "
+                "encoder-decoder (decode greedily, or with --beam)")
+
+    @torch.no_grad()
+    def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
+                 temperature: float = 0.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """``src [B, Ls]`` -> outputs ``[B, <= max_len]`` starting with BOS: chapter 6's
+        ``greedy_decode``, or chapter 7's ``beam_search`` with ``beam_size`` beams, from
+        this model's parts."""
+        self.check_decoding(beam_size, temperature, top_k)
+        parts = self.parts
+        src_mask = parts.padding_mask(src, PAD)
+        if beam_size is None:
+            return parts.greedy_decode(self, src, src_mask, max_len, BOS, EOS, PAD)
+        return parts.beam_search(self, src, src_mask, max_len, BOS, EOS, PAD,
+                                 beam_size=beam_size)
+
+    @torch.no_grad()
+    def read_attention(self, src: Tensor, output: Tensor
+                       ) -> tuple[list[int], list[int], dict[str, list[Tensor]]]:
+        """Encoder self-attention (source over source), decoder self-attention (output over
+        output) and cross-attention (output over source)."""
+        parts = self.parts
+        src_mask = parts.padding_mask(src, PAD)
+        memory = self.encode(src, src_mask)
+        self.decode(memory, src_mask, output,
+                    parts.causal_mask(output.size(1), device=output.device))
+        def weights(layers, name: str) -> list[Tensor]:
+            return [getattr(layer, name).attention_weights[0].cpu() for layer in layers]
+        return src[0].tolist(), output[0].tolist(), {
+            "encoder": weights(self.encoder_layers, "self_attn"),
+            "decoder": weights(self.decoder_layers, "self_attn"),
+            "cross": weights(self.decoder_layers, "cross_attn")}
+
+
+class DecoderOnlyTransformer(Model):
     """A language model: the decoder without cross-attention, built from ``parts``.
 
     A decoder layer without its cross-attention is self-attention and a feed-forward
@@ -181,6 +312,60 @@ class DecoderOnlyTransformer(nn.Module):
         for layer in self.layers:
             x = layer(x, mask)
         return self.generator(self.norm(x))
+
+    kind = "decoder-only"
+    decoder_only = True
+
+    @staticmethod
+    def longest_sequence(max_source_len: int, max_target_len: int) -> int:
+        """The prompt and the answer are one sequence: their lengths add up."""
+        return max_source_len + max_target_len
+
+    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> ModelBatch:
+        """The prompt ``src`` and the answer ``tgt`` joined
+        (:func:`~annotated_transformer.teacher_forcing.language_model_batch`): ``args =
+        (tokens, mask)`` with chapter 4's ``target_mask``, ``labels`` the next tokens with
+        the prompt's set to PAD (only the answer is scored)."""
+        parts = self.parts
+        inputs, labels = language_model_batch(src, tgt)
+        return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
+
+    def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
+                       top_k: int | None = None) -> None:
+        """Greedy completion or sampling; beam search is for encoder-decoder models."""
+        if beam_size is not None:
+            raise UnsupportedDecoding(
+                "beam search (--beam) is for encoder-decoder models; this one is "
+                "decoder-only (use --temperature and --top-k to sample)")
+
+    def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
+                 temperature: float = 0.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """The continuations ``[B, <= max_len]`` of the prompts ``src [B, Lp]``, EOS
+        included (:func:`~annotated_transformer.sampling.complete`): greedy when
+        ``temperature`` is 0, otherwise sampled over the ``top_k`` likeliest tokens."""
+        self.check_decoding(beam_size, temperature, top_k)
+        return complete(self, src, max_len, temperature, top_k, generator)
+
+    @torch.no_grad()
+    def read_attention(self, src: Tensor, output: Tensor
+                       ) -> tuple[list[int], list[int], dict[str, list[Tensor]]]:
+        """Causal self-attention over the prompt followed by the output, on both axes."""
+        sequence = torch.cat([src, output.to(src.dtype)], dim=1)  # [1, Lp + Lt]
+        parts = self.parts
+        self(sequence, parts.causal_mask(sequence.size(1), device=sequence.device))
+        ids = sequence[0].tolist()
+        return ids, ids, {"decoder": [layer.self_attn.attention_weights[0].cpu()
+                                      for layer in self.layers]}
+
+
+MODELS: dict[str, type[Model]] = {m.kind: m for m in (EncoderDecoder, DecoderOnlyTransformer)}
+
+
+def model_for(task: Task) -> type[Model]:
+    """The kind of model that reads ``task``'s data: the one laid out like it (a prompt and
+    an answer as one sequence, or a source and a target)."""
+    return next(m for m in MODELS.values() if m.decoder_only == task.decoder_only)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,10 +1,12 @@
-"""Which implementation each chapter's parts come from.
+"""Where each chapter's parts come from.
 
-A :class:`Parts` names a *source* per chapter: ``"solutions"`` (the reference),
-``"exercises"`` (the learner's), ``"fast"`` (the reference on PyTorch's fused
-kernels, :mod:`annotated_transformer.fast_parts`), or a folder holding ``chNN_*.py``
-files (a submission elsewhere, freshly generated stubs). Anything is looked up by the
-name the syllabus gives it::
+A *source* is where one chapter's file is read from, and a :class:`Parts` is made of
+sources, one per chapter (``--parts`` on the command line and in the grader names the
+source of every chapter). A source is ``"solutions"`` (the reference), ``"exercises"``
+(the learner's), ``"fast"`` (the reference on PyTorch's fused kernels,
+:mod:`annotated_transformer.fast_parts`), or a folder holding ``chNN_*.py`` files (a
+submission elsewhere, freshly generated stubs). Anything is looked up by the name the
+syllabus gives it::
 
     parts = Parts.reference().with_chapter(4, "exercises")  # my masks, reference rest
     pe = parts.PositionalEncoding(d_model=64)               # chapter 1, from solutions
@@ -237,7 +239,7 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
 
 @dataclass(frozen=True)
 class Parts:
-    """The source of each chapter's parts: ``default`` unless ``chapters`` names another.
+    """One source per chapter: ``default`` unless ``chapters`` names another.
 
     In a student release, ``"solutions"`` (given or by default) becomes ``"exercises"``.
     """

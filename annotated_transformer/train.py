@@ -32,13 +32,11 @@ from tqdm import tqdm
 from annotated_transformer import checkpoint, distributed
 from annotated_transformer.data.batching import TokenBatches
 from annotated_transformer.data.copy import CopyTask
-from annotated_transformer.data.task import Task, pad_rows
-from annotated_transformer.data.vocab import BOS, EOS, PAD
-from annotated_transformer.decode import complete
-from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
+from annotated_transformer.data.task import Task
+from annotated_transformer.data.vocab import PAD
+from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig
 from annotated_transformer.parts import Parts
-
-Model = EncoderDecoder | DecoderOnlyTransformer
+from annotated_transformer.teacher_forcing import ModelBatch
 
 
 @dataclass
@@ -79,6 +77,7 @@ class Runtime:
     resume: bool = False  # continue from out/checkpoint.pt
     progress: bool = False  # a tqdm progress bar
     log_every: int = 10  # steps between metrics lines
+    keep_last: int = 0  # also keep the last N checkpoints as checkpoint-STEP.pt (averaging)
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -151,80 +150,25 @@ def check_same_schedule(state: dict, config: TrainConfig, model: Model) -> None:
             f"--lr-factor, or start a new run")
 
 
-def language_model_batch(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
-    """Decoder-only teacher forcing: ``prompt [B, Lp]`` and ``answer [B, La]`` (both padded)
-    joined per row into one sequence; returns ``(inputs, labels)``, both ``[B, L-1]``:
-    the sequence without its last token, and without its first with every prompt label
-    set to PAD (only the answer is scored)."""
-    rows, labels = [], []
-    for p, a in zip(prompt.tolist(), answer.tolist(), strict=True):
-        p = [t for t in p if t != PAD]
-        a = [t for t in a if t != PAD]
-        rows.append(p + a)
-        labels.append([PAD] * (len(p) - 1) + a)
-    sequence, labels = pad_rows(rows), pad_rows(labels)
-    return sequence[:, :-1].to(prompt.device), labels[:, : sequence.size(1) - 1].to(prompt.device)
-
-
-@dataclass
-class ModelBatch:
-    """A batch as the model reads it: ``args`` for its forward pass (encoder-decoder:
-    ``src [B, Ls], tgt_input [B, Lt], src_mask [B, 1, 1, Ls], tgt_mask [B, 1, Lt, Lt]``;
-    decoder-only: ``tokens [B, L], mask [B, 1, L, L]``) and the ``labels [B, Lt]`` that its
-    logits ``[B, Lt, V]`` are scored against (PAD is not scored). Every tensor is batch
-    first."""
-
-    args: tuple[Tensor, ...]
-    labels: Tensor
-
-    def rows(self, start: int, step: int) -> ModelBatch:
-        """Rows ``start, start + step, ...`` of every tensor (one process's share)."""
-        return ModelBatch(tuple(a[start::step] for a in self.args), self.labels[start::step])
-
-    def to(self, device: torch.device) -> ModelBatch:
-        """On ``device``. To a GPU the tensors go through pinned memory with
-        ``non_blocking=True``: the copy is queued behind the work already there, and the
-        host goes on without waiting for it."""
-        if device.type != "cuda":
-            return ModelBatch(tuple(a.to(device) for a in self.args), self.labels.to(device))
-
-        def move(tensor: Tensor) -> Tensor:
-            if tensor.device.type == "cpu":
-                tensor = tensor.pin_memory()
-            return tensor.to(device, non_blocking=True)
-        return ModelBatch(tuple(move(a) for a in self.args), move(self.labels))
-
-    def num_tokens(self) -> int:
-        """The labels that are scored (read back from the device when they are on one)."""
-        return int((self.labels != PAD).sum())
-
-
 def model_batch(model: Model, src: Tensor, tgt: Tensor) -> ModelBatch:
-    """Teacher forcing for ``model``'s kind, on ``src [B, Ls]`` and ``tgt [B, Lt]``'s device:
-    chapter 6's ``make_batch`` for an encoder-decoder, :func:`language_model_batch` and
-    chapter 4's ``target_mask`` for a decoder-only model, both from the model's parts."""
-    parts = model.parts
-    if isinstance(model, DecoderOnlyTransformer):
-        inputs, labels = language_model_batch(src, tgt)
-        return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
-    batch = parts.make_batch(src, tgt, PAD)
-    return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
-                      batch.tgt_labels)
+    """Teacher forcing for ``model`` on ``src [B, Ls]`` and ``tgt [B, Lt]``'s device: the
+    model's own :meth:`~annotated_transformer.model.Model.teacher_forcing`."""
+    return model.teacher_forcing(src, tgt)
 
 
 def model_loss(model: Model, net: nn.Module, batch: ModelBatch, loss_fn: nn.Module) -> Tensor:
     """The mean loss per scored label of ``batch`` (a scalar on its device); ``net`` runs
-    the forward pass: the model itself or its DDP wrapper."""
-    logits = net(*batch.args)  # [B, L, V]
-    return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+    the forward pass: the model itself or its DDP wrapper
+    (:meth:`~annotated_transformer.model.Model.loss`)."""
+    return model.loss(batch, loss_fn, net)
 
 
 def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
                     loss_fn: nn.Module) -> tuple[Tensor, int]:
     """The mean loss of a batch and how many target tokens it scores (read back to the
     host: for evaluation, not for the training step)."""
-    batch = model_batch(model, src, tgt)
-    return model_loss(model, net, batch, loss_fn), batch.num_tokens()
+    batch = model.teacher_forcing(src, tgt)
+    return model.loss(batch, loss_fn, net), batch.num_tokens()
 
 
 def train_step(model: Model, batch: ModelBatch, loss_fn: nn.Module,
@@ -242,7 +186,7 @@ def train_step(model: Model, batch: ModelBatch, loss_fn: nn.Module,
     net = model if net is None else net
     model.train()
     with autocast(batch.labels.device, precision):
-        loss = model_loss(model, net, batch, loss_fn)
+        loss = model.loss(batch, loss_fn, net)
     optimizer.zero_grad(set_to_none=True)
     (loss * weight * distributed.world_size()).backward()  # DDP averages over processes
     if clip_norm:
@@ -301,7 +245,6 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     fraction of sequences that greedy decoding reproduces exactly (in chunks of
     ``batch_size`` rows of similar length)."""
     model.eval()
-    parts = model.parts
     losses, tokens, correct = 0.0, 0, 0
     # Batching by length: rows sorted by length, so that each chunk, trimmed, has little padding.
     order = torch.argsort((src != PAD).sum(dim=1), stable=True)
@@ -310,11 +253,7 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
         with autocast(s.device, precision), eager():
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
-            if isinstance(model, DecoderOnlyTransformer):
-                decoded = complete(model, s, t.size(1))
-            else:
-                src_mask = parts.padding_mask(s, PAD)
-                decoded = parts.greedy_decode(model, s, src_mask, t.size(1), BOS, EOS, PAD)
+            decoded = model.generate(s, t.size(1))  # greedy
         losses += loss.item() * n
         tokens += n
         width = max(decoded.size(1), t.size(1))
@@ -406,7 +345,7 @@ def train(model: Model, task: Task, config: TrainConfig,
         lr = scheduler.get_last_lr()[0]
         # The global batch, its masks and its token counts are made on the host; each
         # process trains on its own rows, weighted by its share of the scored tokens.
-        batch = model_batch(model, *next(batches))
+        batch = model.teacher_forcing(*next(batches))
         total = batch.num_tokens()
         mine = batch.rows(rank, world)
         weight = mine.num_tokens() / max(total, 1)
@@ -442,6 +381,9 @@ def train(model: Model, task: Task, config: TrainConfig,
                     checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, model, task,
                                              config, step, optimizer, scheduler, generator,
                                              history)
+                    if runtime.keep_last:  # copies for `average` (average.py)
+                        from annotated_transformer.average import keep_copy
+                        keep_copy(runtime.out, step, runtime.keep_last)
             distributed.barrier()
     bar.close()
     metrics.close()

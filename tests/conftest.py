@@ -1,9 +1,10 @@
-"""Choose the implementation the graded tests run against, and keep every test independent.
+"""Choose the parts the graded tests run against (``--parts``); keep every test independent.
 
-``--impl`` takes a comma-separated list of sources: ``solutions`` (the default, or
-``exercises`` in a student release, which has no reference), ``exercises``, a folder of
-``chNN_*.py`` files, or ``variants`` (every wrong and right variant of each chapter, each
-against its own exercise's tests). A graded test module sets ``CHAPTER`` and
+``--parts`` takes a comma-separated list of the parts to grade, each graded on its own:
+``solutions`` (the default, or ``exercises`` in a student release, which has no
+reference), ``exercises``, a folder of ``chNN_*.py`` files, or ``variants`` (every wrong
+and right variant of each chapter, each against its own exercise's tests). ``--impl`` is
+its earlier name, still accepted. A graded test module sets ``CHAPTER`` and
 ``EXERCISES`` and asks for the ``learner`` fixture: a handle on the code under test,
 which runs in a separate worker process (:mod:`annotated_transformer.grading.sandbox`).
 A test hands ``learner.run`` a *probe*, a small function of the test file that calls the
@@ -25,6 +26,7 @@ and a hard-coded answer fails.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import random
 from collections.abc import Iterator, Mapping
@@ -48,11 +50,13 @@ TRUSTED = ("solutions",)  # the course's own sources; variants are trusted too
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--impl",
+        "--parts",
         default="solutions" if has_reference() else "exercises",
-        help="comma-separated sources to grade: solutions (default; exercises in a "
+        help="comma-separated parts to grade: solutions (default; exercises in a "
         "student release), exercises, a folder of chNN_*.py files, or variants",
     )
+    parser.addoption("--impl", dest="parts", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)  # the earlier name of --parts
     parser.addoption(
         "--grade-seed",
         type=int,
@@ -75,11 +79,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _learner_dir(spec: str) -> Path | None:
-    """The folder of a learner's source, None for the course's own code."""
-    if spec in TRUSTED or spec.startswith("variant:"):
+def _learner_dir(parts: str) -> Path | None:
+    """The folder of a learner's parts, None for the course's own code."""
+    if parts in TRUSTED or parts.startswith("variant:"):
         return None
-    return (EXERCISES_DIR if spec == "exercises" else Path(spec)).resolve()
+    return (EXERCISES_DIR if parts == "exercises" else Path(parts)).resolve()
 
 
 @cache
@@ -96,20 +100,20 @@ def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
 
 
 @cache
-def _violations(spec: str) -> Mapping[int | None, list]:
+def _violations(parts: str) -> Mapping[int | None, list]:
     from annotated_transformer.grading import source_rules
 
-    folder = _learner_dir(spec)
+    folder = _learner_dir(parts)
     assert folder is not None
     if not folder.is_dir():
-        raise pytest.UsageError(f"--impl {spec}: no such folder")
+        raise pytest.UsageError(f"--parts {parts}: no such folder")
     return source_rules.check_folder(folder, _forbidden_names())
 
 
-def _blocked(spec: str) -> Mapping[int, str]:
+def _blocked(parts: str) -> Mapping[int, str]:
     """Chapter files that break a rule for every exercise: never imported in the worker."""
     blocked: dict[int, str] = {}
-    for chapter, found in _violations(spec).items():
+    for chapter, found in _violations(parts).items():
         general = [v for v in found if v.exercise is None]
         if chapter is not None and general:
             blocked[chapter] = _say(general[0])
@@ -129,7 +133,7 @@ def pytest_configure(config: pytest.Config) -> None:
     does not). The others start when first needed, one at a time."""
     pool = WorkerPool(_learner_dir, _blocked, user=config.getoption("--grade-user"))
     config.stash[POOL] = pool
-    first = config.getoption("--impl").split(",")[0]
+    first = config.getoption("--parts").split(",")[0]
     if config.getoption("--grade-report", None) and not config.option.collectonly and first:
         try:
             pool.start("solutions" if first == "variants" else first)
@@ -153,28 +157,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     chapter = metafunc.module.CHAPTER
     marker = metafunc.definition.get_closest_marker("grade")
     exercise = marker.args[0] if marker else None
-    specs: list[str] = []
-    for spec in metafunc.config.getoption("--impl").split(","):
-        if spec == "variants":
+    chosen: list[str] = []
+    for parts in metafunc.config.getoption("--parts").split(","):
+        if parts == "variants":
             import variants  # the course's own check of its tests; a student release has none
 
-            specs += [f"variant:{v.name}" for v in variants.for_chapter(chapter)
-                      if v.exercise == exercise]
-        elif spec:
-            specs.append(spec)
-    ids = [Path(s).name if s not in ("solutions", "exercises") and "/" in s else s for s in specs]
-    metafunc.parametrize("learner", specs, ids=ids, indirect=True)
+            chosen += [f"variant:{v.name}" for v in variants.for_chapter(chapter)
+                       if v.exercise == exercise]
+        elif parts:
+            chosen.append(parts)
+    ids = [Path(s).name if s not in ("solutions", "exercises") and "/" in s else s for s in chosen]
+    metafunc.parametrize("learner", chosen, ids=ids, indirect=True)
 
 
 @pytest.fixture
 def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
-    """The code under test of the test's chapter, from the source chosen by ``--impl``."""
-    spec: str = request.param
+    """The code under test of the test's chapter, from the parts chosen by ``--parts``."""
+    parts: str = request.param
     chapter: int = request.module.CHAPTER
     marker = request.node.get_closest_marker("grade")
     exercise = marker.args[0] if marker else None
-    if _learner_dir(spec) is not None:
-        found = _violations(spec)
+    if _learner_dir(parts) is not None:
+        found = _violations(parts)
         # A file of the folder that is no chapter's (a helper, __init__.py) concerns all.
         own = [v for v in [*found.get(chapter, []), *found.get(None, [])]
                if v.exercise in (None, exercise)]
@@ -186,7 +190,7 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
     limit = request.node.get_closest_marker("timeout")
     if limit and limit.args:
         timeout = max(timeout, float(limit.args[0]) - 10)
-    return Learner(_workers, spec, chapter, exercise,
+    return Learner(_workers, parts, chapter, exercise,
                    tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
                    request.config.getoption("--grade-seed"), timeout)
 

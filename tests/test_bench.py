@@ -8,22 +8,28 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from annotated_transformer import bench
+from annotated_transformer.bench.command import main
+from annotated_transformer.bench.contenders import CONTENDERS, REFERENCE, TorchTransformer, Trainer
+from annotated_transformer.bench.goals import goals as check_goals
+from annotated_transformer.bench.gpu import cuda_section
+from annotated_transformer.bench.profiling import PHASES
+from annotated_transformer.bench.report import gpu_lines
+from annotated_transformer.bench.shapes import Shape, model_flops
 from annotated_transformer.data.vocab import PAD
 
-SMALL = bench.Shape("small", d_model=32, num_heads=4, num_layers=2, d_ff=64, vocab=17,
-                    batch=3, length=6)
+SMALL = Shape("small", d_model=32, num_heads=4, num_layers=2, d_ff=64, vocab=17, batch=3,
+              length=6)
 
 
-@pytest.mark.parametrize("contender", bench.CONTENDERS)
+@pytest.mark.parametrize("contender", CONTENDERS)
 def test_the_flop_count_is_what_pytorch_counts(contender):
     """Our count of matrix-product FLOPs equals PyTorch's own counter on every contender."""
-    trainer = bench.Trainer(contender, SMALL, torch.device("cpu"))
-    batch = bench.REFERENCE.make_batch(trainer.src, trainer.tgt, PAD)
+    trainer = Trainer(contender, SMALL, torch.device("cpu"))
+    batch = REFERENCE.make_batch(trainer.src, trainer.tgt, PAD)
     with FlopCounterMode(display=False) as counter:
         logits = trainer.model(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)
         trainer.loss_fn(logits.reshape(-1, SMALL.vocab), batch.tgt_labels.reshape(-1)).backward()
-    assert counter.get_total_flops() == bench.model_flops(SMALL)
+    assert counter.get_total_flops() == model_flops(SMALL)
 
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
@@ -31,8 +37,8 @@ def test_nn_transformer_gets_the_same_masks_and_decodes():
     """The ``nn.Transformer`` contender reads the course's masks (True = allowed): a padded
     source key changes nothing it may not see, and greedy decoding runs it."""
     torch.manual_seed(0)
-    model = bench.TorchTransformer(SMALL.config(dropout=0.0)).eval()
-    parts = bench.REFERENCE
+    model = TorchTransformer(SMALL.config(dropout=0.0)).eval()
+    parts = REFERENCE
     src = torch.randint(3, 17, (2, 6))
     tgt = torch.randint(3, 17, (2, 5))
     src_mask, tgt_mask = parts.padding_mask(src, PAD), parts.target_mask(tgt, PAD)
@@ -49,16 +55,16 @@ def test_nn_transformer_gets_the_same_masks_and_decodes():
 @pytest.mark.timeout(600)
 def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
     path, image, table = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "bench.md"
-    assert bench.main(["--quick", "--threads", "1", "--json", str(path), "--plot",
-                       str(image), "--markdown", str(table)]) == 0
+    assert main(["--quick", "--threads", "1", "--json", str(path), "--plot",
+                 str(image), "--markdown", str(table)]) == 0
     report = json.loads(path.read_text())
     assert {"environment", "quick", "rounds", "ceiling", "throughput", "attention",
             "copy_task", "cuda", "goals", "seconds"} <= set(report)
     assert report["quick"] is True and report["ceiling"]["gflops"] > 0
     assert set(report["throughput"]) == {"copy", "medium", "base"}
-    compiled = {f"{name}+compile" for name in bench.CONTENDERS}
+    compiled = {f"{name}+compile" for name in CONTENDERS}
     for shape, entry in report["throughput"].items():
-        expected = set(bench.CONTENDERS) | (compiled if shape == "copy" else set())
+        expected = set(CONTENDERS) | (compiled if shape == "copy" else set())
         assert set(entry["contenders"]) == expected
         for stats in entry["contenders"].values():
             assert {"median", "min", "max", "spread", "ratio_to_torch", "utilisation",
@@ -95,7 +101,7 @@ def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
                                            (["--max-tokens", "5"], "--max-tokens")])
 def test_bad_arguments_are_refused(capsys, argv, message):
     with pytest.raises(SystemExit):
-        bench.main(argv)
+        main(argv)
     assert message in capsys.readouterr().err
 
 
@@ -104,17 +110,17 @@ def test_bad_arguments_are_refused(capsys, argv, message):
 def test_the_gpu_section_runs_and_reports(capsys):
     """The GPU section's code, run on the CPU in fp32 (a CPU computes bf16 slowly): the
     paper-scale step's six contenders and the dates recipe, and their Markdown."""
-    cuda = bench.cuda_section(torch.device("cpu"), quick=True, rounds=1, log=lambda _: None,
-                              precision="fp32")
-    names = set(bench.CONTENDERS) | {f"{name}+compile" for name in bench.CONTENDERS}
+    cuda = cuda_section(torch.device("cpu"), quick=True, rounds=1, log=lambda _: None,
+                        precision="fp32")
+    names = set(CONTENDERS) | {f"{name}+compile" for name in CONTENDERS}
     assert set(cuda["contenders"]) == names
     assert all(stats["mfu"] > 0 and stats["median"] > 0 for stats in cuda["contenders"].values())
     assert set(cuda["dates"]) == {"eager"} and 0 <= cuda["dates"]["eager"]["exact_match"] <= 1
-    lines = "\n".join(bench.gpu_lines(cuda, {name: name for name in names}))
+    lines = "\n".join(gpu_lines(cuda, {name: name for name in names}))
     assert "not measured" not in lines and "| fast+compile |" in lines and "| eager |" in lines
     report = {"throughput": {}, "environment": {"device": "cuda"}, "copy_task": {},
               "cuda": cuda}
-    goals = bench.goals(report)
+    goals = check_goals(report)
     assert goals["fast_compiled_bf16_mfu_at_least_40%_gpu"]["value"] == pytest.approx(
         cuda["contenders"]["fast+compile"]["mfu"])
     assert goals["reference_compiled_at_least_1x_gpu"]["value"] == pytest.approx(
@@ -124,11 +130,11 @@ def test_the_gpu_section_runs_and_reports(capsys):
 
 def test_the_profile_times_every_phase_of_the_step(tmp_path, capsys):
     path = tmp_path / "profile.json"
-    assert bench.main(["--profile", "--quick", "--threads", "1", "--json", str(path)]) == 0
+    assert main(["--profile", "--quick", "--threads", "1", "--json", str(path)]) == 0
     profiles = json.loads(path.read_text())
     assert [p["parts"] for p in profiles] == ["solutions", "fast"]
     for p in profiles:
-        assert list(p["phases_ms"]) == list(bench.PHASES)
+        assert list(p["phases_ms"]) == list(PHASES)
         assert all(ms > 0 for ms in p["phases_ms"].values())
         assert sum(p["phases_ms"].values()) <= 1.05 * p["step_ms"], "phases overlap"
         assert any(op["name"] in ("aten::mm", "aten::addmm") for op in p["operators"])

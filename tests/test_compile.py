@@ -56,7 +56,7 @@ def pairs(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("task", sorted(set(TASKS) - {"translation"}))  # its own file
 def test_train_compile_trains_every_task_as_eager_does(capsys, tmp_path, pairs, task):
     counters.clear()
     CALLS.clear()

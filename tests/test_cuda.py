@@ -68,7 +68,7 @@ def pairs(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("task", sorted(set(TASKS) - {"translation"}))  # its own file
 def test_every_task_trains_compiled_in_bf16(capsys, tmp_path, pairs, task):
     """``train --precision bf16 --compile`` (Inductor, Triton kernels), a few steps."""
     argv = ["train", "--task", task, "--device", "cuda", "--precision", "bf16", "--compile",

@@ -49,8 +49,8 @@ def test_wrong_variants_fail_and_right_variants_pass():
     records = grade.run_tests(None, "variants")
     by_variant: dict[str, list[dict]] = defaultdict(list)
     for record in records:
-        if record["impl"]:  # tests no variant stands for (the capstone) have no implementation
-            by_variant[record["impl"].removeprefix("variant:")].append(record)
+        if record["parts"]:  # tests no variant stands for (the capstone) have no implementation
+            by_variant[record["parts"].removeprefix("variant:")].append(record)
     problems = []
     for chapter in CHAPTERS:
         for variant in variants.for_chapter(chapter):
@@ -112,7 +112,7 @@ def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
 def test_command_line_table_and_json(tmp_path):
     path = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
-                           "--impl", "solutions", "--json", str(path)],
+                           "--parts", "solutions", "--json", str(path)],
                           capture_output=True, text=True, check=True)
     assert "1.1" in done.stdout and "passed" in done.stdout and "Total:" in done.stdout
     data = json.loads(path.read_text())
@@ -132,7 +132,7 @@ def test_reports_and_fail_under(tmp_path):
 
     stubs.write_stubs(tmp_path / "stubs")
     command = [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
-               "--impl", str(tmp_path / "stubs"), "--junit", str(tmp_path / "r.xml"),
+               "--parts", str(tmp_path / "stubs"), "--junit", str(tmp_path / "r.xml"),
                "--markdown", str(tmp_path / "r.md"), "--seed", "7"]
     assert subprocess.run(command, capture_output=True).returncode == 0, "grading exits 0"
     failing = subprocess.run(command + ["--fail-under", "50"], capture_output=True, text=True)
@@ -259,7 +259,7 @@ def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_pa
     (root / "conftest.py").write_text(PASS_EVERYTHING)
     stubs.write_stubs(root / "mine")
     done = subprocess.run(
-        [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1", "--impl", "mine",
+        [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1", "--parts", "mine",
          "--verify-manifest", str(tmp_path / "manifest.json"), "--json", "r.json",
          "--junit", "r.xml", "--markdown", "r.md"],
         cwd=root, capture_output=True, text=True)  # the copy's own grader, from its folder
@@ -345,7 +345,7 @@ def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
     target = tmp_path / "ch03_multi_head.py"
     target.write_text(target.read_text().replace("out_proj", "output_proj"))
     done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "5",
-                           "--impl", str(tmp_path), "--json", str(tmp_path / "r.json")],
+                           "--parts", str(tmp_path), "--json", str(tmp_path / "r.json")],
                           capture_output=True, text=True, cwd=grade.ROOT)
     assert done.returncode == 0, done.stderr
     rows = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["exercises"]}
@@ -367,8 +367,8 @@ def test_each_named_mistake_gets_its_message():
                               extra_args=("-k", " or ".join(v.name for v in named)))
     by_variant: dict[str, list[dict]] = defaultdict(list)
     for record in records:
-        if record["impl"]:
-            by_variant[record["impl"].removeprefix("variant:")].append(record)
+        if record["parts"]:
+            by_variant[record["parts"].removeprefix("variant:")].append(record)
     problems = []
     for variant in named:
         rows = grade.summarize(by_variant[variant.name])
@@ -388,13 +388,13 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     test_file = grade.chapter_test_files([6])[6]
     key = cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file)
     record = {"test": "t", "exercise": "6.5", "chapter": 6, "title": "Capstone", "points": 5,
-              "impl": str(tmp_path), "outcome": "passed", "message": ""}
+              "parts": str(tmp_path), "outcome": "passed", "message": ""}
     folder = tmp_path / "cache"
     assert not cache.store(folder, "6.5", key, [{**record, "outcome": "error"}]), "errors: never"
     assert not cache.store(folder, "6.5", key, [{**record, "outcome": "timeout"}])
     runs = []
 
-    def run_tests(chapters, impl, **options):  # the capstone's run, without its training
+    def run_tests(chapters, parts, **options):  # the capstone's run, without its training
         runs.append(options["exercises"])
         return [record]
 

@@ -4,7 +4,7 @@ Each submission is a folder of freshly generated stubs whose chapter 2 file is t
 reference with one change: a way to get exercise 2.1's points without writing softmax
 (the forbidden op by another road, the reference within reach, changing the judge), or a
 way to break the grader (a crash, a cut report, floods). All are graded in one run of the
-grader (``--impl`` takes several folders); the controls are an untouched submission and
+grader (``--parts`` takes several folders); the controls are an untouched submission and
 honest ones. What a submission may earn: nothing for 2.1 when it cheats; where the other
 exercises of the chapter are the reference's own lines, they may keep their points.
 """
@@ -135,7 +135,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
     by_folder: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     names = {str(folder): name for name, folder in folders.items()}
     for record in records:
-        by_folder[names[record["impl"]]][record["exercise"]].append(record)
+        by_folder[names[record["parts"]]][record["exercise"]].append(record)
     yield by_folder
     shutil.rmtree(root, ignore_errors=True)
 

@@ -208,7 +208,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
         stubs.write_stubs(folder)
         (folder / "ch02_attention.py").write_text(text)
         course = grade.summarize(grade.run_tests([2], str(folder), seed=5))
-        done = run(python, out, "-m", "annotated_transformer.grade", "--impl", str(folder),
+        done = run(python, out, "-m", "annotated_transformer.grade", "--parts", str(folder),
                    "--chapter", "2", "--seed", "5", "--json", str(tmp_path / f"{name}.json"))
         assert done.returncode == 0, done.stdout + done.stderr
         released = json.loads((tmp_path / f"{name}.json").read_text())["exercises"]

@@ -188,7 +188,7 @@ def check_grading_step(steps: list[dict], workflow_name: str) -> list[str]:
         problems.append(f"the grader does not run as root ({' '.join(AS_ROOT)})")
     if not args.no_cache:
         problems.append("the grading run may reuse a cached result: pass --no-cache")
-    if command.workdir != ".course" or args.impl != "../exercises":
+    if command.workdir != ".course" or args.parts != "../exercises":
         problems.append("the grading run does not grade ../exercises from .course")
     if not args.json:
         problems.append("the grading run writes no JSON report")
@@ -591,7 +591,7 @@ def test_a_classroom_step_gives_points_only_from_a_finished_grading(tmp_path):
 def test_a_huge_message_gives_small_reports():
     message = "x" * 50_000_000 + "\x00\x1b[2J"
     records = [{"test": "test_a", "exercise": "1.1", "chapter": 1, "title": "first",
-                "points": 7, "impl": "exercises", "outcome": "failed", "message": message}]
+                "points": 7, "parts": "exercises", "outcome": "failed", "message": message}]
     rows = grade.summarize(records)
     assert len(rows[0].message) <= grade.MESSAGE_LIMIT and "[... cut: " in rows[0].message
     junit = grade.format_junit(records, seed=1)

@@ -1,7 +1,10 @@
-"""Tasks, generated offline and deterministically from a seed: nothing is downloaded.
+"""Tasks: generated offline and deterministically from a seed, a user's file, or a corpus.
 
 ``make_task("dates")``, ``make_task("addition", max_digits=3)``,
-``make_task("tsv", path="pairs.tsv")``: every task has the interface of :class:`Task`.
+``make_task("tsv", path="pairs.tsv")``,
+``make_task("translation", dataset="bentrevett/multi30k", source_lang="de",
+target_lang="en")``: every task has the interface of :class:`Task`. Only the translation
+task reads a corpus (from the Hugging Face hub or from local files).
 """
 
 from __future__ import annotations
@@ -9,14 +12,18 @@ from __future__ import annotations
 from annotated_transformer.data.addition import AdditionTask
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.dates import DateTask
+from annotated_transformer.data.subword import KIND as SUBWORD
+from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.task import Task
+from annotated_transformer.data.translation import TranslationTask
 from annotated_transformer.data.tsv import DataError, TsvTask
 from annotated_transformer.data.vocab import BOS, EOS, PAD, Vocabulary, VocabularyError
 
-TASKS = ("copy", "reverse", "dates", "addition", "tsv")
+TASKS = ("copy", "reverse", "dates", "addition", "tsv", "translation")
 
 __all__ = ["BOS", "EOS", "PAD", "TASKS", "AdditionTask", "CopyTask", "DataError", "DateTask",
-           "Task", "TsvTask", "Vocabulary", "VocabularyError", "make_task"]
+           "Task", "TranslationTask", "TsvTask", "Vocabulary", "VocabularyError", "make_task",
+           "vocabulary_from_dict"]
 
 
 def make_task(task: str, **options) -> Task:
@@ -31,4 +38,16 @@ def make_task(task: str, **options) -> Task:
         if not options.get("path"):
             raise DataError("--task tsv needs its data file: --data FILE")
         return TsvTask(**options)
+    if task == "translation":
+        if not options.get("dataset"):
+            raise DataError("--task translation needs its corpus: --dataset NAME_OR_PATH "
+                            "(a Hugging Face hub dataset, a .jsonl or .tsv file, or a folder)")
+        return TranslationTask(**options)
     raise DataError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+
+
+def vocabulary_from_dict(data: dict) -> Vocabulary | SubwordVocabulary:
+    """A saved vocabulary (``to_dict``) back: a subword one when its ``kind`` says so."""
+    if data.get("kind") == SUBWORD:
+        return SubwordVocabulary.from_dict(data)
+    return Vocabulary.from_dict(data)

@@ -50,6 +50,11 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def pad_id(self) -> int:
+        """The id of padding (``PAD``): the id a loss ignores and a mask hides."""
+        return PAD
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens); unknown tokens raise VocabularyError."""
         pieces = self.split_text(text, self.level)

@@ -46,27 +46,27 @@ def default_dir() -> Path | None:
     return None if folder.is_relative_to(ROOT.resolve()) else folder
 
 
-def source_folder(impl: str) -> Path | None:
-    """The folder of chapter files that ``impl`` names; None for anything else (variants,
+def source_folder(parts: str) -> Path | None:
+    """The folder of chapter files that ``parts`` names; None for anything else (variants,
     several sources)."""
-    if impl == "solutions":
+    if parts == "solutions":
         return SOLUTIONS_DIR
-    if impl == "exercises":
+    if parts == "exercises":
         return EXERCISES_DIR
-    path = Path(impl)
-    return path.resolve() if "," not in impl and path.is_dir() else None
+    path = Path(parts)
+    return path.resolve() if "," not in parts and path.is_dir() else None
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
 
-def key(impl: str, chapters: set[int], test_file: Path) -> str | None:
-    """The key of a result graded from ``impl``'s files of ``chapters`` by ``test_file``;
-    None when ``impl`` is not one folder."""
+def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
+    """The key of a result graded from ``parts``'s files of ``chapters`` by ``test_file``;
+    None when ``parts`` is not one folder."""
     import torch
 
-    folder = source_folder(impl)
+    folder = source_folder(parts)
     if folder is None:
         return None
     learner = {}
@@ -77,7 +77,7 @@ def key(impl: str, chapters: set[int], test_file: Path) -> str | None:
     grading = {str(p.relative_to(ROOT)): _digest(p) for p in sorted(PACKAGE_DIR.rglob("*.py"))}
     grading.update({name: _digest(ROOT / name) for name in GRADING_FILES})
     grading[str(test_file.relative_to(ROOT))] = _digest(test_file)
-    facts = {"impl": impl, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),
+    facts = {"parts": parts, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),
              "python": platform.python_version(), "torch": torch.__version__}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 

@@ -111,7 +111,7 @@ jobs:
           # nobody must be able to reach the course and exercises/ (to read, not to write).
           dir="$GITHUB_WORKSPACE"
           while [ "$dir" != / ]; do sudo chmod o+x "$dir"; dir="$(dirname "$dir")"; done
-          sudo -E env "PATH=$PATH" python -m annotated_transformer.grade --impl ../exercises \\
+          sudo -E env "PATH=$PATH" python -m annotated_transformer.grade --parts ../exercises \\
             --sandbox-user nobody --no-cache \\
             --verify-manifest tests/grading_manifest.json --submission-root .. \\
             --workflow-file ../.github/workflows/classroom.yml \\

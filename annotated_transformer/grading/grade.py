@@ -3,7 +3,7 @@
     python -m annotated_transformer.grade                  # every chapter, your exercises/
     python -m annotated_transformer.grade --chapter 1      # one chapter (repeat for more)
     python -m annotated_transformer.grade --exercise 6.2   # only that exercise's tests
-    python -m annotated_transformer.grade --impl solutions --json report.json
+    python -m annotated_transformer.grade --parts solutions --json report.json
     python -m annotated_transformer.grade --points         # the points on offer, nothing run
     python -m annotated_transformer.grade --verify-manifest tests/grading_manifest.json
     python -m annotated_transformer.grade --from-report report.json --exercise 2.1 --fail-under 100
@@ -146,12 +146,12 @@ def check_workflow(path: Path, course_dir: Path = WORKFLOWS_DIR) -> WorkflowChec
     return WorkflowCheck(str(path), ran, course, ran is None or ran != course)
 
 
-def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
+def _pytest_command(files: list[Path], parts: str, report: Path, timeout: float,
                     extra_args: tuple[str, ...]) -> list[str]:
     # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
     # tests/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
     return [
-        sys.executable, "-m", "pytest", *map(str, files), f"--impl={impl}",
+        sys.executable, "-m", "pytest", *map(str, files), f"--parts={parts}",
         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
         "--confcutdir", str(TESTS_DIR), "-p", "pytest_timeout",
         "-p", "annotated_transformer.grading.plugin", f"--grade-report={report}",
@@ -159,7 +159,7 @@ def _pytest_command(files: list[Path], impl: str, report: Path, timeout: float,
     ]
 
 
-def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
+def run_tests(chapters: list[int] | None, parts: str, timeout: float = 60.0,
               extra_args: tuple[str, ...] = (), seed: int = 0,
               sandbox_user: str | None = None,
               exercises: list[str] | None = None) -> list[dict[str, Any]]:
@@ -175,14 +175,14 @@ def run_tests(chapters: list[int] | None, impl: str, timeout: float = 60.0,
         chapters = sorted({int(e.split(".")[0]) for e in exercises})
         extra_args = (f"--grade-exercises={','.join(exercises)}", *extra_args)
     files = chapter_test_files(chapters)
-    if impl not in ("solutions", "exercises", "variants") and Path(impl).exists():
-        impl = str(Path(impl).resolve())
+    if parts not in ("solutions", "exercises", "variants") and Path(parts).exists():
+        parts = str(Path(parts).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         worker = (f"--grade-seed={seed}", f"--grade-call-timeout={max(timeout - 5, 1):g}")
         if sandbox_user:
             worker += (f"--grade-user={sandbox_user}",)
-        command = _pytest_command(list(files.values()), impl, report, timeout,
+        command = _pytest_command(list(files.values()), parts, report, timeout,
                                   (*worker, *extra_args))
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -225,7 +225,7 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     return rows
 
 
-def grade(chapters: list[int] | None, impl: str, exercises: list[str] | None = None, *,
+def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
           timeout: float = 60.0, seed: int = 0, sandbox_user: str | None = None,
           cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
     """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
@@ -246,10 +246,10 @@ def grade(chapters: list[int] | None, impl: str, exercises: list[str] | None = N
     if unknown:
         raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
                          f"{', '.join(declared.exercises())}")
-    kept, keys = _reused(wanted, impl, declared, cache_dir)
+    kept, keys = _reused(wanted, parts, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
     options = {"timeout": timeout, "seed": seed, "sandbox_user": sandbox_user}
-    records = bounded(run_tests(None, impl, exercises=to_run, **options)) if to_run else []
+    records = bounded(run_tests(None, parts, exercises=to_run, **options)) if to_run else []
     for exercise, entry in keys.items():
         if cache_dir is not None and exercise not in kept:
             _cache_store(cache_dir, exercise, entry, records)
@@ -260,12 +260,12 @@ def grade(chapters: list[int] | None, impl: str, exercises: list[str] | None = N
     needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
                      for p in declared.closure(r.id)} - set(passing), key=dependencies.order)
     if needed:
-        extra = summarize(bounded(run_tests(None, impl, exercises=needed, **options)))
+        extra = summarize(bounded(run_tests(None, parts, exercises=needed, **options)))
         passing.update({r.id: r.status == "passed" for r in extra})
     return records, [_explained(r, passing, declared) for r in rows]
 
 
-def _reused(wanted: list[str], impl: str, declared, cache_dir: Path | None):
+def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
     """``({exercise: kept records}, {exercise: cache key})`` for the whole-course exercises
     asked for (nothing without ``cache_dir``)."""
     from annotated_transformer.grading import cache
@@ -278,7 +278,7 @@ def _reused(wanted: list[str], impl: str, declared, cache_dir: Path | None):
     for exercise in (e for e in wanted if e in declared.integration):
         chapter = declared.chapter_of(exercise)
         chapters = {declared.chapter_of(p) for p in declared.closure(exercise)} | {chapter}
-        entry = cache.key(impl, chapters, files[chapter])
+        entry = cache.key(parts, chapters, files[chapter])
         if entry is None:
             continue
         keys[exercise] = entry
@@ -313,19 +313,19 @@ def _points(value: float) -> str:
     return f"{round(value, 2):g}"
 
 
-def _graded(impl: str, seed: int | None, markdown: bool = False) -> str:
-    where = f"`{impl}`" if markdown else impl
+def _graded(parts: str, seed: int | None, markdown: bool = False) -> str:
+    where = f"`--parts {parts}`" if markdown else f"--parts {parts}"
     if seed is None:
         return f"Graded: {where}"
     option = f"`--seed {seed}`" if markdown else f"--seed {seed}"
     return f"Graded: {where}, random inputs from seed {seed} (the same again: {option})"
 
 
-def format_table(rows: list[ExerciseResult], impl: str,
+def format_table(rows: list[ExerciseResult], parts: str,
                  integrity: Integrity | None = None, seed: int | None = None,
                  workflow: WorkflowCheck | None = None) -> str:
     """The table for the terminal: one line an exercise, what to look at, the total."""
-    lines = [_graded(impl, seed), ""]
+    lines = [_graded(parts, seed), ""]
     width = max([len(r.title) for r in rows] + [5])
     lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
     for row in rows:
@@ -344,7 +344,7 @@ def format_table(rows: list[ExerciseResult], impl: str,
     return "\n".join(lines)
 
 
-def report(rows: list[ExerciseResult], impl: str,
+def report(rows: list[ExerciseResult], parts: str,
            integrity: Integrity | None = None, seed: int | None = None,
            workflow: WorkflowCheck | None = None) -> dict[str, Any]:
     """The JSON report: the rows, the totals, and (null when not checked) the grading files
@@ -353,7 +353,7 @@ def report(rows: list[ExerciseResult], impl: str,
         "tampered": integrity.tampered if integrity else None,
         "integrity": asdict(integrity) if integrity else None,
         "workflow": asdict(workflow) if workflow else None,
-        "impl": impl,
+        "parts": parts,
         "seed": seed,
         "exercises": [{**asdict(r), "message": cut(r.message)} for r in rows],
         "points": sum(r.points for r in rows),
@@ -408,13 +408,13 @@ def format_points(rows: list[ExerciseResult]) -> str:
     return "\n".join(lines)
 
 
-def format_markdown(rows: list[ExerciseResult], impl: str,
+def format_markdown(rows: list[ExerciseResult], parts: str,
                     integrity: Integrity | None = None, seed: int | None = None,
                     workflow: WorkflowCheck | None = None) -> str:
     """The table as Markdown (for a CI job summary)."""
     total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
     lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
-             _graded(impl, seed, markdown=True), "",
+             _graded(parts, seed, markdown=True), "",
              "| id | exercise | points | status | what to look at |",
              "| --- | --- | --- | --- | --- |"]
     for row in rows:
@@ -489,9 +489,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exercise", action="append", metavar="ID",
                         help="grade this exercise only, e.g. 2.1 (repeatable): only its tests "
                         "run (and, when it does not pass, those of the parts it builds on)")
-    parser.add_argument("--impl", default="exercises",
-                        help="what to grade: exercises (default), solutions, or a folder of "
-                        "chNN_*.py files")
+    parser.add_argument("--parts", default="exercises",
+                        help="the parts to grade: exercises (default), solutions, or a folder "
+                        "of chNN_*.py files")
+    # The earlier name, which workflows in learners' copies still pass.
+    parser.add_argument("--impl", dest="parts", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--junit", type=Path, metavar="PATH",
                         help="also write JUnit XML, one test case per graded test")
@@ -597,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                          "has only the exercises")
         try:
             data = json.loads(args.from_report.read_text())
-            rows, impl = rows_from_report(data), data["impl"]
+            rows, parts = rows_from_report(data), data["parts" if "parts" in data else "impl"]
             integrity = integrity_from_report(data)
             workflow = workflow_from_report(data)
             seed = data.get("seed")
@@ -607,11 +610,11 @@ def main(argv: list[str] | None = None) -> int:
         if chapters:
             rows = [r for r in rows if r.chapter in chapters]
     else:
-        impl = args.impl
+        parts = args.parts
         from annotated_transformer.grading import cache
 
         try:
-            records, rows = grade(chapters, impl, args.exercise, timeout=args.timeout,
+            records, rows = grade(chapters, parts, args.exercise, timeout=args.timeout,
                                   seed=seed, sandbox_user=args.sandbox_user,
                                   cache_dir=None if args.no_cache else cache.default_dir())
         except ValueError as error:
@@ -621,19 +624,19 @@ def main(argv: list[str] | None = None) -> int:
         records = [r for r in records if r["exercise"] in args.exercise]
 
     print(format_score(rows, integrity, workflow) if args.score
-          else format_table(rows, impl, integrity, seed, workflow))
+          else format_table(rows, parts, integrity, seed, workflow))
     if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
         alarm = (integrity and integrity.changes) or (workflow and workflow.changed)
         print(f"::{'warning' if alarm else 'notice'} title=Grade::"
               f"{format_score(rows, integrity, workflow)}")
     if args.json:
-        data = report(rows, impl, integrity, seed, workflow)
+        data = report(rows, parts, integrity, seed, workflow)
         write_report(args.json, json.dumps(data, indent=2) + "\n")
         print(f"\nJSON report written to {args.json}")
     if args.junit and records is not None:
         write_report(args.junit, format_junit(records, integrity, seed, workflow))
     if args.markdown:
-        write_report(args.markdown, format_markdown(rows, impl, integrity, seed, workflow))
+        write_report(args.markdown, format_markdown(rows, parts, integrity, seed, workflow))
     possible = sum(r.max_points for r in rows)
     percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
     if args.fail_under is not None and percent < args.fail_under:

@@ -2,7 +2,7 @@
 
     python -m annotated_transformer.grade --write-manifest tests/grading_manifest.json
     python -m annotated_transformer.grade --verify-manifest tests/grading_manifest.json \\
-        --submission-root ../alice --impl ../alice/exercises
+        --submission-root ../alice --parts ../alice/exercises
 
 The manifest holds the hash of every graded test file and its helpers
 (``tests/conftest.py``, ``tests/checks.py``, ``tests/test_chNN_*.py``), of the grader's

@@ -1,8 +1,8 @@
 """A pytest plugin that records every graded test's outcome for the grader.
 
 Loaded by :mod:`annotated_transformer.grading.grade` with ``-p``; writes one JSON record a
-test (``--grade-report PATH``): its exercise, points, the implementation it ran
-against, its outcome and the first message a learner should read.
+test (``--grade-report PATH``): its exercise, points, the parts it ran against
+(``--parts``), its outcome and the first message a learner should read.
 """
 
 from __future__ import annotations
@@ -113,10 +113,11 @@ def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str,
     return outcome, cut(message)
 
 
-def _impl_of(item: pytest.Item) -> str | None:
+def _parts_of(item: pytest.Item) -> str | None:
+    """The parts (``--parts``) a test ran against."""
     callspec = getattr(item, "callspec", None)
-    impl = callspec.params.get("learner", callspec.params.get("impl")) if callspec else None
-    return impl if isinstance(impl, str) else None  # an empty parameter set gives a sentinel
+    parts = callspec.params.get("learner") if callspec else None
+    return parts if isinstance(parts, str) else None  # an empty parameter set gives a sentinel
 
 
 class GradeRecorder:
@@ -127,7 +128,7 @@ class GradeRecorder:
 
     def _function_key(self, item: pytest.Item) -> tuple[str, str, str | None]:
         return (item.nodeid.split("::")[0], getattr(item, "originalname", item.name),
-                _impl_of(item))
+                _parts_of(item))
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
@@ -154,7 +155,7 @@ class GradeRecorder:
             "chapter": int(exercise.split(".")[0]),
             "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
             "points": share,
-            "impl": _impl_of(item),
+            "parts": _parts_of(item),
             "outcome": outcome,
             "message": message,
         }
@@ -175,7 +176,7 @@ class GradeRecorder:
         if report.failed:
             self.records[report.nodeid] = {
                 "test": report.nodeid, "exercise": None, "chapter": None, "title": None,
-                "points": 0, "impl": None, "outcome": "error",
+                "points": 0, "parts": None, "outcome": "error",
                 "message": f"the tests could not be collected: {report.longreprtext[-600:]}",
             }
 

@@ -3,7 +3,7 @@
 Each chapter's module (``variants/chNN.py``) decorates functions or classes with
 :func:`wrong` or :func:`right`. A variant is the reference chapter file with one
 name replaced, so it behaves like a learner's file that answers that exercise
-its own way. ``pytest --impl variants`` grades every variant against the tests of
+its own way. ``pytest --parts variants`` grades every variant against the tests of
 its exercise; ``tests/test_grading.py`` checks the verdicts. A wrong variant may name, with
 ``says="phrase"``, what the learner must read about that mistake: the message of its
 exercise must contain the phrase (the table of the mistakes the tests tell apart).

@@ -1,0 +1,87 @@
+"""Every command of ``python -m annotated_transformer <command>`` (and of the console script
+``annotated-transformer``), written once: its name, its one line of help, and where its
+code is.
+
+The model commands (train, evaluate, ...) are the subcommands of
+:func:`annotated_transformer.cli.build_parser`, read from that parser: a command added
+there appears here too. The course's commands (grading, the release, the benchmark) are
+listed in :data:`COURSE_COMMANDS`; each keeps its own parser, reached as
+``python -m annotated_transformer <command> --help`` or, as before, as
+``python -m annotated_transformer.<command>``.
+
+A command's code is imported only when it runs, so that ``grade`` never loads the model
+code and ``--help`` never loads the grader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass
+
+PROG = "python -m annotated_transformer"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: ``entry`` is ``"module:function"``, a function that takes the
+    command's arguments (a list of strings) and returns the exit status; with
+    ``takes_name`` it takes the command's name first (the model commands share one
+    parser)."""
+
+    name: str
+    help: str
+    entry: str
+    takes_name: bool = False
+
+    def run(self, argv: list[str]) -> int:
+        module, _, function = self.entry.partition(":")
+        main = getattr(importlib.import_module(module), function)
+        return main([self.name, *argv] if self.takes_name else argv)
+
+
+COURSE_COMMANDS = (
+    Command("grade", "run the graded tests, report points per exercise",
+            "annotated_transformer.grading.grade:main"),
+    Command("stubs", "regenerate or check exercises/ from solutions/",
+            "annotated_transformer.grading.stubs:main"),
+    Command("release", "write a student release of the course: the repository without its "
+            "answers", "annotated_transformer.grading.release:main"),
+    Command("classroom", "write the GitHub Classroom workflow, one step per exercise",
+            "annotated_transformer.grading.classroom:main"),
+    Command("regrade", "re-grade many submissions into one gradebook (for instructors)",
+            "annotated_transformer.grading.regrade:main"),
+    Command("bench", "how fast the course's Transformer trains, beside PyTorch's own",
+            "annotated_transformer.bench.command:main"),
+)
+
+
+def model_commands() -> tuple[Command, ...]:
+    """The subcommands of the model command line (:mod:`annotated_transformer.cli`), in
+    its order, each with the help it gives there."""
+    from annotated_transformer import cli
+
+    parser = cli.build_parser()
+    # argparse keeps a subcommand's help in a pseudo-action of the subparsers' action.
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return tuple(Command(choice.dest, choice.help or "", "annotated_transformer.cli:main",
+                         takes_name=True) for choice in subcommands._choices_actions)
+
+
+def all_commands() -> dict[str, Command]:
+    """``{name: Command}``: the model commands, then the course's."""
+    return {c.name: c for c in (*model_commands(), *COURSE_COMMANDS)}
+
+
+def overview(commands: dict[str, Command]) -> str:
+    """The top-level help: every command and its line."""
+    width = max(len(name) for name in commands)
+    course = {c.name for c in COURSE_COMMANDS}
+    lines = [f"usage: {PROG} <command> [options]   (or: annotated-transformer <command> ...)",
+             "", "The Transformer from first principles: the models, and the course's tools.",
+             "", "models:"]
+    lines += [f"  {c.name:<{width}}  {c.help}" for c in commands.values() if c.name not in course]
+    lines += ["", "the course:"]
+    lines += [f"  {c.name:<{width}}  {c.help}" for c in commands.values() if c.name in course]
+    lines += ["", f"`{PROG} <command> --help` describes each."]
+    return "\n".join(lines)

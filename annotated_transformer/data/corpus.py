@@ -1,0 +1,147 @@
+"""Parallel corpora: sentence pairs by split, from the Hugging Face hub or from local files.
+
+    load_corpus("bentrevett/multi30k", "de", "en")       # the hub: columns "de" and "en"
+    load_corpus("wmt/wmt14", "en", "de", config="de-en") # a "translation" column of dicts
+    load_corpus("data/", "de", "en")                     # train.jsonl, validation.jsonl, ...
+    load_corpus("pairs.tsv", "de", "en")                 # source<TAB>target lines
+
+Hub datasets and local JSON lines are read by ``datasets.load_dataset`` (the hub's
+downloads are cached, by default under ``~/.cache/huggingface``); a row gives its pair
+either as one column per language (``{"de": ..., "en": ...}``) or as a ``translation``
+column holding such a dict. A local folder holds one file per split, named
+``train``, ``validation`` (or ``valid``, ``dev``) and ``test``, each ``.jsonl`` or
+``.tsv``. A single local file is the training split; a tenth of its pairs, chosen by a
+hash of the source, is held out as both validation and test split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from annotated_transformer.data.optional import require
+from annotated_transformer.data.task import Pair, held_out_by_hash
+from annotated_transformer.data.tsv import DataError, read_pairs
+
+SPLITS = ("train", "validation", "test")
+SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev"),
+               "test": ("test",)}
+SUFFIXES = (".jsonl", ".tsv")
+OFFLINE_HELP = ("without a network, use a local file (--dataset FILE.jsonl, FILE.tsv or a "
+                "folder of train/validation/test files), or a dataset already in the cache "
+                "(set HF_HUB_OFFLINE=1; HF_DATASETS_CACHE names the cache folder)")
+
+Corpus = dict[str, list[Pair]]
+
+
+def is_local(dataset: str) -> bool:
+    """A path rather than a hub id: it exists, ends in a data file's suffix, or starts with
+    ``.``, ``/`` or ``~``."""
+    return (Path(dataset).expanduser().exists() or dataset.endswith(SUFFIXES + (".json",))
+            or dataset.startswith((".", "/", "~")))
+
+
+def load_corpus(dataset: str, source_lang: str, target_lang: str,
+                config: str | None = None) -> Corpus:
+    """The ``(source, target)`` pairs of each split of ``dataset`` (see the module's
+    docstring); :class:`DataError` for a corpus that cannot be read, a language that is
+    not in it, or an empty split."""
+    if source_lang == target_lang:
+        raise DataError(f"the source and target languages are both {source_lang!r}")
+    if is_local(dataset):
+        corpus = load_local(Path(dataset).expanduser(), source_lang, target_lang)
+    else:
+        corpus = load_hub(dataset, config, source_lang, target_lang)
+    if not corpus.get("train"):
+        raise DataError(f"{dataset}: the train split has no sentence pairs")
+    for split, pairs in corpus.items():
+        if not pairs:
+            raise DataError(f"{dataset}: the {split} split has no sentence pairs")
+    return corpus
+
+
+def load_hub(name: str, config: str | None, source_lang: str, target_lang: str) -> Corpus:
+    """A dataset of the Hugging Face hub (or of its cache), through ``datasets``."""
+    datasets = require("datasets")
+    described = f"{name!r}" + (f" (config {config!r})" if config else "")
+    try:
+        splits = datasets.load_dataset(name, config)
+    except ConnectionError as error:  # no network, or offline mode without a cached copy
+        raise DataError(f"could not reach dataset {described} on the Hugging Face hub "
+                        f"({error}); {OFFLINE_HELP}") from None
+    except datasets.exceptions.DatasetNotFoundError:
+        raise DataError(f"no dataset {described} on the Hugging Face hub; {OFFLINE_HELP}"
+                        ) from None
+    except ValueError as error:  # a missing or unknown config
+        first = str(error).strip().splitlines()[0]
+        raise DataError(f"dataset {described}: {first}") from None
+    return {split: pairs_of(splits[names], f"{name} [{names}]", source_lang, target_lang)
+            for split in SPLITS if (names := find_split(splits, split)) is not None}
+
+
+def load_local(path: Path, source_lang: str, target_lang: str) -> Corpus:
+    """A local file (the training split, with a tenth held out) or folder of split files."""
+    if path.is_dir():
+        files = {split: file for split in SPLITS if (file := split_file(path, split))}
+        if "train" not in files:
+            raise DataError(f"{path}: no train.jsonl or train.tsv in this folder")
+        return {split: read_file(file, source_lang, target_lang)
+                for split, file in files.items()}
+    if not path.is_file():
+        raise DataError(f"{path}: no such file or folder")
+    pairs = read_file(path, source_lang, target_lang)
+    held_out = [p for p in pairs if held_out_by_hash(p[0])] or pairs[-1:]
+    train = [p for p in pairs if p not in held_out] or pairs
+    return {"train": train, "validation": held_out, "test": held_out}
+
+
+def split_file(folder: Path, split: str) -> Path | None:
+    for name in SPLIT_NAMES[split]:
+        for suffix in SUFFIXES:
+            if (folder / f"{name}{suffix}").is_file():
+                return folder / f"{name}{suffix}"
+    return None
+
+
+def read_file(path: Path, source_lang: str, target_lang: str) -> list[Pair]:
+    """A TSV file (``source<TAB>target``) or JSON lines read by ``datasets``."""
+    if path.suffix == ".tsv":
+        return read_pairs(path)
+    if path.suffix not in (".jsonl", ".json"):
+        raise DataError(f"{path}: a corpus file is .jsonl (JSON lines) or .tsv")
+    with open(path, "rb") as file:
+        if not any(line.strip() for line in file):
+            raise DataError(f"{path}: the file is empty (no sentence pairs)")
+    datasets = require("datasets")
+    datasets.disable_progress_bars()  # a local file is read in a moment
+    try:
+        rows = datasets.load_dataset("json", data_files={"train": str(path)})["train"]
+    except Exception as error:  # datasets wraps the JSON parser's errors in several types
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise DataError(f"{path}: not JSON lines ({first})") from None
+    finally:
+        datasets.enable_progress_bars()
+    return pairs_of(rows, str(path), source_lang, target_lang)
+
+
+def find_split(splits, split: str) -> str | None:
+    """The name that ``splits`` (a ``DatasetDict``) gives ``split``, if it has it."""
+    return next((name for name in SPLIT_NAMES[split] if name in splits), None)
+
+
+def pairs_of(rows, where: str, source_lang: str, target_lang: str) -> list[Pair]:
+    """The pairs of a ``datasets.Dataset`` whose rows hold both languages: as columns
+    ``source_lang`` and ``target_lang``, or as keys of a ``translation`` column (flattened
+    by ``datasets`` to ``translation.de``, ...). Pairs with an empty side are dropped."""
+    flat = rows.flatten()
+    columns = flat.column_names
+    found = []
+    for lang in (source_lang, target_lang):
+        column = next((c for c in (lang, f"translation.{lang}") if c in columns), None)
+        if column is None:
+            raise DataError(f"{where}: no column for language {lang!r}; the columns are "
+                            f"{', '.join(columns)} (choose --source-lang and --target-lang "
+                            f"among them)")
+        found.append(column)
+    sources, targets = flat[found[0]], flat[found[1]]
+    return [(s.strip(), t.strip()) for s, t in zip(sources, targets, strict=True)
+            if isinstance(s, str) and isinstance(t, str) and s.strip() and t.strip()]

@@ -1,0 +1,67 @@
+"""A decoder-only model's completion of prompts: greedy, or sampled with a temperature and
+top-k. Used by :meth:`~annotated_transformer.model.DecoderOnlyTransformer.generate`; it
+needs only the model's forward pass and its parts' ``causal_mask``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from annotated_transformer.data.task import pad_rows
+from annotated_transformer.data.vocab import EOS, PAD
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def pick_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
+               generator: torch.Generator | None = None) -> Tensor:
+    """The next token per row from ``logits [B, V]``: the argmax when ``temperature`` is 0,
+    otherwise a sample from ``softmax(logits / temperature)`` over the ``top_k`` likeliest."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature: float = 0.0,
+             top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """Continue each prompt of ``prompt [B, Lp]`` (BOS first, padded on the right with PAD)
+    until EOS or ``max_new_tokens``; returns the continuations ``[B, <= max_new_tokens]``,
+    EOS included, PAD after it.
+
+    Rows of different lengths decode together: while a row is still inside its prompt,
+    its next token is the prompt's, not the model's. The whole prefix is re-run at every
+    step with the causal mask (no cache; the sequences here are short).
+    """
+    causal_mask = model.parts.causal_mask
+    lengths = (prompt != PAD).sum(dim=1)  # [B]
+    batch, width = prompt.shape
+    ys = prompt[:, :1]
+    finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
+    for t in range(1, width + max_new_tokens):
+        logits = model(ys, causal_mask(ys.size(1), device=ys.device))[:, -1]  # [B, V]
+        token = pick_token(logits, temperature, top_k, generator)
+        in_prompt = t < lengths
+        forced = prompt[:, t] if t < width else torch.full_like(token, PAD)
+        token = torch.where(in_prompt, forced, token)
+        token = torch.where(finished, torch.full_like(token, PAD), token)
+        finished |= ~in_prompt & (token == EOS)
+        # a row also stops after max_new_tokens of its own
+        finished |= ~in_prompt & (t + 1 - lengths >= max_new_tokens)
+        ys = torch.cat([ys, token.unsqueeze(1).to(ys.dtype)], dim=1)
+        if finished.all():
+            break
+    rows = [ys[b, lengths[b]:lengths[b] + max_new_tokens].tolist() for b in range(batch)]
+    rows = [r[: r.index(EOS) + 1] if EOS in r else [t for t in r if t != PAD] for r in rows]
+    return pad_rows([r or [PAD] for r in rows]).to(prompt.device)

@@ -1,0 +1,106 @@
+"""The one command tree: every command answers through ``python -m annotated_transformer``,
+the console script is the same entry, and the grader's ``--impl`` is ``--parts``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer import __main__ as tree
+from annotated_transformer import cli
+from annotated_transformer.commands import COURSE_COMMANDS, all_commands
+from annotated_transformer.grading import grade
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = all_commands()
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "annotated_transformer", *argv],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_every_model_command_of_cli_is_in_the_tree():
+    """The model commands are read from cli.py's parser, not listed a second time."""
+    subcommands = cli.build_parser()._subparsers._group_actions[0].choices
+    assert list(subcommands) == [c.name for c in COMMANDS.values()][:len(subcommands)]
+    assert set(COMMANDS) == set(subcommands) | {c.name for c in COURSE_COMMANDS}
+    assert {"train", "evaluate", "translate", "attention", "export", "grade", "stubs",
+            "release", "classroom", "regrade", "bench"} <= set(COMMANDS)
+
+
+def test_a_command_added_in_cli_joins_the_tree(monkeypatch, capsys):
+    """A new ``add_X(sub)`` in cli.py's list is a command of the tree, with its help."""
+    add_export = cli.add_export
+
+    def add_export_and_distill(sub) -> None:
+        add_export(sub)
+        sub.add_parser("distill", help="train a small model to imitate a checkpoint")
+
+    monkeypatch.setattr(cli, "add_export", add_export_and_distill)
+    assert all_commands()["distill"].help == "train a small model to imitate a checkpoint"
+    assert tree.main(["--help"]) == 0 and "distill" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_answers_help(name):
+    result = run(name, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: ") and "-h, --help" in result.stdout
+
+
+def test_the_top_level_help_lists_every_command_with_its_line(capsys):
+    assert tree.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in COMMANDS.values():
+        assert any(line.split() == [command.name, *command.help.split()]
+                   for line in out.splitlines()), f"no line for {command.name}"
+
+
+def test_an_unknown_command_lists_the_commands_and_exits_2():
+    result = run("trian")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "error: unknown command 'trian'" in result.stderr
+    assert all(f"  {name} " in result.stderr for name in COMMANDS)
+    assert run().returncode == 2
+
+
+def test_the_console_script_is_the_same_entry():
+    """pyproject.toml's [project.scripts], as installed: annotated-transformer runs the
+    same main as python -m annotated_transformer."""
+    (script,) = entry_points(group="console_scripts", name="annotated-transformer")
+    assert script.load() is tree.main
+
+
+@pytest.mark.parametrize("argv", [["grade", "--help"], ["bench", "--help"]])
+def test_the_old_module_entry_points_still_answer(argv):
+    old = subprocess.run([sys.executable, "-m", f"annotated_transformer.{argv[0]}", *argv[1:]],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert old.returncode == 0 and old.stdout == run(*argv).stdout
+
+
+def test_the_graders_impl_is_its_parts():
+    parser = grade.build_parser()
+    assert parser.parse_args(["--impl", "../exercises"]).parts == "../exercises"
+    assert parser.parse_args(["--parts", "../exercises"]).parts == "../exercises"
+    assert parser.parse_args([]).parts == "exercises"
+    assert "--parts" in parser.format_help() and "--impl" not in parser.format_help()
+
+
+def test_the_graded_tests_take_impl_as_parts():
+    """pytest's option: both spellings collect the same tests against the same parts."""
+    def collected(option: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                               "-p", "no:randomly", f"{option}=exercises",
+                               "tests/test_ch01_positional_encoding.py"],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    parts = collected("--parts")
+    assert parts and all("[exercises" in test for test in parts)
+    assert collected("--impl") == parts

@@ -1,0 +1,145 @@
+"""The package's layers (CONTRIBUTING.md, "A map of the package"): imports go one way.
+
+Every module of ``annotated_transformer`` belongs to a layer; a module imports only from
+its own layer or lower ones, and no module imports one that imports it back (directly or
+through others), whether the import is at the top of the file or inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
+
+# (layer, module name or prefix): the longest matching prefix decides.
+LAYERS = {
+    "annotated_transformer.parts": 0,  # which code each chapter's parts come from
+    "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only
+    "annotated_transformer.plots": 1,
+    "annotated_transformer.distributed": 1,
+    "annotated_transformer.fast_parts": 1,  # the reference on fused kernels
+    "annotated_transformer.teacher_forcing": 1,  # a model's inputs and labels for a batch
+    "annotated_transformer.sampling": 1,  # completing a prompt: greedy or sampled
+    "annotated_transformer.model": 2,  # the models, built from parts
+    "annotated_transformer.decode": 3,  # what runs a model: decoding, training, files
+    "annotated_transformer.train": 3,
+    "annotated_transformer.checkpoint": 3,
+    "annotated_transformer.average": 3,
+    "annotated_transformer.metrics": 3,
+    "annotated_transformer.recipes": 3,
+    "annotated_transformer.inspect_attention": 3,
+    "annotated_transformer.cli": 4,  # the command line and the tools beside the library
+    "annotated_transformer.commands": 4,
+    "annotated_transformer.__main__": 4,
+    "annotated_transformer.bench": 4,
+    "annotated_transformer.grading": 4,
+    "annotated_transformer.grade": 4,  # python -m annotated_transformer.grade, and so on
+    "annotated_transformer.stubs": 4,
+    "annotated_transformer.release": 4,
+    "annotated_transformer.classroom": 4,
+    "annotated_transformer.regrade": 4,
+    "annotated_transformer": 0,  # the package's __init__: Parts and friends
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(name: str) -> int | None:
+    """The layer of the longest entry of LAYERS that ``name`` is or is inside."""
+    matches = [prefix for prefix in LAYERS if name == prefix or name.startswith(prefix + ".")]
+    return LAYERS[max(matches, key=len)] if matches else None
+
+
+def imports_of(name: str) -> set[str]:
+    """The package's modules that ``name`` imports, anywhere in its file (at the top or in
+    a function) except under ``if TYPE_CHECKING:``."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # imports for annotations only never run: leave them out
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            node.body = []
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # a relative import
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def test_every_module_has_a_layer():
+    missing = [name for name in MODULES if layer_of(name) is None]
+    assert not missing, (f"{missing}: give each a layer in LAYERS here and a place in "
+                         f"CONTRIBUTING.md's map of the package")
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_down_the_layers(name):
+    upward = sorted(m for m in GRAPH[name] if layer_of(m) > layer_of(name))
+    assert not upward, (f"{name} (layer {layer_of(name)}) imports {upward} from a higher "
+                        f"layer; move the shared code down, or the caller up")
+
+
+def cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert cycles() == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The check above can fail: a made-up loop between two real modules is found."""
+    saved = {name: set(deps) for name, deps in GRAPH.items()}
+    try:
+        GRAPH["annotated_transformer.parts"].add("annotated_transformer.model")
+        assert ["annotated_transformer.model", "annotated_transformer.parts"] in cycles()
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
