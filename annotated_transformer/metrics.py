@@ -27,7 +27,6 @@ from torch import nn
 from annotated_transformer.data.optional import require
 from annotated_transformer.data.task import Pair, Task, pad_rows
 from annotated_transformer.data.vocab import BOS, EOS, PAD
-from annotated_transformer.parts import use_parts
 
 
 @dataclass(frozen=True)
@@ -63,14 +62,13 @@ def translate_texts(model: nn.Module, task: Task, texts: list[str],
         src = pad_rows([sources[i] for i in chunk]).to(device)  # [B, Ls]
         # BOS, then at most (source tokens + extra_len) tokens, within the model's positions
         max_len = min(src.size(1) + decoding.extra_len + 1, model.config.max_len)
-        with use_parts(parts):
-            src_mask = parts.padding_mask(src, PAD)
-            if decoding.beam_size == 1:
-                ids = parts.greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
-            else:
-                ids = parts.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD,
-                                        beam_size=decoding.beam_size,
-                                        length_penalty=decoding.alpha)
+        src_mask = parts.padding_mask(src, PAD)
+        if decoding.beam_size == 1:
+            ids = parts.greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
+        else:
+            ids = parts.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD,
+                                    beam_size=decoding.beam_size,
+                                    length_penalty=decoding.alpha)
         for i, row in zip(chunk, ids.tolist(), strict=True):
             outputs[i] = task.vocab.decode(row)
     return outputs
@@ -89,8 +87,7 @@ def teacher_forced_loss(model: nn.Module, task: Task, pairs: list[Pair],
     ordered = sorted(pairs, key=lambda p: len(p[0]))
     for start in range(0, len(ordered), batch_size):
         src, tgt = task.encode_pairs(ordered[start:start + batch_size])
-        with use_parts(model.parts):
-            loss, n = loss_and_tokens(model, model, src.to(device), tgt.to(device), loss_fn)
+        loss, n = loss_and_tokens(model, model, src.to(device), tgt.to(device), loss_fn)
         total += loss.item() * n
         tokens += n
     return total / max(tokens, 1)

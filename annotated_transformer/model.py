@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.vocab import BOS, EOS, PAD
-from annotated_transformer.parts import Parts, active_parts, use_parts
+from annotated_transformer.parts import Parts, active_parts
 from annotated_transformer.sampling import complete
 from annotated_transformer.teacher_forcing import ModelBatch, language_model_batch
 
@@ -137,9 +137,8 @@ class Model(nn.Module, metaclass=ABCMeta):
         ``DistributedDataParallel`` wrapper, which must see the call to average the
         gradients. How many labels are scored is ``batch.num_tokens()``."""
         net = self if net is None else net
-        with use_parts(self.parts):
-            logits = net(*batch.args)  # [B, L, V]
-            return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+        logits = net(*batch.args)  # [B, L, V]
+        return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
 
     @abstractmethod
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
@@ -174,18 +173,19 @@ class EncoderDecoder(Model):
         self.config = config
         self.parts = parts = parts or active_parts()
         c = config
-        with use_parts(parts):  # the layers bind their attention from these parts
-            self.src_embed = build_embeddings(c.src_vocab_size, c.d_model, c.max_len, c.dropout)
-            self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
-            self.encoder_layers = nn.ModuleList(
-                [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-                 for _ in range(c.num_layers)])
-            self.decoder_layers = nn.ModuleList(
-                [parts.DecoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-                 for _ in range(c.num_layers)])
-            # Pre-LN leaves the residual stream unnormalised: one LayerNorm at each stack's end.
-            self.encoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
-            self.decoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.src_embed = build_embeddings(c.src_vocab_size, c.d_model, c.max_len, c.dropout,
+                                          parts=parts)
+        self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
+                                          parts=parts)
+        self.encoder_layers = nn.ModuleList(
+            [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+             for _ in range(c.num_layers)])
+        self.decoder_layers = nn.ModuleList(
+            [parts.DecoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+             for _ in range(c.num_layers)])
+        # Pre-LN leaves the residual stream unnormalised: one LayerNorm at each stack's end.
+        self.encoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         self._init_weights()
         if c.tie_embeddings:  # Press & Wolf (2017), section 3.4 of the paper
@@ -230,8 +230,7 @@ class EncoderDecoder(Model):
         """Chapter 6's ``make_batch`` of this model's parts: ``args = (src, tgt_input,
         src_mask, tgt_mask)``, ``labels = tgt_labels`` (the target shifted by one)."""
         parts = self.parts
-        with use_parts(parts):
-            batch = parts.make_batch(src, tgt, PAD)
+        batch = parts.make_batch(src, tgt, PAD)
         return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
                           batch.tgt_labels)
 
@@ -252,12 +251,11 @@ class EncoderDecoder(Model):
         this model's parts."""
         self.check_decoding(beam_size, temperature, top_k)
         parts = self.parts
-        with use_parts(parts):
-            src_mask = parts.padding_mask(src, PAD)
-            if beam_size is None:
-                return parts.greedy_decode(self, src, src_mask, max_len, BOS, EOS, PAD)
-            return parts.beam_search(self, src, src_mask, max_len, BOS, EOS, PAD,
-                                     beam_size=beam_size)
+        src_mask = parts.padding_mask(src, PAD)
+        if beam_size is None:
+            return parts.greedy_decode(self, src, src_mask, max_len, BOS, EOS, PAD)
+        return parts.beam_search(self, src, src_mask, max_len, BOS, EOS, PAD,
+                                 beam_size=beam_size)
 
     @torch.no_grad()
     def read_attention(self, src: Tensor, output: Tensor
@@ -265,11 +263,10 @@ class EncoderDecoder(Model):
         """Encoder self-attention (source over source), decoder self-attention (output over
         output) and cross-attention (output over source)."""
         parts = self.parts
-        with use_parts(parts):
-            src_mask = parts.padding_mask(src, PAD)
-            memory = self.encode(src, src_mask)
-            self.decode(memory, src_mask, output,
-                        parts.causal_mask(output.size(1), device=output.device))
+        src_mask = parts.padding_mask(src, PAD)
+        memory = self.encode(src, src_mask)
+        self.decode(memory, src_mask, output,
+                    parts.causal_mask(output.size(1), device=output.device))
         def weights(layers, name: str) -> list[Tensor]:
             return [getattr(layer, name).attention_weights[0].cpu() for layer in layers]
         return src[0].tolist(), output[0].tolist(), {
@@ -296,12 +293,12 @@ class DecoderOnlyTransformer(Model):
         self.config = config
         self.parts = parts = parts or active_parts()
         c = config
-        with use_parts(parts):
-            self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout)
-            self.layers = nn.ModuleList(
-                [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-                 for _ in range(c.num_layers)])
-            self.norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
+                                      parts=parts)
+        self.layers = nn.ModuleList(
+            [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
+             for _ in range(c.num_layers)])
+        self.norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         for parameter in self.parameters():
             if parameter.dim() > 1:
@@ -331,8 +328,7 @@ class DecoderOnlyTransformer(Model):
         the prompt's set to PAD (only the answer is scored)."""
         parts = self.parts
         inputs, labels = language_model_batch(src, tgt)
-        with use_parts(parts):
-            return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
+        return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
 
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
                        top_k: int | None = None) -> None:
@@ -357,8 +353,7 @@ class DecoderOnlyTransformer(Model):
         """Causal self-attention over the prompt followed by the output, on both axes."""
         sequence = torch.cat([src, output.to(src.dtype)], dim=1)  # [1, Lp + Lt]
         parts = self.parts
-        with use_parts(parts):
-            self(sequence, parts.causal_mask(sequence.size(1), device=sequence.device))
+        self(sequence, parts.causal_mask(sequence.size(1), device=sequence.device))
         ids = sequence[0].tolist()
         return ids, ids, {"decoder": [layer.self_attn.attention_weights[0].cpu()
                                       for layer in self.layers]}

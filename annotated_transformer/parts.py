@@ -8,13 +8,40 @@ source of every chapter). A source is ``"solutions"`` (the reference), ``"exerci
 submission elsewhere, freshly generated stubs). Anything is looked up by the name the
 syllabus gives it::
 
-    parts = Parts.reference().with_chapter(2, "exercises")  # my attention, reference rest
+    parts = Parts.reference().with_chapter(4, "exercises")  # my masks, reference rest
     pe = parts.PositionalEncoding(d_model=64)               # chapter 1, from solutions
-    parts.module(2).softmax                                 # chapter 2, from exercises
+    batch = parts.make_batch(src, tgt, pad_id)              # chapter 6, with my masks
+    parts.module(4).padding_mask                            # chapter 4's own function
 
-Code that builds modules from earlier chapters' parts (a chapter file, the model
-builder) asks :func:`active_parts` *while it is built*, so a model made under
-``with use_parts(parts):`` keeps those classes wherever it later runs.
+A part means the parts it came from, wherever it is used. Chapter files reach earlier
+chapters through :func:`active_parts` (the one name of this module they may import), and
+``parts.X`` is bound to ``parts`` (:func:`bind`): a class is a subclass of the chapter's
+class, with its name, whose construction runs under ``use_parts(parts)``, so a layer binds
+that ``MultiHeadAttention`` when it is built and keeps it wherever the model later runs;
+a function is a :class:`BoundFunction` whose calls run under ``use_parts(parts)``, so
+``parts.make_batch`` takes its masks from ``parts``. No ``with`` block is needed, and one
+around them changes nothing: ``Parts.reference().X`` is always the reference. A
+chapter's module itself (``parts.module(4)``, or ``import solutions.ch05_layers``) is
+not bound: its classes and functions use the active parts, those of the innermost
+``with use_parts(...)`` block, or the reference outside any. That is how the grading
+worker runs a learner's chapter on the learner's earlier chapters.
+
+Why bound parts, and not the alternatives:
+
+- Parts passed explicitly to every constructor (``EncoderLayer(..., parts=parts)``)
+  would change the syllabus's signatures, which the learners write and the tests check.
+- A constructor-like proxy (an object whose call builds the chapter's class under the
+  block) would not be a class: ``issubclass``, ``class Mine(parts.EncoderLayer)`` and
+  ``isinstance`` (without a hook) would fail. A bound class is a class: ``isinstance``
+  with the chapter's class holds, ``repr`` and state-dict names are the chapter's,
+  ``parts.X is parts.X`` (one class per part and equal parts), and ``copy.deepcopy``
+  and ``pickle`` of a model name the chapter's class and the parts, which rebuild it.
+- What this costs: ``type(module) is chapter.X`` is false (``isinstance`` is the test),
+  and each call of a bound function sets a context variable. Inside ``torch.compile``
+  that is left out (setting one breaks the graph); what a forward pass calls (chapter 2's
+  attention, bound to its module when it was built) reads no parts while it runs. A
+  module's methods run under whatever parts are active: modules bind their parts in
+  ``__init__``, as the syllabus asks.
 
 A student release of the course (``python -m annotated_transformer.release``) has no
 ``solutions/`` and no fast parts: there every chapter the reference would give comes
@@ -25,19 +52,23 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copyreg
+import functools
 import hashlib
 import importlib
 import importlib.util
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Any, SupportsIndex
+
+import torch
 
 PACKAGES = ("solutions", "exercises")
 NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
@@ -224,6 +255,9 @@ class Parts:
     def __reduce__(self) -> tuple[Any, ...]:  # copy.deepcopy and pickle of a model
         return (Parts, (self.default, dict(self.chapters)))
 
+    def __hash__(self) -> int:  # equal parts share their bound classes (see bind)
+        return hash((self.default, tuple(sorted(self.chapters.items()))))
+
     @classmethod
     def reference(cls) -> Parts:
         """Every chapter from ``solutions`` (from ``exercises`` in a student release)."""
@@ -246,12 +280,14 @@ class Parts:
         return load_chapter(self.source(chapter), chapter)
 
     def get(self, name: str) -> Any:
-        """A part by its syllabus name (``"MultiHeadAttention"``), from its chapter's source."""
+        """A part by its syllabus name (``"MultiHeadAttention"``), from its chapter's source,
+        bound to these parts (see the module's docstring): a function runs, and a class is
+        built, as if inside ``with use_parts(self):``."""
         if name not in name_index():
             if _confined and _confined[0][1]:  # in a chapter file that could not be read
                 raise BlockedChapter(next(iter(_confined[0][1].values())))
             raise AttributeError(f"no chapter exports a part named {name!r}")
-        return getattr(self.module(name_index()[name]), name)
+        return bind(getattr(self.module(name_index()[name]), name), self)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -269,7 +305,9 @@ _ACTIVE: ContextVar[Parts | None] = ContextVar("annotated_transformer_parts", de
 
 
 def active_parts() -> Parts:
-    """The parts that modules built now take their pieces from (the reference by default)."""
+    """The parts that modules built now take their pieces from: those of the innermost
+    ``with use_parts(...)`` block, of the bound part being built or run, or else the
+    reference."""
     active = _ACTIVE.get()
     return Parts.reference() if active is None else active
 
@@ -282,3 +320,92 @@ def use_parts(parts: Parts) -> Iterator[Parts]:
         yield parts
     finally:
         _ACTIVE.reset(token)
+
+
+is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
+"""Whether ``torch.compile`` is tracing this call (older PyTorch: never)."""
+
+
+def bind(part: Any, parts: Parts) -> Any:
+    """``part`` bound to ``parts``: what :meth:`Parts.get` hands out.
+
+    A class becomes a subclass of itself whose construction runs under
+    ``use_parts(parts)``; a function (any other callable) a :class:`BoundFunction` whose
+    calls do; anything else stays as it is. A part already bound to other parts is bound
+    afresh. The same ``part`` and equal ``parts`` give the same object every time.
+    """
+    if isinstance(part, BoundFunction) or (isinstance(part, type)
+                                           and "_bound_to" in vars(part)):
+        part = part.__wrapped__
+    return _bind(part, parts) if callable(part) else part
+
+
+@cache
+def _bind(part: Callable[..., Any], parts: Parts) -> Any:
+    return _bound_class(part, parts) if isinstance(part, type) else BoundFunction(part, parts)
+
+
+class BoundFunction:
+    """A function part that runs with the parts it came from (``parts.make_batch``).
+
+    Calling it calls ``__wrapped__`` under ``use_parts(parts)``. Inside ``torch.compile``
+    the block is left out (a ``ContextVar`` cannot be set in a traced graph): a forward
+    pass calls only parts that read no other parts while they run (chapter 2's attention,
+    bound to its module when the module was built).
+    """
+
+    def __init__(self, function: Callable[..., Any], parts: Parts) -> None:
+        functools.update_wrapper(self, function)  # __name__, __doc__, __wrapped__, ...
+        self.parts = parts
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return self.__wrapped__(*args, **kwargs)
+        token = _ACTIVE.set(self.parts)
+        try:
+            return self.__wrapped__(*args, **kwargs)
+        finally:
+            _ACTIVE.reset(token)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle of a module that holds one
+        return (bind, (self.__wrapped__, self.parts))
+
+    def __repr__(self) -> str:
+        return f"<function {self.__qualname__} from parts {self.parts.describe()!r}>"
+
+
+def _bound_class(cls: type, parts: Parts) -> type:
+    """A subclass of ``cls`` that builds its instances under ``use_parts(parts)``, with
+    ``cls``'s name, so that ``isinstance``, ``repr`` and state-dict names are ``cls``'s."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        token = _ACTIVE.set(parts)
+        try:
+            cls.__init__(self, *args, **kwargs)
+        finally:
+            _ACTIVE.reset(token)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        """Pickle (and ``copy.deepcopy``) name ``cls`` and ``parts``, not this class, which
+        exists only in this process."""
+        reduced = cls.__reduce_ex__(self, protocol)
+        if (type(self) is not bound or not isinstance(reduced, tuple)
+                or reduced[0] is not copyreg.__newobj__ or reduced[1] != (bound,)):
+            return reduced  # a subclass of ours, or an unusual reduction: as it is
+        return (_new_bound, (cls, parts), *reduced[2:])
+
+    namespace = {
+        "__init__": __init__, "__reduce_ex__": __reduce_ex__, "__doc__": cls.__doc__,
+        "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+        "__wrapped__": cls, "_bound_to": parts,
+    }
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__doc__ = getattr(cls.__init__, "__doc__", None)
+    bound = type(cls)(cls.__name__, (cls,), namespace)
+    return bound
+
+
+def _new_bound(cls: type, parts: Parts) -> Any:
+    """An empty instance of ``cls`` bound to ``parts`` (pickle fills in its state)."""
+    bound = bind(cls, parts)
+    return bound.__new__(bound)

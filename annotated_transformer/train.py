@@ -35,7 +35,7 @@ from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.vocab import PAD
 from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig
-from annotated_transformer.parts import Parts, use_parts
+from annotated_transformer.parts import Parts
 from annotated_transformer.teacher_forcing import ModelBatch
 
 
@@ -245,14 +245,13 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
     fraction of sequences that greedy decoding reproduces exactly (in chunks of
     ``batch_size`` rows of similar length)."""
     model.eval()
-    parts = model.parts
     losses, tokens, correct = 0.0, 0, 0
     # Batching by length: rows sorted by length, so that each chunk, trimmed, has little padding.
     order = torch.argsort((src != PAD).sum(dim=1), stable=True)
     src, tgt = src[order], tgt[order]
     for start in range(0, src.size(0), batch_size):
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
-        with use_parts(parts), autocast(s.device, precision), eager():
+        with autocast(s.device, precision), eager():
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
             decoded = model.generate(s, t.size(1))  # greedy
         losses += loss.item() * n
@@ -310,8 +309,7 @@ def train(model: Model, task: Task, config: TrainConfig,
     rank, world = distributed.rank(), distributed.world_size()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    with use_parts(model.parts):
-        loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+    loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
     optimizer, scheduler = make_optimizer(model, config)
     history, start_step = History(), 0
     if runtime.resume:

@@ -64,10 +64,10 @@ def test_fast_is_a_source_with_the_reference_names():
         module = FAST.module(chapter)
         assert module.__name__.startswith("annotated_transformer.fast_parts.")
         for name in names:
-            assert getattr(FAST, name) is getattr(module, name)
+            assert getattr(FAST, name).__wrapped__ is getattr(module, name)
     mixed = Parts.reference().with_chapter(3, "fast")
-    assert mixed.MultiHeadAttention is FAST.MultiHeadAttention
-    assert mixed.LayerNorm is REF.LayerNorm
+    assert mixed.MultiHeadAttention.__wrapped__ is FAST.module(3).MultiHeadAttention
+    assert mixed.LayerNorm.__wrapped__ is REF.module(5).LayerNorm
     assert Parts("fast").describe() == "fast"
     assert parse_parts("fast") == FAST, "--parts fast on the command line"
 
@@ -398,10 +398,38 @@ def test_the_attention_map_tool_reads_fast_parts():
 
 
 def test_chapter_modules_reexport_the_reference_where_nothing_is_faster():
-    assert FAST.TokenEmbedding is REF.TokenEmbedding
-    assert FAST.causal_mask is REF.causal_mask
-    assert FAST.greedy_decode is REF.greedy_decode
-    assert FAST.beam_search is load_chapter("solutions", 7).beam_search
+    for name in ("TokenEmbedding", "causal_mask", "greedy_decode", "beam_search"):
+        assert getattr(FAST, name).__wrapped__ is getattr(REF, name).__wrapped__, name
+    assert FAST.beam_search.__wrapped__ is load_chapter("solutions", 7).beam_search
+
+
+CONSTRUCTOR_ARGS = {  # every class of the fast parts, and arguments to build it
+    "PositionalEncoding": (D, 32), "TokenEmbedding": (13, D), "MultiHeadAttention": (D, H),
+    "LayerNorm": (D,), "PositionwiseFeedForward": (D, 32), "ResidualConnection": (D,),
+    "EncoderLayer": (D, H, 32), "DecoderLayer": (D, H, 32), "LabelSmoothingLoss": (0.1,),
+}
+
+
+def test_every_fast_class_is_checked_below():
+    classes = {name for chapter, path in chapter_files("fast").items()
+               for name in _exported_names(path)
+               if isinstance(getattr(FAST.module(chapter), name), type)}
+    assert classes == set(CONSTRUCTOR_ARGS)
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTOR_ARGS))
+def test_fast_classes_subclass_the_reference_with_the_same_state_dict(name):
+    """Built on the reference by subclassing: its constructor, checks and state-dict names."""
+    fast_class, reference_class = FAST.get(name).__wrapped__, REF.get(name).__wrapped__
+    assert issubclass(fast_class, reference_class)
+    assert fast_class.__init__ is reference_class.__init__, "the reference's constructor"
+    torch.manual_seed(0)
+    reference = REF.get(name)(*CONSTRUCTOR_ARGS[name])
+    fast = FAST.get(name)(*CONSTRUCTOR_ARGS[name])
+    assert isinstance(fast, reference_class) and isinstance(fast, fast_class)
+    assert list(fast.state_dict()) == list(reference.state_dict())
+    for key, tensor in reference.state_dict().items():
+        assert fast.state_dict()[key].shape == tensor.shape, key
 
 
 @pytest.mark.parametrize("kind", ["padding", "target", "empty_row"])

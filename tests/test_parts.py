@@ -14,12 +14,20 @@ import torch
 import solutions.ch01_positional_encoding as reference_ch01
 from annotated_transformer import Parts, active_parts, use_parts
 from annotated_transformer.grading.stubs import write_stubs
-from annotated_transformer.model import build_embeddings
+from annotated_transformer.model import (
+    DecoderOnlyTransformer,
+    EncoderDecoder,
+    TransformerConfig,
+    build_embeddings,
+)
+from annotated_transformer.train import model_batch
 
 
 def test_names_resolve_to_their_chapter_and_source():
     parts = Parts.reference()
-    assert parts.PositionalEncoding is reference_ch01.PositionalEncoding
+    assert issubclass(parts.PositionalEncoding, reference_ch01.PositionalEncoding)
+    assert parts.PositionalEncoding.__wrapped__ is reference_ch01.PositionalEncoding
+    assert parts.positional_encoding.__wrapped__ is reference_ch01.positional_encoding
     assert parts.module(1) is reference_ch01
     learner = Parts.learner()
     assert learner.module(1).__name__ == "exercises.ch01_positional_encoding"
@@ -65,8 +73,6 @@ def test_a_module_keeps_the_parts_it_was_built_with(tmp_path):
 
 
 def test_a_model_can_be_copied_and_pickled_with_its_parts():
-    from annotated_transformer.model import EncoderDecoder, TransformerConfig
-
     parts = Parts.reference().with_chapter(5, "fast")
     model = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=parts)
     for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
@@ -88,10 +94,154 @@ def test_multi_head_attention_binds_chapter_2_when_built(tmp_path):
            "    CALLS.append(1)\n    return _reference(*args, **kwargs)\n")
     (tmp_path / "ch02_attention.py").write_text(spy)
     parts = Parts("solutions", {2: str(tmp_path)})
+    chapter_3 = Parts.reference().module(3)  # the class itself: it binds what is active
     with use_parts(parts):
-        attention = Parts.reference().MultiHeadAttention(8, 2)
+        attention = chapter_3.MultiHeadAttention(8, 2)
     x = torch.randn(1, 3, 8)
     attention(x, x, x)  # run outside the block: the module kept chapter 2 from `parts`
     assert parts.module(2).CALLS == [1]
-    Parts.reference().MultiHeadAttention(8, 2)(x, x, x)
-    assert parts.module(2).CALLS == [1], "a module built outside the block uses the reference"
+    chapter_3.MultiHeadAttention(8, 2)(x, x, x)
+    assert parts.module(2).CALLS == [1], "a module built outside any block uses the reference"
+
+
+# ---------------------------------------------------------------- a Parts means what it says
+
+RECORDING = """
+
+CALLS = []
+_padding_mask, _causal_mask, _target_mask = padding_mask, causal_mask, target_mask
+
+
+def padding_mask(tokens, pad_id):
+    CALLS.append("padding_mask")
+    return _padding_mask(tokens, pad_id)
+
+
+def causal_mask(size, device=None):
+    CALLS.append("causal_mask")
+    return _causal_mask(size, device=device)
+
+
+def target_mask(tokens, pad_id):
+    CALLS.append("target_mask")
+    return _target_mask(tokens, pad_id)
+"""
+
+COUNTING = """
+
+CALLS = []
+_scaled_dot_product_attention = scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(*args, **kwargs):
+    CALLS.append("attention")
+    return _scaled_dot_product_attention(*args, **kwargs)
+"""
+
+
+@pytest.fixture(scope="module")
+def marked(tmp_path_factory) -> Parts:
+    """The reference, except chapters 2 to 4 from a folder: chapter 2 counts its attention
+    calls, chapter 3 is a copy (a class of its own), chapter 4 records which masks it made."""
+    folder = tmp_path_factory.mktemp("marked")
+    reference = Parts.reference()
+    for chapter, extra in ((2, COUNTING), (3, ""), (4, RECORDING)):
+        path = Path(reference.module(chapter).__file__)
+        (folder / path.name).write_text(path.read_text() + extra)
+    parts = Parts("solutions", {chapter: str(folder) for chapter in (2, 3, 4)})
+    assert active_parts() == Parts.reference(), "the tests below run outside any block"
+    return parts
+
+
+def calls(parts: Parts, chapter: int) -> list[str]:
+    """What the marked ``chapter`` of ``parts`` recorded since the last look."""
+    recorded = list(parts.module(chapter).CALLS)
+    parts.module(chapter).CALLS.clear()
+    return recorded
+
+
+def tokens(rows: list[list[int]]) -> torch.Tensor:
+    return torch.tensor(rows)
+
+
+def test_a_function_part_uses_its_own_parts_outside_any_block(marked):
+    src, tgt = tokens([[5, 6, 7, 0], [5, 6, 0, 0]]), tokens([[1, 5, 6, 2], [1, 5, 2, 0]])
+    calls(marked, 4)
+    batch = marked.make_batch(src, tgt, 0)  # chapter 6 from the reference, bound to `marked`
+    assert {"padding_mask", "target_mask"} <= set(calls(marked, 4))
+    expected = Parts.reference().make_batch(src, tgt, 0)
+    assert calls(marked, 4) == [], "the reference's parts never reach the marked chapter 4"
+    assert torch.equal(batch.src_mask, expected.src_mask)
+    assert torch.equal(batch.tgt_mask, expected.tgt_mask)
+    with use_parts(marked):
+        Parts.reference().make_batch(src, tgt, 0)
+    assert calls(marked, 4) == [], "Parts.reference() is the reference inside any block"
+
+
+def test_a_class_part_binds_its_own_parts_when_built_outside_any_block(marked):
+    layer = marked.EncoderLayer(8, 2, 16)  # chapter 5 from the reference
+    own_attention = marked.module(3).MultiHeadAttention
+    reference_attention = Parts.reference().module(3).MultiHeadAttention
+    assert isinstance(layer, Parts.reference().module(5).EncoderLayer)
+    assert isinstance(layer.self_attn, own_attention)
+    assert not isinstance(layer.self_attn, reference_attention)
+    x = torch.randn(2, 3, 8)
+    calls(marked, 2)
+    layer(x)
+    assert calls(marked, 2) == ["attention"], "chapter 2 of `marked`, bound when built"
+    with use_parts(marked):
+        other = Parts.reference().EncoderLayer(8, 2, 16)
+    assert isinstance(other.self_attn, reference_attention), "Parts.reference() is the reference"
+    other(x)
+    assert calls(marked, 2) == []
+
+
+def test_the_batch_builder_uses_the_models_masks(marked):
+    src, tgt = tokens([[5, 6, 7, 0]]), tokens([[1, 5, 6, 2]])
+    config = TransformerConfig.small(11, num_layers=1)
+    calls(marked, 4)
+    batch = model_batch(EncoderDecoder(config, parts=marked), src, tgt)
+    assert {"padding_mask", "target_mask"} <= set(calls(marked, 4))
+    expected = Parts.reference().make_batch(src, tgt, 0)
+    assert torch.equal(batch.args[2], expected.src_mask)
+    assert torch.equal(batch.args[3], expected.tgt_mask)
+    model_batch(DecoderOnlyTransformer(config, parts=marked), src, tgt)
+    assert "target_mask" in calls(marked, 4)
+    model_batch(EncoderDecoder(config), src, tgt)
+    assert calls(marked, 4) == [], "a model of the reference parts uses the reference masks"
+
+
+def test_a_model_keeps_its_parts_when_run_inside_a_block_of_other_parts(marked):
+    torch.manual_seed(0)
+    model = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=marked)
+    twin = EncoderDecoder(TransformerConfig.small(11, num_layers=1), parts=Parts.reference())
+    twin.load_state_dict(model.state_dict())
+    src, tgt = tokens([[5, 6, 7, 0]]), tokens([[1, 5, 6, 2]])
+    calls(marked, 2)
+    with use_parts(Parts.reference()):
+        logits = model(src, tgt)
+    assert calls(marked, 2) == ["attention"] * 3, "self, self and cross: all of `marked`"
+    assert torch.allclose(logits, twin(src, tgt)), "the marked chapters compute the reference"
+    with use_parts(marked):
+        twin(src, tgt)
+    assert calls(marked, 2) == [], "and the reference model keeps the reference"
+
+
+def test_a_bound_part_is_one_object_that_copies_and_pickles(marked):
+    assert marked.EncoderLayer is marked.EncoderLayer
+    assert marked.make_batch is marked.make_batch
+    assert Parts(marked.default, dict(marked.chapters)).EncoderLayer is marked.EncoderLayer
+    assert marked.EncoderLayer is not Parts.reference().EncoderLayer
+    layer = marked.EncoderLayer(8, 2, 16)
+    assert type(layer).__name__ == "EncoderLayer" and repr(layer).startswith("EncoderLayer(")
+    reference = Parts.reference().module(5).EncoderLayer(8, 2, 16)
+    assert list(layer.state_dict()) == list(reference.state_dict())
+    assert repr(layer) == repr(reference)
+    x = torch.randn(1, 3, 8)
+    for twin in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert type(twin) is type(layer)
+        assert type(twin.self_attn) is type(layer.self_attn)
+        calls(marked, 2)
+        assert torch.allclose(twin(x), layer(x))
+        assert calls(marked, 2) == ["attention"] * 2, "the twin kept the marked chapter 2"
+    assert pickle.loads(pickle.dumps(marked.make_batch)) is marked.make_batch

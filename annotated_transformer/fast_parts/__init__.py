@@ -2,10 +2,14 @@
 
 ``Parts("fast")`` (``--parts fast`` on the command line) takes every chapter from
 here; ``Parts.reference().with_chapter(3, "fast")`` only chapter 3. Each
-``chNN_*.py`` exports the same names as the reference (``solutions/``), with the
-same constructor arguments, submodule names and state-dict keys, so a checkpoint
-trained with one set of parts loads into the other. ``tests/test_fast_parts.py``
-checks in float64 that every part computes what the reference computes.
+``chNN_*.py`` exports the same names as the reference (``solutions/``) and builds on
+it: a class is the reference's subclass that overrides only the computation it makes
+faster (``forward``), so its constructor arguments, argument checks, submodule names
+and state-dict keys are the reference's by construction, and a checkpoint trained with
+one set of parts loads into the other; a function hands inputs it does not handle
+(shapes that do not fit, a query with no key) to the reference, which raises the
+reference's errors. ``tests/test_fast_parts.py`` checks in float64 that every part
+computes what the reference computes.
 
 What is faster, and where:
 

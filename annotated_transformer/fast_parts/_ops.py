@@ -6,11 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from annotated_transformer.parts import is_compiling
+
 _INT32_SPAN = 2**32
-
-
-is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
-"""Whether ``torch.compile`` is tracing this call (older PyTorch: never)."""
 
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:

@@ -2,7 +2,8 @@
 
 ``torch.softmax`` gives NaN on a slice that is all ``-inf``; the contract (a query
 with nothing to attend to gets zero weights) is kept by handing such inputs to the
-reference, which is rare (no task of the course produces one) and exact.
+reference, which is rare (no task of the course produces one) and exact. Inputs of the
+wrong shape go to the reference too, which raises its own errors.
 """
 
 from __future__ import annotations
@@ -44,14 +45,10 @@ def scaled_dot_product_attention(
     weights).
     """
     d_k = query.size(-1)
-    if key.size(-1) != d_k:
-        raise ValueError(f"query and key must share d_k (their last dimension): query has "
-                         f"shape {tuple(query.shape)}, key has shape {tuple(key.shape)}")
-    if key.size(-2) != value.size(-2):
-        raise ValueError(f"key and value must have the same length Lk: key has shape "
-                         f"{tuple(key.shape)}, value has shape {tuple(value.shape)}")
-    if mask is not None and not bool(mask.any(dim=-1).all()):
-        # some query sees no key: the reference's softmax gives it zeros
+    if (key.size(-1) != d_k or key.size(-2) != value.size(-2)
+            or (mask is not None and not bool(mask.any(dim=-1).all()))):
+        # shapes that do not fit (the reference says what is wrong), or a query that sees
+        # no key (the reference's softmax gives it zeros)
         return _reference.scaled_dot_product_attention(query, key, value, mask, dropout)
     scores = torch.matmul(query, key.transpose(-2, -1))  # [..., Lq, Lk]
     if mask is not None:

@@ -26,7 +26,11 @@ which is when the attention-map tool and decoding run, and not in training;
 Masks follow the course's convention, which is also ``F.scaled_dot_product_attention``'s:
 ``True`` = allowed. A query whose keys are all masked gets zero weights and a zero
 output, as in the reference: such masks (rare: no task of the course makes one) are
-detected once per mask and computed by the reference's formula.
+detected once per mask and computed by the reference's ``forward``.
+
+The class is the reference's subclass: its constructor, submodules and argument checks
+are the reference's own, and so are the errors for a mask of the wrong shape (such a mask
+goes to the reference's ``forward``).
 """
 
 from __future__ import annotations
@@ -66,8 +70,8 @@ class _MaskBiases:
         self.size = size
         self.entries: dict[int, tuple] = {}
 
-    def get(self, mask: Tensor, dtype: torch.dtype) -> Tensor | None:
-        """The additive bias ``[mask's shape]`` in ``dtype``, or None if a row has no key."""
+    def _entry(self, mask: Tensor) -> tuple:
+        """``(weak reference, version, has an empty row, {dtype: bias})`` of ``mask``."""
         entry = self.entries.get(id(mask))
         if entry is None or entry[0]() is not mask or entry[1] != mask._version:
             has_empty_row = not bool(mask.any(dim=-1).all())
@@ -75,9 +79,16 @@ class _MaskBiases:
                 self.entries.clear()
             entry = (weakref.ref(mask), mask._version, has_empty_row, {})
             self.entries[id(mask)] = entry
-        if entry[2]:
-            return None
-        biases = entry[3]
+        return entry
+
+    def has_empty_row(self, mask: Tensor) -> bool:
+        """Whether some query of ``mask`` sees no key."""
+        return self._entry(mask)[2]
+
+    def get(self, mask: Tensor, dtype: torch.dtype) -> Tensor:
+        """The additive bias ``[mask's shape]`` in ``dtype``: 0 where allowed, ``-inf``
+        where not."""
+        biases = self._entry(mask)[3]
         if dtype not in biases:
             bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
             biases[dtype] = bias.masked_fill_(~mask, float("-inf"))
@@ -105,8 +116,9 @@ def _linear_packed(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
     return F.linear(x, weight, bias)
 
 
-class MultiHeadAttention(nn.Module):
-    """Exercise 3.3, fast: the reference's module and contract on fused kernels.
+class MultiHeadAttention(_reference.MultiHeadAttention):
+    """Exercise 3.3, fast: the reference's module (its constructor, its submodules, its
+    checks) with a faster ``forward``.
 
     ``(d_model, num_heads, dropout=0.0, bias=True)``; ``forward(query [B, Lq, D],
     key [B, Lk, D], value [B, Lk, D], mask=None) -> [B, Lq, D]``. ``keep_weights``
@@ -115,20 +127,8 @@ class MultiHeadAttention(nn.Module):
     the fused kernel runs (``None``: :data:`SDPA_MIN_LENGTH` on a CPU, 0 elsewhere).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,
-                 bias: bool = True) -> None:
-        super().__init__()
-        if num_heads <= 0 or d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        self.d_model, self.num_heads = d_model, num_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
-        self.attention_weights: Tensor | None = None
-        self.keep_weights: bool | None = None
-        self.sdpa_min_length: int | None = None
+    keep_weights: bool | None = None  # set on a module to change its own
+    sdpa_min_length: int | None = None
 
     def _fused_wins(self, key: Tensor, dropout: float) -> bool:
         """Whether ``F.scaled_dot_product_attention`` is the faster way here."""
@@ -149,9 +149,15 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query: Tensor, key: Tensor, value: Tensor,
                 mask: Tensor | None = None) -> Tensor:
         """``query [B, Lq, D]``, ``key`` and ``value [B, Lk, D]`` -> ``[B, Lq, D]``."""
-        if mask is not None and mask.dim() not in (2, 4):
-            raise ValueError(f"mask must be 2-D [Lq, Lk] or 4-D [B, H, Lq, Lk] (dimensions "
-                             f"of size 1 broadcast); got shape {tuple(mask.shape)}")
+        keep = (not self.training) if self.keep_weights is None else self.keep_weights
+        if mask is not None and (mask.dim() not in (2, 4) or (
+                not is_compiling() and _biases.has_empty_row(mask))):
+            # a mask of the wrong shape (the reference says what is wrong) or with a query
+            # that sees no key (the reference's formula gives it zeros)
+            output = super().forward(query, key, value, mask)
+            if not keep:
+                self.attention_weights = None
+            return output
         if query is key and key is value:  # self-attention: one projection
             q, k, v = self._heads(_linear_packed(query, (self.q_proj, self.k_proj,
                                                          self.v_proj)), 3)
@@ -162,17 +168,11 @@ class MultiHeadAttention(nn.Module):
             else:
                 (k,) = self._heads(self.k_proj(key), 1)
                 (v,) = self._heads(self.v_proj(value), 1)
-        keep = (not self.training) if self.keep_weights is None else self.keep_weights
         dropout = self.dropout.p if self.training else 0.0
         bias = None
         if mask is not None:
             bias = (_mask_bias_traced(mask, q.dtype) if is_compiling()
                     else _biases.get(mask, q.dtype))
-            if bias is None:  # a query sees no key: the reference's formula gives it zeros
-                heads, weights = load_chapter("solutions", 2).scaled_dot_product_attention(
-                    q, k, v, mask=mask, dropout=self.dropout)
-                self.attention_weights = weights.detach() if keep else None
-                return self.out_proj(merge_heads(heads))
         if keep or not self._fused_wins(k, dropout):
             scores = torch.matmul(q, k.transpose(-2, -1))  # [B, H, Lq, Lk]
             scale = 1.0 / math.sqrt(q.size(-1))

@@ -1,22 +1,30 @@
 """Chapter 5, fast: ``F.layer_norm``, and layers that skip what does nothing.
 
-The same modules, submodule names and state-dict keys as the reference. LayerNorm is
-one fused kernel (forward and backward) instead of the eight operations of its
-formula; a dropout of probability 0, or any dropout in ``eval()`` mode, is not called
-at all; the layers apply their residual connections without building a closure per
-call.
+Every class is the reference's subclass and overrides only ``forward``: the
+constructors, submodule names, state-dict keys and argument checks are the
+reference's own. LayerNorm is one fused kernel (forward and backward) instead of the
+eight operations of its formula; a dropout of probability 0, or any dropout in
+``eval()`` mode, is not called at all; the layers apply their residual connections
+without building a closure per call.
+
+The reference's layers build their sublayers from the reference's classes (the
+``ResidualConnection`` and its ``LayerNorm``, the ``PositionwiseFeedForward``), so the
+fast layers compute with those sublayers' parameters directly (:func:`normalize`,
+:func:`feed_forward`, :func:`before` and :func:`around`) rather than call their
+``forward``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from annotated_transformer.fast_parts._ops import module_dropout as _dropout
-from annotated_transformer.parts import active_parts
+from annotated_transformer.parts import load_chapter
+
+_reference = load_chapter("solutions", 5)
 
 __all__ = [
     "LayerNorm",
@@ -27,114 +35,77 @@ __all__ = [
 ]
 
 
+def normalize(norm: nn.Module, x: Tensor) -> Tensor:
+    """``norm(x)`` for a LayerNorm (``weight``, ``bias``, ``eps``), as ``F.layer_norm``."""
+    return F.layer_norm(x, norm.weight.shape, norm.weight, norm.bias, norm.eps)
 
 
-class LayerNorm(nn.Module):
+def feed_forward(layer: nn.Module, x: Tensor) -> Tensor:
+    """``linear2(dropout(relu(linear1(x))))`` of a feed-forward network, ``[B, L, D]``."""
+    return layer.linear2(_dropout(F.relu(layer.linear1(x)), layer.dropout))
+
+
+def before(residual: nn.Module, x: Tensor) -> Tensor:
+    """What a residual connection's sublayer reads: ``norm(x)`` pre-LN, ``x`` post-LN."""
+    return normalize(residual.norm, x) if residual.norm_first else x
+
+
+def around(residual: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """A residual connection's output given its sublayer's output ``y`` (computed from
+    ``before(residual, x)``): pre-LN ``x + dropout(y)``, post-LN ``norm(x + dropout(y))``."""
+    if residual.norm_first:
+        return x + _dropout(y, residual.dropout)
+    return normalize(residual.norm, x + _dropout(y, residual.dropout))
+
+
+class LayerNorm(_reference.LayerNorm):
     """Exercise 5.1 as ``F.layer_norm``: parameters ``weight`` (ones), ``bias`` (zeros)."""
-
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         """``x [..., D] -> [..., D]``."""
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        return normalize(self, x)
 
 
-class PositionwiseFeedForward(nn.Module):
+class PositionwiseFeedForward(_reference.PositionwiseFeedForward):
     """Exercise 5.2: ``linear2(dropout(relu(linear1(x))))``."""
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         """``x [B, L, D] -> [B, L, D]``."""
-        return self.linear2(_dropout(F.relu(self.linear1(x)), self.dropout))
+        return feed_forward(self, x)
 
 
-class ResidualConnection(nn.Module):
+class ResidualConnection(_reference.ResidualConnection):
     """Exercise 5.3: post-LN ``norm(x + dropout(sublayer(x)))``, pre-LN
-    ``x + dropout(sublayer(norm(x)))``; ``norm`` is the fast :class:`LayerNorm`."""
-
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
-        super().__init__()
-        self.norm = LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
+    ``x + dropout(sublayer(norm(x)))``."""
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """``x [B, L, D]``, ``sublayer: [B, L, D] -> [B, L, D]`` -> ``[B, L, D]``."""
-        if self.norm_first:
-            return x + _dropout(sublayer(self.norm(x)), self.dropout)
-        return self.norm(x + _dropout(sublayer(x), self.dropout))
-
-    def around(self, x: Tensor, y: Tensor | None) -> Tensor:
-        """The connection's output given the sublayer's output ``y``: post-LN ``norm(x +
-        dropout(y))``, pre-LN ``x + dropout(y)`` (for pre-LN, ``y`` was computed from
-        ``self.pre(x)``)."""
-        if self.norm_first:
-            return x + _dropout(y, self.dropout)
-        norm = self.norm
-        return F.layer_norm(x + _dropout(y, self.dropout), norm.weight.shape, norm.weight,
-                            norm.bias, norm.eps)
-
-    def pre(self, x: Tensor) -> Tensor:
-        """What the sublayer reads: ``norm(x)`` for pre-LN, ``x`` for post-LN."""
-        if self.norm_first:
-            norm = self.norm
-            return F.layer_norm(x, norm.weight.shape, norm.weight, norm.bias, norm.eps)
-        return x
+        return around(self, x, sublayer(before(self, x)))
 
 
-class EncoderLayer(nn.Module):
+class EncoderLayer(_reference.EncoderLayer):
     """Exercise 5.4: self-attention and feed-forward, each in a residual connection.
 
-    ``self_attn`` is Chapter 3's ``MultiHeadAttention`` from the active parts (the fast
-    one under ``Parts("fast")``): given the same tensor three times, it packs its
-    projections."""
-
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False) -> None:
-        super().__init__()
-        parts = active_parts()
-        self.self_attn = parts.MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.residuals = nn.ModuleList(
-            [ResidualConnection(d_model, dropout, norm_first) for _ in range(2)]
-        )
+    ``self_attn`` is Chapter 3's ``MultiHeadAttention`` from the parts the layer is built
+    with (the fast one under ``Parts("fast")``): given the same tensor three times, it
+    packs its projections."""
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """``x [B, L, D] -> [B, L, D]``."""
         attend, feed = self.residuals
-        y = attend.pre(x)
-        x = attend.around(x, self.self_attn(y, y, y, mask))
-        return feed.around(x, self.feed_forward(feed.pre(x)))
+        y = before(attend, x)
+        x = around(attend, x, self.self_attn(y, y, y, mask))
+        return around(feed, x, feed_forward(self.feed_forward, before(feed, x)))
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_reference.DecoderLayer):
     """Exercise 5.5: masked self-attention, cross-attention to the memory, feed-forward."""
-
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False) -> None:
-        super().__init__()
-        parts = active_parts()
-        self.self_attn = parts.MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.cross_attn = parts.MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.residuals = nn.ModuleList(
-            [ResidualConnection(d_model, dropout, norm_first) for _ in range(3)]
-        )
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
         """``x [B, Lt, D]``, ``memory [B, Ls, D]`` -> ``[B, Lt, D]``."""
         attend, cross, feed = self.residuals
-        y = attend.pre(x)
-        x = attend.around(x, self.self_attn(y, y, y, tgt_mask))
-        x = cross.around(x, self.cross_attn(cross.pre(x), memory, memory, src_mask))
-        return feed.around(x, self.feed_forward(feed.pre(x)))
+        y = before(attend, x)
+        x = around(attend, x, self.self_attn(y, y, y, tgt_mask))
+        x = around(cross, x, self.cross_attn(before(cross, x), memory, memory, src_mask))
+        return around(feed, x, feed_forward(self.feed_forward, before(feed, x)))

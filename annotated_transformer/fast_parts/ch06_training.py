@@ -7,7 +7,7 @@ training step spends its time).
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from annotated_transformer.parts import load_chapter
 
@@ -20,17 +20,11 @@ greedy_decode = _reference.greedy_decode
 __all__ = ["noam_lr", "LabelSmoothingLoss", "make_batch", "greedy_decode"]
 
 
-class LabelSmoothingLoss(nn.Module):
+class LabelSmoothingLoss(_reference.LabelSmoothingLoss):
     """Exercise 6.2 as ``F.cross_entropy(..., label_smoothing=smoothing)``, summed and divided
     by the number of targets that count, so that a batch whose targets are all ignored
-    gives zero (where the mean gives NaN)."""
-
-    def __init__(self, smoothing: float = 0.1, ignore_index: int | None = None) -> None:
-        super().__init__()
-        if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing must be in [0, 1), got smoothing={smoothing!r}")
-        self.smoothing = smoothing
-        self.ignore_index = ignore_index
+    gives zero (where the mean gives NaN). The constructor and its checks are the
+    reference's."""
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         """``logits [N, V]``, ``target [N]`` (class ids) -> the mean loss, a scalar."""
