@@ -179,7 +179,7 @@ def run_train(args) -> int:
         if main:
             rate = history.tokens / max(history.seconds, 1e-9)
             print(f"held-out exact match {history.exact_match[-1]:.1%} "
-                  f"({config.eval_size} examples), {history.seconds:.1f} s, "
+                  f"({history.eval_examples} examples), {history.seconds:.1f} s, "
                   f"{rate:,.0f} target tokens/s\nwrote {args.out / checkpoint.FILE_NAME} and "
                   f"{args.out / 'metrics.jsonl'}")
     finally:

@@ -98,6 +98,7 @@ class History:
     exact_match: list[float] = field(default_factory=list)
     seconds: float = 0.0
     tokens: int = 0  # target tokens trained on (all processes)
+    eval_examples: int = 0  # held-out examples per evaluation (a corpus may have fewer)
 
 
 def make_optimizer(model: Model, config: TrainConfig
@@ -319,6 +320,7 @@ def train(model: Model, task: Task, config: TrainConfig,
         start_step = checkpoint.restore_training(state, model, optimizer, scheduler, generator)
         history = History(**state.get("history", {}))
     held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
+    history.eval_examples = held_out[0].size(0)
     if runtime.compile:
         compile_model(model, runtime.compile_backend)
         # the loss too: over a large vocabulary its elementwise work is a step's largest

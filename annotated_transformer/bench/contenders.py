@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from annotated_transformer.bench.shapes import Shape
 from annotated_transformer.data.vocab import BOS, PAD
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
-from annotated_transformer.parts import Parts, load_chapter, use_parts
+from annotated_transformer.parts import Parts, load_chapter
 from annotated_transformer.train import adam
 
 REFERENCE = Parts.reference()
@@ -85,6 +85,13 @@ class TorchTransformer(nn.Module):
                 tgt_mask: Tensor | None = None) -> Tensor:
         return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
 
+    # Trained and decoded the way the course's encoder-decoder is: the same batches, loss
+    # and decoding (from the reference's parts).
+    teacher_forcing = EncoderDecoder.teacher_forcing
+    loss = EncoderDecoder.loss
+    generate = EncoderDecoder.generate
+    check_decoding = EncoderDecoder.check_decoding
+
 
 def build(contender: str, config: TransformerConfig, device: torch.device
           ) -> tuple[nn.Module, Callable[[Tensor, Tensor], Tensor]]:
@@ -97,8 +104,7 @@ def build(contender: str, config: TransformerConfig, device: torch.device
     else:
         parts = REFERENCE if contender == "reference" else Parts("fast")
         model = EncoderDecoder(config, parts=parts)
-        with use_parts(parts):
-            loss_fn = parts.LabelSmoothingLoss(0.1, ignore_index=PAD)
+        loss_fn = parts.LabelSmoothingLoss(0.1, ignore_index=PAD)
     return model.to(device), loss_fn
 
 

@@ -15,7 +15,7 @@ from annotated_transformer.bench.timing import synchronize
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.vocab import PAD
 from annotated_transformer.model import EncoderDecoder
-from annotated_transformer.parts import Parts, use_parts
+from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
 from annotated_transformer.train import (
     TrainConfig,
@@ -91,8 +91,7 @@ def copy_task(device: torch.device, seeds: tuple[int, ...], held_out_size: int,
             torch.manual_seed(seed)
             model = EncoderDecoder(recipe.model_config(task), parts=parts).to(device)
             optimizer, scheduler = make_optimizer(model, config)
-            with use_parts(parts):
-                loss_fn = parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+            loss_fn = parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
             runs.append(_time_to_exact_match(
                 model, task, config, optimizer, scheduler, loss_fn, held_out,
                 eval_every or config.eval_every, device, log, f"{parts_name}, seed {seed}"))

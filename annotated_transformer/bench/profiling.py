@@ -11,7 +11,7 @@ from torch import nn
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.vocab import PAD
 from annotated_transformer.model import EncoderDecoder
-from annotated_transformer.parts import Parts, use_parts
+from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
 from annotated_transformer.train import make_optimizer, model_batch
 
@@ -35,8 +35,7 @@ def profile_step(parts_name: str, steps: int = 30, warmup: int = 10, rows: int =
     parts = Parts(parts_name)
     model = EncoderDecoder(recipe.model_config(task), parts=parts)
     optimizer, scheduler = make_optimizer(model, config)
-    with use_parts(parts):
-        loss_fn = parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+    loss_fn = parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
     generator = torch.Generator().manual_seed(0)
 
     def step() -> None:
