@@ -67,6 +67,12 @@ def parse_parts(source: str | None) -> Parts | None:
     return Parts(source)
 
 
+def add_model_options(p) -> None:
+    """``--parts`` and ``--device`` of the commands that rebuild a checkpoint's model."""
+    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+
+
 def load_checkpoint(args) -> tuple[dict, Task, Model]:
     device = pick_device(args.device)
     state = checkpoint.load(args.checkpoint)
@@ -197,8 +203,7 @@ def add_evaluate(sub) -> None:
                    "the whole split)")
     p.add_argument("--data", help="--task tsv: read the pairs from this file instead; "
                    "translation: this corpus instead (--dataset's forms)")
-    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
-    p.add_argument("--device", default="auto")
+    add_model_options(p)
     add_decoding_options(p, evaluate=True)
     p.set_defaults(run=run_evaluate)
 
@@ -237,8 +242,7 @@ def add_translate(sub) -> None:
                    help="decoder-only: sample at this temperature (0: greedy)")
     p.add_argument("--top-k", type=int, help="decoder-only: sample among the k likeliest")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
-    p.add_argument("--device", default="auto")
+    add_model_options(p)
     add_decoding_options(p, evaluate=False)
     p.set_defaults(run=run_translate)
 
@@ -275,8 +279,7 @@ def add_attention(sub) -> None:
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("input", help="one input text")
     p.add_argument("--out", required=True, type=Path, help="the image to write (.png, .svg)")
-    p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
-    p.add_argument("--device", default="auto")
+    add_model_options(p)
     p.set_defaults(run=run_attention)
 
 

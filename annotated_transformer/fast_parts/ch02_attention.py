@@ -30,13 +30,10 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     return torch.softmax(x, dim=dim)
 
 
-def scaled_dot_product_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None = None,
-    dropout: Callable[[Tensor], Tensor] | None = None,
-) -> tuple[Tensor, Tensor]:
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 mask: Tensor | None = None,
+                                 dropout: Callable[[Tensor], Tensor] | None = None
+                                 ) -> tuple[Tensor, Tensor]:
     """Exercise 2.2 with fewer operations: the scale folded into the masking, PyTorch's softmax.
 
     Returns ``(output [..., Lq, d_v], weights [..., Lq, Lk])`` like the reference (the
