@@ -196,7 +196,8 @@ def run_train(args) -> int:
 # ---------------------------------------------------------------- evaluate
 
 def add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="held-out exact match and loss of a checkpoint")
+    p = sub.add_parser("evaluate", help="held-out exact match and loss of a checkpoint "
+                       "(translation: BLEU and chrF too)")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--size", type=int, help="held-out examples (default 1000; translation: "
