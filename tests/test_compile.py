@@ -16,6 +16,7 @@ from torch._dynamo.utils import counters
 
 from annotated_transformer import checkpoint, cli
 from annotated_transformer.data import TASKS
+from word_pairs import write_reversed_words
 
 SHORT = ["--steps", "3", "--batch-size", "8", "--eval-size", "8", "--device", "cpu",
          "--no-progress", "--threads", "1"]
@@ -48,10 +49,7 @@ def counted_aot_eager(graph, example_inputs):
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tsv") / "pairs.tsv"
-    words = ["cat", "dog", "bird", "fish", "horse", "mouse", "sheep", "goat"]
-    path.write_text("".join(f"{w}\t{w[::-1]}\n" for w in words * 4), encoding="utf-8")
-    return path
+    return write_reversed_words(tmp_path_factory.mktemp("tsv") / "pairs.tsv")
 
 
 @pytest.mark.slow

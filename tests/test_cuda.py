@@ -13,6 +13,7 @@ from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
 from annotated_transformer.train import model_batch
+from word_pairs import write_reversed_words
 
 pytestmark = [
     pytest.mark.cuda,
@@ -60,10 +61,7 @@ def test_the_model_on_cuda_computes_what_it_computes_on_the_cpu(source, name):
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tsv") / "pairs.tsv"
-    words = ["cat", "dog", "bird", "fish", "horse", "mouse", "sheep", "goat"]
-    path.write_text("".join(f"{w}\t{w[::-1]}\n" for w in words * 4), encoding="utf-8")
-    return path
+    return write_reversed_words(tmp_path_factory.mktemp("tsv") / "pairs.tsv")
 
 
 @pytest.mark.slow
