@@ -344,6 +344,18 @@ def transformer_spec(vocab_size, seed, log_softmax=False):
             "log_softmax": log_softmax}
 
 
+def model_and_rules(kind, src, vocab_size, max_len, rule_seed, transformer_seed):
+    """The probe's description of a model of that kind (a ``table`` ``RuleModel`` made with
+    ``rule_seed``, or ``transformer(vocab_size, transformer_seed)``) and, for each row of
+    ``src``, the rule it follows there."""
+    if kind == "rule":
+        return (rule_model("table", seed=rule_seed, vocab_size=vocab_size, max_len=max_len),
+                [table_rule(rule_seed, vocab_size, max_len)] * len(src))
+    return (transformer_spec(vocab_size, seed=transformer_seed),
+            transformer_rules(transformer_seed, vocab_size, max_len,
+                              tuple(map(tuple, src.tolist()))))
+
+
 # ---------------------------------------------------------------- the best sequence
 
 ALPHAS = [0.0, 0.6, 1.0]
@@ -355,12 +367,8 @@ ALPHAS = [0.0, 0.6, 1.0]
 def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
     vocab_size, max_len = 6, (5 if kind == "rule" else 4)
     src, src_mask = sources(3, 4, vocab_size, seed=1)
-    if kind == "rule":
-        model = rule_model("table", seed=4, vocab_size=vocab_size, max_len=max_len)
-        rules = [table_rule(4, vocab_size, max_len)] * len(src)
-    else:
-        model = transformer_spec(vocab_size, seed=3)
-        rules = transformer_rules(3, vocab_size, max_len, tuple(map(tuple, src.tolist())))
+    model, rules = model_and_rules(kind, src, vocab_size, max_len, rule_seed=4,
+                                   transformer_seed=3)
     beam_size = sum(1 for _ in every_sequence(vocab_size, max_len))
     out = learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=max_len,
                       beam_size=beam_size, length_penalty=alpha)
@@ -383,12 +391,8 @@ def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
 def test_a_narrow_beam_keeps_the_beam_size_best_extensions(learner, kind, beam_size, alpha):
     vocab_size, max_len = 6, (6 if kind == "rule" else 5)
     src, src_mask = sources(4, 5, vocab_size, seed=2)
-    if kind == "rule":
-        model = rule_model("table", seed=3, vocab_size=vocab_size, max_len=max_len)
-        rules = [table_rule(3, vocab_size, max_len)] * len(src)
-    else:
-        model = transformer_spec(vocab_size, seed=7)
-        rules = transformer_rules(7, vocab_size, max_len, tuple(map(tuple, src.tolist())))
+    model, rules = model_and_rules(kind, src, vocab_size, max_len, rule_seed=3,
+                                   transformer_seed=7)
     out = learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=max_len,
                       beam_size=beam_size, length_penalty=alpha)
     got = hypotheses_of(out, len(src), max_len)

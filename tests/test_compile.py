@@ -15,17 +15,16 @@ from torch._dynamo.backends.debugging import aot_eager
 from torch._dynamo.utils import counters
 
 from annotated_transformer import checkpoint, cli
-from annotated_transformer.data import TASKS
+from train_tasks import TRAINED_TASKS, task_arguments
 
 SHORT = ["--steps", "3", "--batch-size", "8", "--eval-size", "8", "--device", "cpu",
          "--no-progress", "--threads", "1"]
 
 
-def train(capsys, out, task, data, *extra) -> tuple[str, list[float]]:
-    argv = ["train", "--task", task, "--out", str(out), *SHORT, *extra]
-    if task == "tsv":
-        argv += ["--data", str(data)]
-    status = cli.main(argv)
+def train(capsys, out, task, *extra) -> tuple[str, list[float]]:
+    """``train`` the task into the folder ``out`` (its data, where it needs some, beside it)."""
+    status = cli.main(["train", *task_arguments(task, out.parent), "--out", str(out), *SHORT,
+                       *extra])
     stdout, stderr = capsys.readouterr()
     assert status == 0, stderr
     state = torch.load(out / checkpoint.FILE_NAME, weights_only=True)
@@ -46,27 +45,19 @@ def counted_aot_eager(graph, example_inputs):
     return run
 
 
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tsv") / "pairs.tsv"
-    words = ["cat", "dog", "bird", "fish", "horse", "mouse", "sheep", "goat"]
-    path.write_text("".join(f"{w}\t{w[::-1]}\n" for w in words * 4), encoding="utf-8")
-    return path
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("task", sorted(set(TASKS) - {"translation"}))  # its own file
-def test_train_compile_trains_every_task_as_eager_does(capsys, tmp_path, pairs, task):
+@pytest.mark.parametrize("task", TRAINED_TASKS)
+def test_train_compile_trains_every_task_as_eager_does(capsys, tmp_path, task):
     counters.clear()
     CALLS.clear()
-    out, compiled = train(capsys, tmp_path / "compiled", task, pairs, "--compile",
+    out, compiled = train(capsys, tmp_path / "compiled", task, "--compile",
                           "counted_aot_eager")
     assert "compiled (counted_aot_eager)" in out and "held-out exact match" in out
     assert CALLS, "--compile ran no compiled code"
     breaks = dict(counters["graph_break"])
     assert not breaks, f"graph breaks in the layers: {breaks}"
-    _, eager = train(capsys, tmp_path / "eager", task, pairs)
+    _, eager = train(capsys, tmp_path / "eager", task)
     assert len(compiled) == len(eager) == 3
     assert compiled == pytest.approx(eager, rel=1e-4), (
         f"--compile changed the losses: {compiled} against {eager} without it")

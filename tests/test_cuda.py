@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from annotated_transformer import checkpoint, cli
-from annotated_transformer.data import PAD, TASKS, make_task
+from annotated_transformer.data import PAD, make_task
 from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
 from annotated_transformer.train import model_batch
+from train_tasks import TRAINED_TASKS, task_arguments
 
 pytestmark = [
     pytest.mark.cuda,
@@ -58,23 +59,14 @@ def test_the_model_on_cuda_computes_what_it_computes_on_the_cpu(source, name):
         assert torch.allclose(g, gpu_grads[n], atol=1e-4, rtol=1e-3), f"gradient of {n}"
 
 
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tsv") / "pairs.tsv"
-    words = ["cat", "dog", "bird", "fish", "horse", "mouse", "sheep", "goat"]
-    path.write_text("".join(f"{w}\t{w[::-1]}\n" for w in words * 4), encoding="utf-8")
-    return path
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("task", sorted(set(TASKS) - {"translation"}))  # its own file
-def test_every_task_trains_compiled_in_bf16(capsys, tmp_path, pairs, task):
+@pytest.mark.parametrize("task", TRAINED_TASKS)
+def test_every_task_trains_compiled_in_bf16(capsys, tmp_path, task):
     """``train --precision bf16 --compile`` (Inductor, Triton kernels), a few steps."""
-    argv = ["train", "--task", task, "--device", "cuda", "--precision", "bf16", "--compile",
-            "--steps", "4", "--batch-size", "32", "--eval-size", "16", "--no-progress",
-            "--out", str(tmp_path)]
-    status = cli.main(argv + (["--data", str(pairs)] if task == "tsv" else []))
+    status = cli.main(["train", *task_arguments(task, tmp_path), "--device", "cuda",
+                       "--precision", "bf16", "--compile", "--steps", "4", "--batch-size", "32",
+                       "--eval-size", "16", "--no-progress", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert status == 0, err
     assert "cuda" in out and "bf16, compiled (inductor)" in out

@@ -320,6 +320,15 @@ def pad_rows_of(tokens, lengths):
     return tokens
 
 
+def assert_twins_agree(reference, fast):
+    """The fast model's (logits, loss, gradients by name) equal the reference model's."""
+    (ref_logits, ref_loss, ref_grads), (fast_logits, fast_loss, fast_grads) = reference, fast
+    close(fast_logits, ref_logits, "logits")
+    close(fast_loss, ref_loss, "loss")
+    for name in ref_grads:
+        close(fast_grads[name], ref_grads[name], f"gradient of {name}")
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_decoder_equals_the_reference(norm_first):
     ref, fast = model_twins(EncoderDecoder, norm_first)
@@ -336,10 +345,7 @@ def test_encoder_decoder_equals_the_reference(norm_first):
                 logits.reshape(-1, 13), batch.tgt_labels.reshape(-1))
         loss.backward()
         results.append((logits, loss, grads(model)))
-    close(results[1][0], results[0][0], "logits")
-    close(results[1][1], results[0][1], "loss")
-    for name in results[0][2]:
-        close(results[1][2][name], results[0][2][name], f"gradient of {name}")
+    assert_twins_agree(*results)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -354,10 +360,7 @@ def test_decoder_only_equals_the_reference(norm_first):
             logits[:, :-1].reshape(-1, 13), tokens[:, 1:].reshape(-1))
         loss.backward()
         results.append((logits, loss, grads(model)))
-    close(results[1][0], results[0][0], "logits")
-    close(results[1][1], results[0][1], "loss")
-    for name in results[0][2]:
-        close(results[1][2][name], results[0][2][name], f"gradient of {name}")
+    assert_twins_agree(*results)
 
 
 @pytest.mark.parametrize("kind", [EncoderDecoder, DecoderOnlyTransformer])

@@ -59,10 +59,16 @@ def detached_max_nan_to_num(x, dim=-1):
 # ------------------------------------------------------------------ 2.2
 
 
+def _checked(q, k, v):
+    if k.size(-1) != q.size(-1) or k.size(-2) != v.size(-2):
+        raise ValueError(f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
+
+
 def _attention(q, k, v, mask=None, dropout=None, *, scale=None, where="before", softmax_dim=-1,
                fill=NEG_INF, invert=False):
     from solutions.ch02_attention import softmax  # the reference softmax: only 2.2 varies here
 
+    _checked(q, k, v)
     scale = math.sqrt(q.size(-1)) if scale is None else scale(q, k, v)
     scores = q @ k.transpose(-2, -1) / scale
     if mask is not None and invert:
@@ -77,67 +83,53 @@ def _attention(q, k, v, mask=None, dropout=None, *, scale=None, where="before", 
     return weights @ v, weights
 
 
-def _checked(q, k, v):
-    if k.size(-1) != q.size(-1) or k.size(-2) != v.size(-2):
-        raise ValueError(f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
-
-
 @wrong("2.2", "scaled_dot_product_attention", "divided by d_k instead of sqrt(d_k)",
        says="divided by d_k instead of sqrt(d_k)")
 def scaled_by_d_k(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: q.size(-1))
 
 
 @wrong("2.2", "scaled_dot_product_attention", "no scaling at all",
        says="with no scaling")
 def unscaled(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: 1.0)
 
 
 @wrong("2.2", "scaled_dot_product_attention",
        "divided by sqrt of the width of all heads (d_model) instead of one head's d_k")
 def scaled_by_sqrt_d_model(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     heads = q.size(-3) if q.dim() >= 4 else 1
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(q.size(-1) * heads))
 
 
 @wrong("2.2", "scaled_dot_product_attention", "scaled by the value's width d_v")
 def scaled_by_d_v(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(v.size(-1)))
 
 
 @wrong("2.2", "scaled_dot_product_attention", "softmax over the queries (dim=-2)",
        says="softmax over the queries")
 def softmax_over_queries(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, softmax_dim=-2)
 
 
 @wrong("2.2", "scaled_dot_product_attention", "mask applied after the softmax")
 def mask_after_softmax(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, where="after")
 
 
 @wrong("2.2", "scaled_dot_product_attention", "-1e9 instead of -inf: empty rows become uniform")
 def large_negative_fill(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, fill=-1e9)
 
 
 @wrong("2.2", "scaled_dot_product_attention", "mask read as True = hidden (PyTorch's MHA way)")
 def inverted_mask(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     return _attention(q, k, v, mask, dropout, invert=True)
 
 
 @wrong("2.2", "scaled_dot_product_attention", "returns the weights from before dropout")
 def weights_before_dropout(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     output, weights = _attention(q, k, v, mask, None)
     if dropout is None:
         return output, weights
@@ -146,7 +138,6 @@ def weights_before_dropout(q, k, v, mask=None, dropout=None):
 
 @wrong("2.2", "scaled_dot_product_attention", "dropout applied to the output")
 def dropout_on_output(q, k, v, mask=None, dropout=None):
-    _checked(q, k, v)
     output, weights = _attention(q, k, v, mask, None)
     return (output if dropout is None else dropout(output)), weights
 

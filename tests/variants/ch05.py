@@ -8,14 +8,24 @@ from torch import nn
 from variants import right, wrong
 
 
-def _layer_norm_class(normalize):
-    class Variant(nn.Module):
-        def __init__(self, d_model, eps=1e-5):
-            super().__init__()
-            self.eps = eps
-            self.weight = nn.Parameter(torch.ones(d_model))
-            self.bias = nn.Parameter(torch.zeros(d_model))
+def _normalize(x, eps):
+    """(x - mean) / sqrt(biased variance + eps) over the last dimension, as LayerNorm does."""
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
 
+
+class _LayerNorm(nn.Module):
+    """LayerNorm's eps, weight and bias; the variant's forward uses them or not."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+
+def _layer_norm_class(normalize):
+    class Variant(_LayerNorm):
         def forward(self, x):
             return normalize(x, self.eps) * self.weight + self.bias
 
@@ -55,22 +65,14 @@ class NoAffine(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        mean = x.mean(-1, keepdim=True)
-        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+        return _normalize(x, self.eps)
 
 
 @wrong("5.1", "LayerNorm", "weight and bias created but never used",
        says="weight and bias are not applied")
-class AffineUnused(nn.Module):
-    def __init__(self, d_model, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-
+class AffineUnused(_LayerNorm):
     def forward(self, x):
-        mean = x.mean(-1, keepdim=True)
-        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+        return _normalize(x, self.eps)
 
 
 VarMeanRsqrt = right("5.1", "LayerNorm", "var_mean with correction=0 and rsqrt")(
@@ -190,14 +192,24 @@ def _parts():
     return active_parts().MultiHeadAttention, PositionwiseFeedForward, ResidualConnection
 
 
-class _Encoder(nn.Module):
+class _Layer(nn.Module):
+    """The sublayers of a layer, from the course's parts: an attention for each name in
+    ``ATTENTIONS``, the feed-forward network, and one residual connection for each."""
+
+    ATTENTIONS: tuple[str, ...] = ()
+
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
         attention, ffn, residual = _parts()
-        self.self_attn = attention(d_model, num_heads, dropout=dropout)
+        for name in self.ATTENTIONS:
+            setattr(self, name, attention(d_model, num_heads, dropout=dropout))
         self.feed_forward = ffn(d_model, d_ff, dropout)
         self.residuals = nn.ModuleList([residual(d_model, dropout, norm_first)
-                                        for _ in range(2)])
+                                        for _ in range(len(self.ATTENTIONS) + 1)])
+
+
+class _Encoder(_Layer):
+    ATTENTIONS = ("self_attn",)
 
 
 @wrong("5.4", "EncoderLayer", "the feed-forward network before the attention")
@@ -233,15 +245,8 @@ class NamedSublayer(_Encoder):
         return self.residuals[1](self.residuals[0](x, attend), self.feed_forward)
 
 
-class _Decoder(nn.Module):
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        attention, ffn, residual = _parts()
-        self.self_attn = attention(d_model, num_heads, dropout=dropout)
-        self.cross_attn = attention(d_model, num_heads, dropout=dropout)
-        self.feed_forward = ffn(d_model, d_ff, dropout)
-        self.residuals = nn.ModuleList([residual(d_model, dropout, norm_first)
-                                        for _ in range(3)])
+class _Decoder(_Layer):
+    ATTENTIONS = ("self_attn", "cross_attn")
 
 
 @wrong("5.5", "DecoderLayer", "cross-attention to its own input instead of the memory")
