@@ -15,6 +15,7 @@ from torch._dynamo.backends.debugging import aot_eager
 from torch._dynamo.utils import counters
 
 from annotated_transformer import checkpoint, cli
+
 from train_tasks import TRAINED_TASKS, task_arguments
 
 SHORT = ["--steps", "3", "--batch-size", "8", "--eval-size", "8", "--device", "cpu",

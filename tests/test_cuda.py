@@ -13,6 +13,7 @@ from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
 from annotated_transformer.train import model_batch
+
 from train_tasks import TRAINED_TASKS, task_arguments
 
 pytestmark = [
