@@ -193,23 +193,24 @@ def _parts():
 
 
 class _Layer(nn.Module):
-    """The sublayers of a layer, from the course's parts: an attention for each name in
-    ``ATTENTIONS``, the feed-forward network, and one residual connection for each."""
+    """The sublayers of a layer, from the course's parts: self-attention, cross-attention
+    when ``CROSS``, the feed-forward network, and one residual connection for each."""
 
-    ATTENTIONS: tuple[str, ...] = ()
+    CROSS = False
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
         attention, ffn, residual = _parts()
-        for name in self.ATTENTIONS:
-            setattr(self, name, attention(d_model, num_heads, dropout=dropout))
+        self.self_attn = attention(d_model, num_heads, dropout=dropout)
+        if self.CROSS:
+            self.cross_attn = attention(d_model, num_heads, dropout=dropout)
         self.feed_forward = ffn(d_model, d_ff, dropout)
         self.residuals = nn.ModuleList([residual(d_model, dropout, norm_first)
-                                        for _ in range(len(self.ATTENTIONS) + 1)])
+                                        for _ in range(3 if self.CROSS else 2)])
 
 
 class _Encoder(_Layer):
-    ATTENTIONS = ("self_attn",)
+    CROSS = False
 
 
 @wrong("5.4", "EncoderLayer", "the feed-forward network before the attention")
@@ -246,7 +247,7 @@ class NamedSublayer(_Encoder):
 
 
 class _Decoder(_Layer):
-    ATTENTIONS = ("self_attn", "cross_attn")
+    CROSS = True
 
 
 @wrong("5.5", "DecoderLayer", "cross-attention to its own input instead of the memory")

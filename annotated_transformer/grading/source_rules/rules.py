@@ -72,7 +72,7 @@ _BANNED_GROUPS = {
     "reads or writes files": (
         "load save from_file fromfile tofile savez savez_compressed savetxt loadtxt genfromtxt "
         "fromregex memmap open_memmap DataSource dump dumps serialization hub package onnx "
-        "profiler gds"),
+        "profiler gds dill"),
     "starts processes or threads, or loads native code": (
         "multiprocessing distributed parallel DataParallel cpp_extension utils library classes "
         "ctypeslib ctypes f2py distutils testing jiterator share_memory share_memory_ lib "
