@@ -1,0 +1,132 @@
+"""``train``: a model trained on a task with the task's recipe."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import torch
+
+from annotated_transformer import checkpoint, distributed
+from annotated_transformer.cli.common import UsageError, parse_parts, pick_device
+from annotated_transformer.cli.translation import (
+    add_translation_options,
+    reuse_saved_vocabulary,
+    translation_task_options,
+)
+from annotated_transformer.data import TASKS, make_task
+from annotated_transformer.model import model_for
+
+# ---------------------------------------------------------------- train
+
+def add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a model on a task; write checkpoint and metrics",
+                       description="Train a Transformer with the task's default recipe.")
+    p.add_argument("--task", required=True, help=f"one of {', '.join(TASKS)}")
+    p.add_argument("--data", help="the source<TAB>target file of --task tsv")
+    p.add_argument("--level", choices=("char", "word"), default="char",
+                   help="--task tsv: a vocabulary of characters (default) or of words")
+    p.add_argument("--out", required=True, type=Path,
+                   help="folder for checkpoint.pt and metrics.jsonl")
+    p.add_argument("--parts", default="solutions",
+                   help="solutions (default; yours in a student release), exercises "
+                   "(yours), fast (fused kernels) or a "
+                   "folder of chNN_*.py")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: autocast to bfloat16 (for GPUs that support it)")
+    p.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                   help="torch.compile the model's layers, once for every batch shape "
+                   "(BACKEND: inductor, the default, generates kernels; aot_eager only "
+                   "traces, a quick check that the model compiles)")
+    p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
+    p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
+    p.add_argument("--max-tokens", type=int, metavar="N",
+                   help="instead of --batch-size: batches of sequences of similar length, at "
+                   "most N padded source and N target tokens each, as the paper trains")
+    p.add_argument("--decay", choices=("linear", "noam"),
+                   help="the learning rate after warmup: linear (to 0 at the last step) or "
+                   "noam (1/sqrt(step)) (default: the recipe's)")
+    p.add_argument("--lr-factor", type=float,
+                   help="the Noam schedule's factor, which sets the peak (default: the recipe's)")
+    p.add_argument("--eval-every", type=int, help="steps between evaluations (default: the "
+                   "recipe's); each one also saves the checkpoint")
+    p.add_argument("--eval-size", type=int, help="held-out examples per evaluation")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: one per core)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_translation_options(p)
+    p.set_defaults(run=run_train)
+
+
+def run_train(args) -> int:
+    from annotated_transformer.recipes import RECIPES
+    from annotated_transformer.train import Runtime, train
+
+    if args.task not in TASKS:
+        raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
+    options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
+    options = translation_task_options(args) or options  # --task translation's corpus
+    if args.data and args.task != "tsv":
+        raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
+    for name in ("steps", "batch_size", "eval_every", "eval_size", "threads", "max_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.compile is not None and args.compile not in torch.compiler.list_backends(
+            exclude_tags=()):
+        raise UsageError(f"--compile {args.compile!r} is not a torch.compile backend (inductor, "
+                         f"aot_eager, ...)")
+    if args.max_tokens is not None and args.batch_size is not None:
+        raise UsageError("--max-tokens and --batch-size both size the batches: give one")
+    task = make_task(args.task, **options)
+    reuse_saved_vocabulary(args, task)  # --resume of a translation run: the saved BPE
+    longest = max(task.max_source_len, task.max_target_len)
+    if args.max_tokens is not None and args.max_tokens < longest:
+        raise UsageError(f"--max-tokens {args.max_tokens} is smaller than the longest sequence "
+                         f"of --task {args.task} ({longest} tokens)")
+    parts = parse_parts(args.parts)
+    recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
+        args.model)  # --model small|base|big
+    if args.lr_factor is not None and not args.lr_factor > 0:
+        raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
+    config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+                                 eval_every=args.eval_every, eval_size=args.eval_size,
+                                 decay=args.decay, lr_factor=args.lr_factor,
+                                 max_tokens=args.max_tokens, warmup_steps=args.warmup)
+    if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
+        raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = distributed.setup(pick_device(args.device))
+    try:
+        torch.manual_seed(config.seed)
+        model_config = recipe.model_config(task)
+        model = model_for(task)(model_config, parts=parts).to(device)
+        runtime = Runtime(precision=args.precision, compile=args.compile is not None,
+                          compile_backend=args.compile or "inductor",
+                          out=args.out, resume=args.resume, keep_last=args.keep_last or 0,
+                          progress=not args.no_progress and sys.stderr.isatty())
+        main = distributed.rank() == 0
+        if main:
+            print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters, "
+                  f"parts from {parts.describe()}, {device}, {args.precision}"
+                  f"{f', compiled ({args.compile})' if args.compile else ''}, "
+                  f"{torch.get_num_threads()} "
+                  f"thread(s), {distributed.world_size()} "
+                  f"process(es), {config.steps} steps of "
+                  + (f"{config.batch_size} examples" if config.max_tokens is None else
+                     f"at most {config.max_tokens} tokens"))
+        log = functools.partial(print, flush=True) if main else None
+        history = train(model, task, config, log=log, runtime=runtime)
+        if main:
+            rate = history.tokens / max(history.seconds, 1e-9)
+            print(f"held-out exact match {history.exact_match[-1]:.1%} "
+                  f"({history.eval_examples} examples), {history.seconds:.1f} s, "
+                  f"{rate:,.0f} target tokens/s\nwrote {args.out / checkpoint.FILE_NAME} and "
+                  f"{args.out / 'metrics.jsonl'}")
+    finally:
+        distributed.teardown()
+    return 0
+
