@@ -25,7 +25,8 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 
 
 def test_every_model_command_of_cli_is_in_the_tree():
-    """The model commands are read from the model command line's parser (annotated_transformer/cli), not listed a second time."""
+    """The model commands are read from the model command line's parser
+    (annotated_transformer/cli), not listed a second time."""
     subcommands = cli.build_parser()._subparsers._group_actions[0].choices
     assert list(subcommands) == [c.name for c in COMMANDS.values()][:len(subcommands)]
     assert set(COMMANDS) == set(subcommands) | {c.name for c in COURSE_COMMANDS}
@@ -34,7 +35,8 @@ def test_every_model_command_of_cli_is_in_the_tree():
 
 
 def test_a_command_added_in_cli_joins_the_tree(monkeypatch, capsys):
-    """A new ``add_X(sub)`` in the model command line's list (cli.build_parser) is a command of the tree, with its help."""
+    """A new ``add_X(sub)`` in the model command line's list (``cli.build_parser``) is a
+    command of the tree, with its help."""
     add_export = cli.add_export
 
     def add_export_and_distill(sub) -> None:
