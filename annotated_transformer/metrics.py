@@ -26,7 +26,7 @@ from torch import nn
 
 from annotated_transformer.data.optional import require
 from annotated_transformer.data.task import Pair, Task, pad_rows
-from annotated_transformer.data.vocab import BOS, EOS, PAD
+from annotated_transformer.data.vocab import PAD
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def translate_texts(model: nn.Module, task: Task, texts: list[str],
                     decoding: Decoding = Decoding()) -> list[str]:
     """The detokenized translations of ``texts``, in their order."""
     model.eval()
-    parts, device = model.parts, next(model.parameters()).device
+    device = next(model.parameters()).device
     sources = [task.source_ids(text) for text in texts]
     order = sorted(range(len(texts)), key=lambda i: len(sources[i]))
     outputs: list[str] = [""] * len(texts)
@@ -62,13 +62,8 @@ def translate_texts(model: nn.Module, task: Task, texts: list[str],
         src = pad_rows([sources[i] for i in chunk]).to(device)  # [B, Ls]
         # BOS, then at most (source tokens + extra_len) tokens, within the model's positions
         max_len = min(src.size(1) + decoding.extra_len + 1, model.config.max_len)
-        src_mask = parts.padding_mask(src, PAD)
-        if decoding.beam_size == 1:
-            ids = parts.greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD)
-        else:
-            ids = parts.beam_search(model, src, src_mask, max_len, BOS, EOS, PAD,
-                                    beam_size=decoding.beam_size,
-                                    length_penalty=decoding.alpha)
+        beam = None if decoding.beam_size == 1 else decoding.beam_size
+        ids = model.generate(src, max_len, beam, length_penalty=decoding.alpha)
         for i, row in zip(chunk, ids.tolist(), strict=True):
             outputs[i] = task.vocab.decode(row)
     return outputs

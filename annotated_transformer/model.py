@@ -148,7 +148,8 @@ class Model(nn.Module, metaclass=ABCMeta):
     @abstractmethod
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+                 generator: torch.Generator | None = None,
+                 length_penalty: float = 0.6) -> Tensor:
         """The model's outputs ``[B, <= max_len]`` for the inputs ``src [B, Ls]`` of a task."""
 
     @abstractmethod
@@ -245,17 +246,18 @@ class EncoderDecoder(Model):
     @torch.no_grad()
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+                 generator: torch.Generator | None = None,
+                 length_penalty: float = 0.6) -> Tensor:
         """``src [B, Ls]`` -> outputs ``[B, <= max_len]`` starting with BOS: chapter 6's
-        ``greedy_decode``, or chapter 7's ``beam_search`` with ``beam_size`` beams, from
-        this model's parts."""
+        ``greedy_decode``, or chapter 7's ``beam_search`` with ``beam_size`` beams and
+        ``length_penalty`` (the paper's alpha), from this model's parts."""
         self.check_decoding(beam_size, temperature, top_k)
         parts = self.parts
         src_mask = parts.padding_mask(src, PAD)
         if beam_size is None:
             return parts.greedy_decode(self, src, src_mask, max_len, BOS, EOS, PAD)
         return parts.beam_search(self, src, src_mask, max_len, BOS, EOS, PAD,
-                                 beam_size=beam_size)
+                                 beam_size=beam_size, length_penalty=length_penalty)
 
     @torch.no_grad()
     def read_attention(self, src: Tensor, output: Tensor
@@ -340,10 +342,12 @@ class DecoderOnlyTransformer(Model):
 
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+                 generator: torch.Generator | None = None,
+                 length_penalty: float = 0.6) -> Tensor:
         """The continuations ``[B, <= max_len]`` of the prompts ``src [B, Lp]``, EOS
         included (:func:`~annotated_transformer.sampling.complete`): greedy when
-        ``temperature`` is 0, otherwise sampled over the ``top_k`` likeliest tokens."""
+        ``temperature`` is 0, otherwise sampled over the ``top_k`` likeliest tokens
+        (``length_penalty`` scores beams, which this kind refuses)."""
         self.check_decoding(beam_size, temperature, top_k)
         return complete(self, src, max_len, temperature, top_k, generator)
 

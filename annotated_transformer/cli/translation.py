@@ -67,7 +67,7 @@ def reuse_saved_vocabulary(args, task) -> None:
     instead of training the tokenizer again."""
     saved = args.out / checkpoint.FILE_NAME
     if task.name == "translation" and args.resume and saved.is_file():
-        object.__setattr__(task, "vocab", checkpoint.build_task(checkpoint.load(saved)).vocab)
+        task.vocab = checkpoint.build_task(checkpoint.load(saved)).vocab  # not trained again
 
 
 def add_decoding_options(p, evaluate: bool) -> None:
@@ -120,8 +120,6 @@ def run_translate_translation(args, task, model, texts: list[str]) -> int:
     """``translate`` with a translation checkpoint: detokenized text, one line each."""
     from annotated_transformer.metrics import translate_texts
 
-    if args.temperature or args.top_k:
-        raise UsageError("--temperature and --top-k are for decoder-only checkpoints")
     for line in translate_texts(model, task, texts, decoding_of(args)):
         print(line)
     return 0
