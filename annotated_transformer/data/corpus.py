@@ -89,8 +89,12 @@ def load_local(path: Path, source_lang: str, target_lang: str) -> Corpus:
     if not path.is_file():
         raise DataError(f"{path}: no such file or folder")
     pairs = read_file(path, source_lang, target_lang)
-    held_out = [p for p in pairs if held_out_by_hash(p[0])] or pairs[-1:]
-    train = [p for p in pairs if p not in held_out] or pairs
+    held = [held_out_by_hash(source) for source, _ in pairs]  # one pass: files can be big
+    held_out = [p for p, h in zip(pairs, held, strict=True) if h]
+    train = [p for p, h in zip(pairs, held, strict=True) if not h]
+    if not held_out:  # a small file: hold out its last pair
+        held_out, train = pairs[-1:], pairs[:-1]
+    train = train or pairs
     return {"train": train, "validation": held_out, "test": held_out}
 
 
