@@ -71,11 +71,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "root): the course and the reports are then read-only to it",
     )
     parser.addoption(
-        "--grade-call-timeout",
+        "--grade-cpu-seconds",
         type=float,
-        default=50.0,
-        help="seconds one call of the code under test may take (a test's own "
-        "pytest.mark.timeout, when longer, raises it)",
+        default=20.0,
+        help="CPU seconds one call of the code under test may use (a test's own "
+        "pytest.mark.cpu_seconds, when larger, raises it); the wall-clock backstop is "
+        "far longer and reported as a busy machine",
+    )
+    parser.addoption(
+        "--grade-sandbox",
+        choices=("auto", "bubblewrap", "none"),
+        default="auto",
+        help="the boundary around the worker: bubblewrap, none, or auto (bubblewrap where "
+        "it can start; the grader's report says which)",
     )
 
 
@@ -131,7 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """In a grading run (``--grade-report``), start the first source's worker now: it
     imports PyTorch while this process collects the tests, which import it too (this module
     does not). The others start when first needed, one at a time."""
-    pool = WorkerPool(_learner_dir, _blocked, user=config.getoption("--grade-user"))
+    pool = WorkerPool(_learner_dir, _blocked, user=config.getoption("--grade-user"),
+                      sandboxed=_sandboxed(config))
     config.stash[POOL] = pool
     first = config.getoption("--parts").split(",")[0]
     if config.getoption("--grade-report", None) and not config.option.collectonly and first:
@@ -139,6 +148,19 @@ def pytest_configure(config: pytest.Config) -> None:
             pool.start("solutions" if first == "variants" else first)
         except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
             pass
+
+
+def _sandboxed(config: pytest.Config) -> bool:
+    """Whether the worker runs inside bubblewrap (``--grade-sandbox``)."""
+    from annotated_transformer.grading import boundary
+
+    wanted = config.getoption("--grade-sandbox")
+    if wanted == "none":
+        return False
+    why = boundary.unavailable()
+    if wanted == "bubblewrap" and why:
+        raise pytest.UsageError(f"--grade-sandbox bubblewrap: {why}")
+    return why is None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -186,13 +208,13 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
             raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
         if own:
             raise ForbiddenCall(_say(own[0]))
-    timeout = request.config.getoption("--grade-call-timeout")
-    limit = request.node.get_closest_marker("timeout")
+    cpu_seconds = request.config.getoption("--grade-cpu-seconds")
+    limit = request.node.get_closest_marker("cpu_seconds")
     if limit and limit.args:
-        timeout = max(timeout, float(limit.args[0]) - 10)
+        cpu_seconds = max(cpu_seconds, float(limit.args[0]))
     return Learner(_workers, parts, chapter, exercise,
                    tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
-                   request.config.getoption("--grade-seed"), timeout)
+                   request.config.getoption("--grade-seed"), cpu_seconds)
 
 
 @pytest.fixture(autouse=True)

@@ -346,7 +346,7 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
 
 
 @pytest.mark.grade("6.5", points=5)
-@pytest.mark.timeout(400)
+@pytest.mark.cpu_seconds(300)
 def test_capstone_your_parts_learn_to_copy(learner):
     from annotated_transformer.data.copy import CopyTask
     from annotated_transformer.data.vocab import BOS, EOS, PAD

@@ -18,7 +18,8 @@ from annotated_transformer.grading.messages import MESSAGE_LIMIT, cut
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
 
-OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped")
+OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped",
+            "busy", "grader error")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,6 +92,10 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
         return "forbidden", message
     if excinfo.typename == "WorkerTimeout":
         return "timeout", message
+    if excinfo.typename == "MachineBusy":  # the machine's fault, not the learner's
+        return "busy", message
+    if excinfo.typename == "GraderFault":  # the grader's fault, not the learner's
+        return "grader error", message
     if excinfo.typename in ("LearnerRaised", "WorkerCrashed"):
         return "error", message
     if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):

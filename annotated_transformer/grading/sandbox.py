@@ -15,7 +15,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,12 +27,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.grading.layout import TESTS_DIR
+from annotated_transformer.grading import boundary
+from annotated_transformer.grading.layout import PACKAGE_DIR, SOLUTIONS_DIR, TESTS_DIR
 
 OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
 # Packages a learner's code must not import while it is graded: they hold answers.
 UNREACHABLE = ["solutions", "annotated_transformer.fast_parts", "variants"]
 DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
+START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the tests
+BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
+# times BUSY_FACTOR, and at least BUSY_FLOOR seconds
+POLL = 0.25  # seconds between two readings of the worker's CPU time
+WORKER_MODULE = "annotated_transformer.grading.worker"
+STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
 
 
 # ---------------------------------------------------------------- what a call can end with
@@ -56,7 +65,22 @@ class ForbiddenCall(RuntimeError):
 
 
 class WorkerTimeout(RuntimeError):
-    """The code under test ran past its time limit (the worker was stopped)."""
+    """The code under test used more CPU time than its test allows (the worker was
+    stopped); ``where`` is the learner's ``file:line`` it was running, when known."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        self.where = where
+        super().__init__(message)
+
+
+class MachineBusy(RuntimeError):
+    """The wall-clock backstop ran out while the code under test was still within its CPU
+    budget: the machine was too busy to grade, which is no fault of the learner's code."""
+
+
+class GraderFault(RuntimeError):
+    """The worker could not start before any learner code ran: a fault of the grader or of
+    its installation, never of the code under test."""
 
 
 class WorkerCrashed(RuntimeError):
@@ -94,57 +118,135 @@ class WorkerProcess:
     while the tests are collected (which import it too)."""
 
     def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
-                 user: str | None = None, memory_bytes: int = DEFAULT_MEMORY) -> None:
-        self.home = tempfile.TemporaryDirectory(prefix="grading-worker-")
+                 user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
+                 sandboxed: bool = True) -> None:
+        self.learner_dir = learner_dir
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
                   "tests_dir": str(TESTS_DIR), "unreachable": UNREACHABLE,
                   "user": user, "memory_bytes": memory_bytes}
-        config_path = Path(self.home.name) / "config.json"
-        config_path.write_text(json.dumps(config))
-        if user:
-            _open_to(user, Path(self.home.name))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.home.name,
-               "TMPDIR": self.home.name, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", ""),
-               "TORCH_HOME": self.home.name}
-        env = {k: v for k, v in env.items() if v}
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-m", "annotated_transformer.grading.worker",
-             str(config_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=self.home.name, env=env, start_new_session=True)
+        argv = [sys.executable, "-I", "-B", "-m", WORKER_MODULE, json.dumps(config)]
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
+        self.home: tempfile.TemporaryDirectory[str] | None = None
+        if sandboxed:
+            argv = boundary.command(argv, read_only=self._shown(learner_dir),
+                                    hidden=self._hidden(learner_dir), env=env)
+            cwd = None
+        else:  # no boundary: a private folder of the disk stands in for /tmp
+            self.home = tempfile.TemporaryDirectory(prefix="grading-worker-")
+            env = {**env, "HOME": self.home.name, "TMPDIR": self.home.name,
+                   "TORCH_HOME": self.home.name, "PATH": os.environ.get("PATH", env["PATH"])}
+            if user:
+                _open_to(user, Path(self.home.name))
+            cwd = self.home.name
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, cwd=cwd, env=env,
+                                        start_new_session=True)
         assert self.process.stdout and self.process.stderr and self.process.stdin
+        self.meter = boundary.CpuMeter(self.process.pid)
         self.output = _Output(self.process.stderr.fileno())
         self.output.start()
         self.ready = False
 
-    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    @staticmethod
+    def _shown(learner_dir: Path | None) -> list[Path]:
+        """What the worker may read: the package, the graded tests (the probes), the
+        learner's folder; for the course's own code, the reference too."""
+        shown = [PACKAGE_DIR, TESTS_DIR]
+        if learner_dir is not None:
+            return [*shown, learner_dir]
+        return [*shown, SOLUTIONS_DIR] if SOLUTIONS_DIR.is_dir() else shown
+
+    @staticmethod
+    def _hidden(learner_dir: Path | None) -> list[Path]:
+        """What a learner's worker must not see inside what it is shown."""
+        if learner_dir is None:
+            return []
+        return [p for p in (PACKAGE_DIR / "fast_parts", TESTS_DIR / "variants") if p.is_dir()]
+
+    def call(self, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
+        """Send ``request``; its reply, once the worker has used at most ``cpu_seconds`` of
+        CPU time on it (all its processes together)."""
         from annotated_transformer.grading import protocol
 
         assert self.process.stdin is not None
         if not self.ready:
-            self._receive(timeout=120.0)  # {"ready": True}, once PyTorch is imported
-            self.ready = True
+            self._wait_ready()
         try:
             protocol.write_frame(self.process.stdin, request)
         except (BrokenPipeError, OSError) as error:
             raise WorkerCrashed(self._ended(f"it could not be sent the test ({error})")) from None
-        return self._receive(timeout)
+        self._wait(cpu_seconds)
+        return self._receive()
 
-    def _receive(self, timeout: float) -> dict[str, Any]:
+    def _wait_ready(self) -> None:
+        """Wait for the worker's ``{"ready": True}``: it has imported PyTorch and the tests,
+        and no learner code has run yet, so a failure here is the grader's."""
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout.fileno()], [], [], START_SECONDS)
+        try:
+            if not ready:
+                raise EOFError(f"it did not start within {START_SECONDS:g} s")
+            self._receive()
+        except (EOFError, WorkerCrashed) as error:
+            self.close()
+            printed = [line for line in self.output.text().strip().splitlines() if line]
+            cause = printed[-1][:300] if printed else str(error)
+            raise GraderFault(f"the grader could not start its worker ({cause}); this is "
+                              f"no fault of the code under test") from None
+        self.ready = True
+
+    def _wait(self, cpu_seconds: float) -> None:
+        """Return when a reply can be read; stop the worker when it has used more than
+        ``cpu_seconds`` of CPU time, or when the wall-clock backstop runs out first."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        start, cpu_start = time.monotonic(), self.meter.seconds()
+        backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
+        while not select.select([fd], [], [], POLL)[0]:
+            used = self.meter.seconds() - cpu_start
+            if used > cpu_seconds:
+                where = self._running_line()
+                self.close()
+                at = f" It was running {where}." if where else ""
+                raise WorkerTimeout(f"Timeout: your code used more than {cpu_seconds:g} CPU "
+                                    f"seconds and was stopped (an endless loop? a very slow "
+                                    f"loop in Python?).{at}", where)
+            if time.monotonic() - start > backstop:
+                self.close()
+                raise MachineBusy(f"the machine was too busy: after {backstop:g} s of wall "
+                                  f"time your code had used only {used:.1f} of its "
+                                  f"{cpu_seconds:g} CPU seconds. Not your code's fault: "
+                                  f"grade again when the machine is quieter")
+
+    def _running_line(self) -> str:
+        """The learner's ``file:line`` the worker is running: asked for with SIGUSR1 (the
+        worker's faulthandler prints its stack), read from what it printed."""
+        if self.learner_dir is None:
+            return ""
+        pids = [self.process.pid, *self.meter.descendants()]
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:  # python -I -B -m worker
+                    if WORKER_MODULE.encode() not in handle.read().split(b"\0")[1:5]:
+                        continue
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                continue
+            time.sleep(0.5)
+            break
+        for path, line in STACK_FRAME.findall(self.output.text()):
+            if Path(path).is_relative_to(self.learner_dir):
+                return f"{Path(path).name}:{line}"  # most recent call first
+        return ""
+
+    def _receive(self) -> dict[str, Any]:
         from annotated_transformer.grading import protocol
 
         assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            self.close()
-            raise WorkerTimeout(f"Timeout: your code ran longer than {timeout:g} s and was "
-                                f"stopped (an endless loop? a very slow loop in Python?)")
         try:
-            reply = protocol.read_frame(fd)
+            reply = protocol.read_frame(self.process.stdout.fileno())
         except (EOFError, protocol.ProtocolError) as error:
             raise WorkerCrashed(self._ended(str(error))) from None
         if not isinstance(reply, dict):
@@ -179,7 +281,8 @@ class WorkerProcess:
                     stream.close()
                 except OSError:
                     pass
-        self.home.cleanup()
+        if self.home is not None:
+            self.home.cleanup()
 
 
 def _open_to(user: str, folder: Path) -> None:
@@ -208,20 +311,21 @@ class Learner:
     """
 
     def __init__(self, pool: WorkerPool, source: str, chapter: int, exercise: str | None,
-                 forbid_ops: tuple[str, ...], seed: int, timeout: float) -> None:
+                 forbid_ops: tuple[str, ...], seed: int, cpu_seconds: float) -> None:
         self.pool, self.source, self.chapter, self.exercise = pool, source, chapter, exercise
-        self.forbid_ops, self.seed, self.timeout = forbid_ops, seed, timeout
+        self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
 
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
 
         Raises :class:`LearnerNotImplemented`, :class:`LearnerRaised`,
-        :class:`ForbiddenCall`, :class:`WorkerTimeout` or :class:`WorkerCrashed`.
+        :class:`ForbiddenCall`, :class:`WorkerTimeout` or :class:`WorkerCrashed` (the
+        code under test's doing); :class:`MachineBusy` or :class:`GraderFault` (not).
         """
         request = {"file": inspect.getfile(probe), "function": probe.__qualname__,
                    "kwargs": kwargs, "chapter": self.chapter, "exercise": self.exercise,
                    "forbid_ops": list(self.forbid_ops), "seed": self.seed}
-        reply = self.pool.call(self.source, request, self.timeout)
+        reply = self.pool.call(self.source, request, self.cpu_seconds)
         if reply.get("ok"):
             return reply.get("value")
         kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
@@ -255,11 +359,18 @@ class Learner:
 class WorkerPool:
     """One worker per source under test, started when first needed and again after a
     crash or a timeout. ``blocked_for(source)`` gives the chapters a learner's folder may
-    not import (decided by the trusted static checks)."""
+    not import (decided by the trusted static checks).
+
+    ``sandboxed``: inside bubblewrap's boundary (:mod:`~annotated_transformer.grading.
+    boundary`). ``user``: the user the worker becomes before any learner code runs; a
+    grader running as root always makes it ``nobody`` at least."""
 
     def __init__(self, learner_dir_for: Callable[[str], Path | None],
-                 blocked_for: Callable[[str], Mapping[int, str]], user: str | None = None) -> None:
-        self.learner_dir_for, self.blocked_for, self.user = learner_dir_for, blocked_for, user
+                 blocked_for: Callable[[str], Mapping[int, str]], user: str | None = None,
+                 sandboxed: bool = True) -> None:
+        self.learner_dir_for, self.blocked_for = learner_dir_for, blocked_for
+        self.user = user or ("nobody" if os.geteuid() == 0 else None)
+        self.sandboxed = sandboxed
         self.workers: dict[str, WorkerProcess] = {}
 
     def _key(self, source: str) -> str:
@@ -275,17 +386,18 @@ class WorkerPool:
                 worker.close()
             learner_dir = self.learner_dir_for(source)
             worker = WorkerProcess("solutions" if key == "trusted" else source, learner_dir,
-                                   self.blocked_for(source) if learner_dir else {}, self.user)
+                                   self.blocked_for(source) if learner_dir else {}, self.user,
+                                   sandboxed=self.sandboxed)
             self.workers[key] = worker
         return worker
 
-    def call(self, source: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
         key = self._key(source)
         worker = self.start(source)
         request = {**request, "source": source}
         try:
-            return worker.call(request, timeout)
-        except (WorkerTimeout, WorkerCrashed):
+            return worker.call(request, cpu_seconds)
+        except (WorkerTimeout, WorkerCrashed, MachineBusy, GraderFault):
             worker.close()
             del self.workers[key]
             raise

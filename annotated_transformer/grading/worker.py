@@ -15,8 +15,9 @@ reported. While a probe of an exercise that asks the learner to write an op runs
 op is refused at PyTorch's dispatch level, whatever name reached it.
 
 Usage (by the sandbox): ``python -I -B -m annotated_transformer.grading.worker CONFIG``
-where CONFIG is a JSON file written by the sandbox; requests arrive on stdin, replies go
-to the descriptor that was stdout; what the learner's code prints goes to stderr.
+where CONFIG is the sandbox's JSON; requests arrive on stdin, replies go to the descriptor
+that was stdout; what the learner's code prints goes to stderr, and so does the stack of
+every thread on SIGUSR1 (the sandbox asks for it to name the line of an endless loop).
 """
 
 from __future__ import annotations
@@ -154,8 +155,10 @@ class Worker:
         self.tests_dir = Path(config["tests_dir"])
         sys.path.insert(0, str(self.tests_dir))  # checks.py, variants/, the probes' modules
         self.test_modules: dict[str, ModuleType] = {}
-        import torch  # noqa: F401 - imported before any learner code, then watched
+        import torch  # imported before any learner code, then watched
         import torch.utils._python_dispatch  # noqa: F401 - the forbidden-op mode
+
+        torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
 
         from annotated_transformer import parts
 
@@ -316,13 +319,15 @@ def main() -> int:
 
     from annotated_transformer.grading import protocol
 
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        config = json.load(handle)
+    import faulthandler
+
+    config = json.loads(sys.argv[1])
     replies = os.fdopen(os.dup(1), "wb")
     requests = os.dup(0)
     os.dup2(2, 1)  # the learner's print() goes where the sandbox bounds it
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     limit_resources(config["memory_bytes"])
     worker = Worker(config)  # PyTorch and the tests imported: no learner code has run yet
     if config["user"]:

@@ -1,0 +1,160 @@
+"""The operating-system boundary around the grading worker: bubblewrap, and a CPU meter.
+
+The worker runs the learner's code, which may do anything a process can. What holds no
+matter what it does is decided here, outside it, by the kernel:
+
+* **Its own PID namespace** (``bwrap --unshare-pid --die-with-parent``): everything it
+  starts, a ``setsid`` daemon included, dies with it; it cannot see or signal the grader.
+* **No network** (``--unshare-net``), its own IPC and host name.
+* **A filesystem that shows only what it needs, read-only**: the Python installation and
+  its packages, the course package without its fast parts, the graded tests' folder (the
+  probes), the learner's exercise files and the worker's configuration. Nothing else of
+  the disk exists in it: not the course's ``.git`` or ``solutions/``, not the grader's
+  temporary files, not the report folder, not ``/etc`` beyond what the dynamic linker
+  reads. Its only writable place is a small private ``/tmp`` (a size-limited tmpfs).
+* **Time in CPU seconds**: :class:`CpuMeter` adds up the CPU time of every process of the
+  sandbox (read from ``/proc`` by the grader), so a busy machine slows the learner's code
+  without costing it its budget.
+
+Where bubblewrap is missing or cannot start (macOS, a container without user namespaces)
+:func:`unavailable` says why; the caller decides whether to grade without the boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+
+SCRATCH_BYTES = 64 * 2**20  # the worker's private /tmp
+# What the dynamic linker and Python read of /etc (no secrets: no shadow, no ssl keys).
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+             "/etc/passwd", "/etc/group", "/etc/nsswitch.conf")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+CPU_INFO = "/sys/devices/system/cpu"  # how many cores PyTorch may use
+
+
+@cache
+def unavailable() -> str | None:
+    """Why the worker cannot be sandboxed here (None when it can): bubblewrap missing, or
+    unable to create its namespaces (checked once, by running ``true`` in a sandbox)."""
+    if not sys.platform.startswith("linux"):
+        return f"bubblewrap runs on Linux only (this is {sys.platform})"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    true = shutil.which("true") or "/bin/true"
+    command = [*_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", true]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap could not start: {error}"
+    if done.returncode != 0:
+        return f"bubblewrap could not create its namespaces: {done.stderr.strip()[:300]}"
+    return None
+
+
+def _namespaces() -> list[str]:
+    """bwrap and its namespaces. As root it needs no user namespace, and keeps only the
+    capabilities the worker needs to become an unprivileged user before any learner code
+    runs; as any other user it creates a user namespace (and drops every capability)."""
+    command = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        return [*command, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
+                "--cap-add", "CAP_SETGID"]
+    return [*command, "--unshare-user"]
+
+
+def python_paths() -> list[Path]:
+    """The folders this interpreter and its installed packages live in."""
+    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
+    paths |= {Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
+    return sorted(paths)
+
+
+def command(argv: list[str], *, read_only: Iterable[Path], hidden: Iterable[Path] = (),
+            files: Mapping[Path, Path] | None = None, env: Mapping[str, str]) -> list[str]:
+    """``argv`` run inside the boundary.
+
+    ``read_only``: folders and files shown at their own path, read-only, besides the
+    system's and Python's (:func:`python_paths`); ``hidden``: folders inside them replaced
+    by an empty read-only folder (the fast parts inside the package); ``files``: a file
+    of the grader's shown read-only at another path; ``env``: the whole environment.
+    """
+    shown = sorted({Path(p).resolve() for p in [*python_paths(), *read_only]}
+                   | {Path(sys.executable).resolve().parent}, key=lambda p: len(p.parts))
+    binds: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            binds += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            binds += ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        binds += ["--ro-bind-try", path, path]
+    # The private /tmp first: what is shown inside it (a learner's folder there) goes on top.
+    binds += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/"), Path("/tmp")}
+    for path in shown:
+        for parent in reversed(path.parents):  # bwrap makes missing folders 0700: say 0755
+            if parent not in made and not _under_system(parent):
+                binds += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        binds += ["--ro-bind", str(path), str(path)]
+        made.add(path)
+    for path in hidden:
+        binds += ["--perms", "0555", "--tmpfs", str(Path(path).resolve())]
+    for source, target in (files or {}).items():
+        binds += ["--ro-bind", str(source), str(target)]
+    environment = ["--clearenv"]
+    for key, value in env.items():
+        environment += ["--setenv", key, value]
+    return [*_namespaces(), *binds, "--ro-bind-try", CPU_INFO, CPU_INFO,
+            "--proc", "/proc", "--dev", "/dev", *environment, "--chdir", "/tmp", *argv]
+
+
+def _under_system(path: Path) -> bool:
+    return any(path == Path(s) or Path(s) in path.parents for s in SYSTEM_DIRS)
+
+
+class CpuMeter:
+    """The CPU seconds used by a process and all its descendants, read from ``/proc``
+    (what they used, what their reaped children used), whatever the load of the machine."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ticks = os.sysconf("SC_CLK_TCK")
+
+    def _tree(self) -> tuple[list[int], dict[int, int]]:
+        """The process and its descendants, and each one's CPU ticks."""
+        children: dict[int, list[int]] = {}
+        used: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    stat = handle.read().decode("ascii", "replace")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()  # after "pid (name) "
+            pid = int(entry.name)
+            children.setdefault(int(fields[1]), []).append(pid)
+            used[pid] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        tree, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += children.get(pid, [])
+        return tree, used
+
+    def seconds(self) -> float:
+        tree, used = self._tree()
+        return sum(used.get(pid, 0) for pid in tree) / self.ticks
+
+    def descendants(self) -> list[int]:
+        """The processes under ``pid``, itself excluded."""
+        return self._tree()[0][1:]
