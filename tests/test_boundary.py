@@ -144,12 +144,9 @@ def test_the_reference_and_the_course_history_are_not_there(pool, folder):
 def test_nothing_it_starts_outlives_it(pool, folder):
     token = f"outlives-{os.getpid()}-{time.monotonic_ns()}"
     assert run(pool, folder, "daemon", token) == "started"
-    assert _processes_with(token), "the daemon should run while its worker does"
+    assert _wait_for(lambda: _processes_with(token)), "the daemon should run with its worker"
     pool.discard(str(folder))
-    deadline = time.monotonic() + 5
-    while _processes_with(token) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _processes_with(token), "a process of the worker outlived it"
+    assert _wait_for(lambda: not _processes_with(token)), "a process of the worker outlived it"
 
 
 def test_a_report_outside_cannot_be_written(pool, folder, tmp_path):
@@ -175,6 +172,15 @@ def test_it_sees_only_what_it_needs(pool, folder):
     assert "home" not in top and "etc" in top  # /etc holds only what the linker reads
     with pytest.raises(LearnerRaised, match="No module named 'solutions"):
         run(pool, folder, "look_up_reference", None)
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _processes_with(token: str) -> list[int]:
