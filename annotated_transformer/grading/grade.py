@@ -146,7 +146,7 @@ def check_workflow(path: Path, course_dir: Path = WORKFLOWS_DIR) -> WorkflowChec
     return WorkflowCheck(str(path), ran, course, ran is None or ran != course)
 
 
-def _pytest_command(files: list[Path], parts: str, report: Path, timeout: float,
+def _pytest_command(files: list[Path], parts: str, report: Path,
                     extra_args: tuple[str, ...]) -> list[str]:
     # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
     # tests/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
@@ -155,18 +155,22 @@ def _pytest_command(files: list[Path], parts: str, report: Path, timeout: float,
         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
         "--confcutdir", str(TESTS_DIR), "-p", "pytest_timeout",
         "-p", "annotated_transformer.grading.plugin", f"--grade-report={report}",
-        f"--timeout={timeout}", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
+        # No wall-clock limit on a test: each call of the code under test has its CPU budget
+        # and its own backstop (grading.sandbox).
+        "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
     ]
 
 
-def run_tests(chapters: list[int] | None, parts: str, timeout: float = 60.0,
+def run_tests(chapters: list[int] | None, parts: str, timeout: float = 20.0,
               extra_args: tuple[str, ...] = (), seed: int = 0,
-              sandbox_user: str | None = None,
+              sandbox_user: str | None = None, sandbox: str = "auto",
               exercises: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
 
     The tests run in that interpreter; the code under test only in the grading worker it
-    starts (as ``sandbox_user`` when given: the grader must then run as root). Every test
+    starts (``sandbox``: ``bubblewrap``, ``none`` or ``auto``, see grading.boundary; as
+    ``sandbox_user`` when given, else as nobody when the grader runs as root), which may use
+    ``timeout`` CPU seconds a call (a test's ``cpu_seconds`` marker may give more). Every test
     starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
     command line draws a fresh one per run. With ``exercises``, only the graded tests of
     those exercises run (the files of their chapters are collected, nothing else runs).
@@ -179,11 +183,11 @@ def run_tests(chapters: list[int] | None, parts: str, timeout: float = 60.0,
         parts = str(Path(parts).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        worker = (f"--grade-seed={seed}", f"--grade-call-timeout={max(timeout - 5, 1):g}")
+        worker = (f"--grade-seed={seed}", f"--grade-cpu-seconds={timeout:g}",
+                  f"--grade-sandbox={sandbox}")
         if sandbox_user:
             worker += (f"--grade-user={sandbox_user}",)
-        command = _pytest_command(list(files.values()), parts, report, timeout,
-                                  (*worker, *extra_args))
+        command = _pytest_command(list(files.values()), parts, report, (*worker, *extra_args))
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -505,8 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs (default: a fresh one each "
                         "run, printed with the report)")
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds a single test may take (default 60)")
+    parser.add_argument("--timeout", type=float, default=20.0, metavar="CPU_SECONDS",
+                        help="CPU seconds one call of your code may use in a test (default 20; "
+                        "the capstone allows more): a busy machine does not count against it")
     parser.add_argument("--no-cache", action="store_true",
                         help="always run the capstone, never reuse its result from an earlier "
                         "run with the same files (CI and re-grades pass this)")
