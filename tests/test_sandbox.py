@@ -60,6 +60,11 @@ def floods(x):
     return x
 
 
+def prints_then_fails(x):
+    print("the shape is", tuple(x.shape))
+    raise ValueError("wrong")
+
+
 def huge_message(x):
     raise ValueError("y" * 50_000_000)
 
@@ -223,6 +228,16 @@ def test_printed_output_is_bounded(pool, folder):
     assert torch.equal(value, X)
     worker = pool.workers[str(folder)]
     assert len(worker.output.tail) <= OUTPUT_LIMIT
+
+
+def test_what_a_test_printed_is_kept_for_its_report(pool, folder):
+    graded = learner(pool, folder)
+    with pytest.raises(LearnerRaised):
+        graded.run(call, name="prints_then_fails", x=X)
+    assert "the shape is (3, 5)" in graded.printed
+    graded.run(call, name="softmax", x=X)  # prints nothing: what came before is kept
+    assert "the shape is (3, 5)" in graded.printed
+    assert learner(pool, folder).printed == ""  # another test starts with nothing
 
 
 def test_messages_are_bounded_and_unprintable_ones_named(pool, folder):

@@ -53,6 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+PRINTED_LIMIT = 2000  # characters of a test's printed output kept in its record
 NOT_RUN = ("this test did not run: the grading run ended before it (a crash, a timeout of the "
            "whole run, or an interruption); it counts 0 points")
 
@@ -175,6 +176,9 @@ class GradeRecorder:
             outcome_name, message = _classify(call.excinfo if report.failed or report.skipped
                                               else None)
             self._record(item, outcome_name, message)
+            printed = getattr(getattr(item, "funcargs", {}).get("learner"), "printed", "")
+            if printed:  # what the learner's code printed in this test, its end only
+                self.records[item.nodeid]["printed"] = cut(str(printed)[-PRINTED_LIMIT:])
             self._write()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:

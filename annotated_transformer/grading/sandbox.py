@@ -95,7 +95,7 @@ class _Output(threading.Thread):
 
     def __init__(self, fd: int) -> None:
         super().__init__(daemon=True)
-        self.fd, self.tail = fd, b""
+        self.fd, self.tail, self.total = fd, b"", 0
 
     def run(self) -> None:
         while True:
@@ -106,9 +106,20 @@ class _Output(threading.Thread):
             if not chunk:
                 return
             self.tail = (self.tail + chunk)[-OUTPUT_LIMIT:]
+            self.total += len(chunk)
 
     def text(self) -> str:
         return self.tail.decode("utf-8", errors="replace")
+
+    def since(self, mark: int) -> str:
+        """What was printed after ``total`` was ``mark`` (its end, when more than the tail
+        kept): waits briefly for what is still in the pipe."""
+        deadline = time.monotonic() + 0.5
+        while select.select([self.fd], [], [], 0)[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.01)  # the chunk being appended
+        new = self.total - mark
+        return self.tail[-new:].decode("utf-8", errors="replace") if new > 0 else ""
 
 
 class WorkerProcess:
@@ -147,7 +158,7 @@ class WorkerProcess:
         self.meter = boundary.CpuMeter(self.process.pid)
         self.output = _Output(self.process.stderr.fileno())
         self.output.start()
-        self.ready = False
+        self.ready, self.mark = False, 0
 
     @staticmethod
     def _shown(learner_dir: Path | None) -> list[Path]:
@@ -173,12 +184,17 @@ class WorkerProcess:
         assert self.process.stdin is not None
         if not self.ready:
             self._wait_ready()
+        self.mark = self.output.total
         try:
             protocol.write_frame(self.process.stdin, request)
         except (BrokenPipeError, OSError) as error:
             raise WorkerCrashed(self._ended(f"it could not be sent the test ({error})")) from None
         self._wait(cpu_seconds)
         return self._receive()
+
+    def printed(self) -> str:
+        """What the code under test printed during the last call (at most its end)."""
+        return self.output.since(self.mark)
 
     def _wait_ready(self) -> None:
         """Wait for the worker's ``{"ready": True}``: it has imported PyTorch and the tests,
@@ -314,6 +330,7 @@ class Learner:
                  forbid_ops: tuple[str, ...], seed: int, cpu_seconds: float) -> None:
         self.pool, self.source, self.chapter, self.exercise = pool, source, chapter, exercise
         self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
+        self.printed = ""  # what the code under test printed in this test (its end)
 
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
@@ -325,7 +342,10 @@ class Learner:
         request = {"file": inspect.getfile(probe), "function": probe.__qualname__,
                    "kwargs": kwargs, "chapter": self.chapter, "exercise": self.exercise,
                    "forbid_ops": list(self.forbid_ops), "seed": self.seed}
-        reply = self.pool.call(self.source, request, self.cpu_seconds)
+        try:
+            reply = self.pool.call(self.source, request, self.cpu_seconds)
+        finally:
+            self.printed = (self.printed + self.pool.printed(self.source))[-OUTPUT_LIMIT:]
         if reply.get("ok"):
             return reply.get("value")
         kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
@@ -372,6 +392,7 @@ class WorkerPool:
         self.user = user or ("nobody" if os.geteuid() == 0 else None)
         self.sandboxed = sandboxed
         self.workers: dict[str, WorkerProcess] = {}
+        self.last_printed: dict[str, str] = {}
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -401,6 +422,13 @@ class WorkerPool:
             worker.close()
             del self.workers[key]
             raise
+        finally:
+            self.last_printed[key] = worker.printed()
+
+    def printed(self, source: str) -> str:
+        """What the code under test printed during the last call to ``source``'s worker
+        (kept after the worker was stopped)."""
+        return self.last_printed.pop(self._key(source), "")
 
     def discard(self, source: str) -> None:
         """Stop the worker of ``source``; the next call starts a fresh one."""

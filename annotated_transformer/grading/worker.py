@@ -340,6 +340,11 @@ def main() -> int:
         except EOFError:
             return 0
         reply = worker.handle(request)
+        for stream in (sys.stdout, sys.stderr):  # what it printed goes out before the reply
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a learner may have replaced or closed them
+                pass
         try:
             protocol.write_frame(replies, reply)
         except Exception as error:  # noqa: BLE001 - e.g. a value that is not plain data
