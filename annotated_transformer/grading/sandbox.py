@@ -131,6 +131,10 @@ class WorkerProcess:
     def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
                  user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
                  sandboxed: bool = True) -> None:
+        self.home: tempfile.TemporaryDirectory[str] | None = None
+        self.staged: tempfile.TemporaryDirectory[str] | None = None
+        if sandboxed and learner_dir is not None:
+            self.staged, learner_dir = _staged(learner_dir)
         self.learner_dir = learner_dir
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
@@ -139,7 +143,6 @@ class WorkerProcess:
         argv = [sys.executable, "-I", "-B", "-m", WORKER_MODULE, json.dumps(config)]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
-        self.home: tempfile.TemporaryDirectory[str] | None = None
         if sandboxed:
             argv = boundary.command(argv, read_only=self._shown(learner_dir),
                                     hidden=self._hidden(learner_dir), env=env)
@@ -297,8 +300,23 @@ class WorkerProcess:
                     stream.close()
                 except OSError:
                     pass
-        if self.home is not None:
-            self.home.cleanup()
+        for folder in (self.home, self.staged):
+            if folder is not None:
+                folder.cleanup()
+
+
+def _staged(folder: Path) -> tuple[tempfile.TemporaryDirectory[str], Path]:
+    """A private, readable copy of the learner's ``.py`` files (regular files only, no link
+    followed) for the worker to import: it reads them whatever the folder's permissions,
+    and a change to the folder while grading runs changes nothing."""
+    staged = tempfile.TemporaryDirectory(prefix="grading-learner-")
+    target = Path(staged.name)
+    target.chmod(0o755)
+    for path in sorted(folder.glob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            (target / path.name).write_bytes(path.read_bytes())
+            (target / path.name).chmod(0o644)
+    return staged, target
 
 
 def _open_to(user: str, folder: Path) -> None:
