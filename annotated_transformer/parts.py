@@ -43,7 +43,7 @@ Why bound parts, and not the alternatives:
   module's methods run under whatever parts are active: modules bind their parts in
   ``__init__``, as the syllabus asks.
 
-A student release of the course (``python -m annotated_transformer.release``) has no
+A student release of the course (``python -m annotated_transformer release``) has no
 ``solutions/`` and no fast parts: there every chapter the reference would give comes
 from ``exercises/`` instead, and the first such :class:`Parts` warns once that it does.
 """
@@ -57,7 +57,6 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -70,9 +69,10 @@ from typing import Any, SupportsIndex
 
 import torch
 
+from annotated_transformer.layout import CHAPTER_FILE
+
 PACKAGES = ("solutions", "exercises")
 NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
-CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$")
 RELEASE_NOTE = (
     "this copy of the course is a student release: it has no solutions/, so the parts "
     "that would come from the reference come from your exercises/"

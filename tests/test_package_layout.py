@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
 # (layer, module name or prefix): the longest matching prefix decides.
 LAYERS = {
     "annotated_transformer.parts": 0,  # which code each chapter's parts come from
+    "annotated_transformer.layout": 0,  # where the course keeps its files
     "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only
     "annotated_transformer.plots": 1,
     "annotated_transformer.distributed": 1,
@@ -35,12 +36,8 @@ LAYERS = {
     "annotated_transformer.commands": 4,
     "annotated_transformer.__main__": 4,
     "annotated_transformer.bench": 4,
-    "annotated_transformer.grading": 4,
-    "annotated_transformer.grade": 4,  # python -m annotated_transformer.grade, and so on
-    "annotated_transformer.stubs": 4,
-    "annotated_transformer.release": 4,
-    "annotated_transformer.classroom": 4,
-    "annotated_transformer.regrade": 4,
+    "annotated_transformer.course": 4,  # grading, authoring, distribution
+    "annotated_transformer.grade": 4,  # python -m annotated_transformer.grade, for old workflows
     "annotated_transformer": 0,  # the package's __init__: Parts and friends
 }
 

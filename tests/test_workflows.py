@@ -19,11 +19,12 @@ from typing import NamedTuple
 import pytest
 import yaml
 
-from annotated_transformer.grading import classroom, grade, release
+from annotated_transformer.course.distribution import classroom, release
+from annotated_transformer.course.grading import grade
+from annotated_transformer.layout import WORKFLOWS_DIR
 
-WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / ".github/workflows"
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))
-GRADE = ["python", "-m", "annotated_transformer.grade"]
+GRADE = ["python", "-m", "annotated_transformer", "grade"]
 AS_ROOT = ["sudo", "-E", "env", "PATH=$PATH"]  # the grader as root, with the runner's Python
 COURSE_REPO = "transformer-course/annotated-transformer"
 REPORTS = "$RUNNER_TEMP/grade"  # outside the submission
@@ -192,7 +193,7 @@ def check_grading_step(steps: list[dict], workflow_name: str) -> list[str]:
         problems.append("the grading run does not grade ../exercises from .course")
     if not args.json:
         problems.append("the grading run writes no JSON report")
-    if str(args.verify_manifest) != "tests/grading_manifest.json" \
+    if str(args.verify_manifest) != "tests/graded/grading_manifest.json" \
             or str(args.submission_root) != "..":
         problems.append("the grading run does not check the submission against the "
                         "course's manifest")
@@ -463,7 +464,7 @@ def test_classroom_workflow_gives_every_exercise_its_points():
 def test_classroom_workflow_is_generated_from_the_current_points():
     text = (WORKFLOWS_DIR / "classroom.yml").read_text()
     assert text == classroom.render(list(points())), (
-        "classroom.yml is stale: run python -m annotated_transformer.classroom")
+        "classroom.yml is stale: run python -m annotated_transformer classroom")
 
 
 def test_classroom_check_catches_mistakes():
@@ -650,11 +651,11 @@ def test_the_workflow_file_is_named_in_every_report(tmp_path):
     data = json.loads(path.read_text())["workflow"]
     assert data == {"path": str(changed), "sha256": check.sha256,
                     "course_sha256": check.course_sha256, "changed": True}
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                            "--from-report", str(path), "--score"], capture_output=True,
                           text=True)
     assert done.returncode == 0 and "WORKFLOW CHANGED" in done.stdout
-    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                             "--from-report", str(path), "--workflow-file", str(same)],
                            capture_output=True, text=True)
     assert usage.returncode == 2
