@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
 LAYERS = {
     "annotated_transformer.parts": 0,  # which code each chapter's parts come from
     "annotated_transformer.layout": 0,  # where the course keeps its files
+    "annotated_transformer.student_release": 0,  # the reference missing: exercises/ instead
     "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only
     "annotated_transformer.plots": 1,
     "annotated_transformer.distributed": 1,

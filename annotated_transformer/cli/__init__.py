@@ -37,7 +37,8 @@ from annotated_transformer.cli.checkpoints import (
 from annotated_transformer.cli.common import UsageError, parse_parts, pick_device
 from annotated_transformer.cli.training import add_train
 from annotated_transformer.data import DataError, VocabularyError
-from annotated_transformer.parts import RELEASE_NOTE, has_reference
+from annotated_transformer.parts import has_reference
+from annotated_transformer.student_release import RELEASE_NOTE
 
 __all__ = ["COMMANDS", "UsageError", "build_parser", "main", "parse_parts", "pick_device"]
 

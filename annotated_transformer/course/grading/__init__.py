@@ -13,7 +13,8 @@ Running (the trusted side)
 
 The worker (where the learner's code runs)
   - :mod:`.sandbox`: starts the worker and talks to it (``Learner.run`` a probe).
-  - :mod:`.worker`: the worker process; confines the parts to the learner's folder.
+  - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
+  - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
   - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``).
 
 Rules

@@ -160,9 +160,11 @@ class Worker:
         import torch.utils._python_dispatch  # noqa: F401 - the forbidden-op mode
 
         from annotated_transformer import parts
+        from annotated_transformer.course.grading import confinement
 
         if self.learner_dir is not None:
-            parts.confine(self.learner_dir, {int(c): why for c, why in config["blocked"].items()})
+            confinement.confine(self.learner_dir,
+                                {int(c): why for c, why in config["blocked"].items()})
             sys.meta_path.insert(0, _Unreachable(config["unreachable"]))
         self.parts = parts
         for name in PRELOADED:  # what an exercise file may import, loaded while the whole
@@ -208,7 +210,8 @@ class Worker:
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        from annotated_transformer.parts import BlockedChapter, use_parts
+        from annotated_transformer.course.grading.confinement import BlockedChapter
+        from annotated_transformer.parts import use_parts
 
         probe = self.probe(request["file"], request["function"])
         mode = None
