@@ -15,6 +15,7 @@ import pytest
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import cache, dependencies, grade, manifest
+from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
 
 import variants
 
@@ -178,10 +179,10 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
 
 def test_one_exercise_from_an_earlier_report(tmp_path):
     """The GitHub Classroom steps: one exercise each, read from the one grading run's JSON."""
-    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
-            grade.ExerciseResult("1.2", 1, "second", 3, 9, "failed", "expected 1, got 2")]
+    rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
+            ExerciseResult("1.2", 1, "second", 3, 9, "failed", "expected 1, got 2")]
     path = tmp_path / "grade.json"
-    path.write_text(json.dumps(grade.report(rows, "exercises")))
+    path.write_text(json.dumps(Report(rows, "exercises").to_json()))
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
@@ -300,7 +301,7 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
     checks = root / "tests" / "checks.py"
     checks.write_bytes(checks.read_bytes().replace(b"\n", b"\r\n"))
     assert "tests/graded/checks.py" not in manifest.verify(published, root)
-    ignored = grade.Integrity("m.json", "../alice", {"tests/graded/checks.py": "changed"}, used=False)
+    ignored = Integrity("m.json", "../alice", {"tests/graded/checks.py": "changed"}, used=False)
     assert "The course's own copies graded this run" in " ".join(ignored.lines())
 
 
@@ -406,7 +407,7 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     assert runs == [["6.5"]], "the second time nothing runs"
     assert [r.status for r in rows] == ["passed"] and len(records) == 1
     assert rows[0].message.startswith("(result reused: files unchanged since ")
-    assert "(result reused" in grade.format_table(rows, str(tmp_path))
+    assert "(result reused" in Report(rows, str(tmp_path)).table()
     grade.grade(None, str(tmp_path), ["6.5"], cache_dir=None)
     assert len(runs) == 2, "without a cache it runs"
     # Any file it builds from changes the key; chapter 7 does not.

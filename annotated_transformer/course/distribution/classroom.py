@@ -23,7 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from annotated_transformer.course.grading.grade import ExerciseResult, exercise_points
+from annotated_transformer.course.grading.grade import exercise_points
+from annotated_transformer.course.grading.report import ExerciseResult
 from annotated_transformer.layout import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "classroom.yml"

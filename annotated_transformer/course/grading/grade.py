@@ -40,7 +40,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,81 +51,19 @@ from annotated_transformer.layout import (
     chapter_test_files,
 )
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut  # noqa: F401
+from annotated_transformer.course.grading.report import (
+    ExerciseResult,
+    Integrity,
+    Report,
+    WorkflowCheck,
+    bounded,
+    format_points,
+    write_report,
+)
 
 # The worst outcome of an exercise's tests names its status.
 PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed",
             "collected")
-# Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records with every message cut (see :func:`cut`)."""
-    return [{**r, "message": cut(r.get("message") or "")} for r in records]
-
-
-def _first_line(message: str) -> str:
-    """A message's first line for a one-line report, without control characters."""
-    lines = cut(message).splitlines()
-    return _CONTROL.sub("\ufffd", lines[0]) if lines else ""
-
-
-@dataclass
-class ExerciseResult:
-    id: str
-    chapter: int
-    title: str
-    points: float
-    max_points: float
-    status: str
-    message: str
-
-
-@dataclass
-class Integrity:
-    """How a submission's grading files compare with the course's manifest."""
-
-    manifest: str  # the manifest's path, as given
-    submission: str  # the repository that was compared with it
-    changes: dict[str, str]  # {path: "changed" | "missing" | "added"}
-    used: bool  # True: those files graded this run (the grader ran from the submission)
-
-    @property
-    def tampered(self) -> list[str]:
-        return sorted(self.changes)
-
-    def lines(self) -> list[str]:
-        if not self.changes:
-            return [f"Grading files: as in the course's manifest ({self.manifest})."]
-        listed = cut(", ".join(f"{path} ({change})" for path, change in self.changes.items()))
-        effect = ("These files graded this run: compare the submission with the course." if
-                  self.used else "The course's own copies graded this run, not these.")
-        return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
-                f"manifest ({self.manifest}): {listed}.", effect]
-
-
-@dataclass
-class WorkflowCheck:
-    """The workflow file a CI job ran (the submission's copy) against the course's copy."""
-
-    path: str  # as given to --workflow-file
-    sha256: str | None  # None: no regular file there
-    course_sha256: str | None  # the course's .github/workflows/<same name>; None: none
-    changed: bool
-
-    def lines(self) -> list[str]:
-        """What every report says about it."""
-        if not self.changed:
-            return [f"Workflow: {self.path} is the course's (sha256 {self.sha256})."]
-        ran = f"sha256 {self.sha256}" if self.sha256 else "not a regular file"
-        course = (f"sha256 {self.course_sha256}" if self.course_sha256
-                  else "the course has no file of that name")
-        return [f"WORKFLOW CHANGED: {self.path} ({ran}) is not the course's copy ({course}).",
-                "GitHub ran the submission's copy: this run may not be the course's grading; "
-                "re-grade the submission to be sure."]
-
-
 def file_sha256(path: Path) -> str | None:
     """The sha256 of a regular file (a symbolic link is not followed), else None."""
     try:
@@ -309,177 +247,6 @@ def _explained(row: ExerciseResult, passing: dict[str, bool], declared) -> Exerc
     return ExerciseResult(**{**asdict(row), "message": cut(message)})
 
 
-def _points(value: float) -> str:
-    return f"{round(value, 2):g}"
-
-
-def _graded(parts: str, seed: int | None, markdown: bool = False) -> str:
-    where = f"`--parts {parts}`" if markdown else f"--parts {parts}"
-    if seed is None:
-        return f"Graded: {where}"
-    option = f"`--seed {seed}`" if markdown else f"--seed {seed}"
-    return f"Graded: {where}, random inputs from seed {seed} (the same again: {option})"
-
-
-def format_table(rows: list[ExerciseResult], parts: str,
-                 integrity: Integrity | None = None, seed: int | None = None,
-                 workflow: WorkflowCheck | None = None) -> str:
-    """The table for the terminal: one line an exercise, what to look at, the total."""
-    lines = [_graded(parts, seed), ""]
-    width = max([len(r.title) for r in rows] + [5])
-    lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
-    for row in rows:
-        score = f"{_points(row.points)}/{_points(row.max_points)}"
-        lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
-        if row.status != "passed" or row.message:
-            lines.append(f"{'':<5} -> {_first_line(row.message)}")
-    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
-    lines += ["", f"Total: {_points(total)}/{_points(possible)} points "
-              f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with all "
-              f"tests passed)"]
-    if integrity is not None:
-        lines += ["", *integrity.lines()]
-    if workflow is not None:
-        lines += ["", *workflow.lines()]
-    return "\n".join(lines)
-
-
-def report(rows: list[ExerciseResult], parts: str,
-           integrity: Integrity | None = None, seed: int | None = None,
-           workflow: WorkflowCheck | None = None) -> dict[str, Any]:
-    """The JSON report: the rows, the totals, and (null when not checked) the grading files
-    that differ from the course's manifest and the workflow file the CI job ran."""
-    return {
-        "tampered": integrity.tampered if integrity else None,
-        "integrity": asdict(integrity) if integrity else None,
-        "workflow": asdict(workflow) if workflow else None,
-        "parts": parts,
-        "seed": seed,
-        "exercises": [{**asdict(r), "message": cut(r.message)} for r in rows],
-        "points": sum(r.points for r in rows),
-        "max_points": sum(r.max_points for r in rows),
-        "chapters": {
-            str(c): {"points": sum(r.points for r in rows if r.chapter == c),
-                     "max_points": sum(r.max_points for r in rows if r.chapter == c)}
-            for c in sorted({r.chapter for r in rows})
-        },
-    }
-
-
-def rows_from_report(data: dict[str, Any]) -> list[ExerciseResult]:
-    """The rows of a JSON report written by ``--json``."""
-    return [ExerciseResult(**{**row, "message": cut(row["message"])})
-            for row in data["exercises"]]
-
-
-def integrity_from_report(data: dict[str, Any]) -> Integrity | None:
-    return Integrity(**data["integrity"]) if data.get("integrity") else None
-
-
-def workflow_from_report(data: dict[str, Any]) -> WorkflowCheck | None:
-    """The workflow check of a JSON report (None when the run had no --workflow-file)."""
-    return WorkflowCheck(**data["workflow"]) if data.get("workflow") else None
-
-
-def format_score(rows: list[ExerciseResult], integrity: Integrity | None = None,
-                 workflow: WorkflowCheck | None = None) -> str:
-    """The total on one line, with what a reader must not miss (tampering, the workflow)."""
-    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
-    score = (f"{_points(total)}/{_points(possible)} points from passed tests "
-             f"({sum(r.status == 'passed' for r in rows)}/{len(rows)} exercises with every test "
-             f"passed)")
-    if integrity and integrity.changes:
-        score += f"; TAMPERED: {cut(', '.join(integrity.tampered))}"
-    if workflow and workflow.changed:
-        score += f"; WORKFLOW CHANGED: {workflow.path}"
-    return score
-
-
-def format_points(rows: list[ExerciseResult]) -> str:
-    """The points on offer: one line an exercise, the chapter totals and the course's."""
-    width = max([len(r.title) for r in rows] + [5])
-    lines = [f"{'id':<5} {'exercise':<{width}} {'points':>6}"]
-    for chapter in sorted({r.chapter for r in rows}):
-        chapter_rows = [r for r in rows if r.chapter == chapter]
-        lines += [f"{r.id:<5} {r.title:<{width}} {_points(r.max_points):>6}" for r in chapter_rows]
-        total = _points(sum(r.max_points for r in chapter_rows))
-        lines.append(f"{'':<5} {f'chapter {chapter}':>{width}} {total:>6}")
-    lines += ["", f"Total: {_points(sum(r.max_points for r in rows))} points"]
-    return "\n".join(lines)
-
-
-def format_markdown(rows: list[ExerciseResult], parts: str,
-                    integrity: Integrity | None = None, seed: int | None = None,
-                    workflow: WorkflowCheck | None = None) -> str:
-    """The table as Markdown (for a CI job summary)."""
-    total, possible = sum(r.points for r in rows), sum(r.max_points for r in rows)
-    lines = [f"### Grading: {_points(total)}/{_points(possible)} points (tests passed)", "",
-             _graded(parts, seed, markdown=True), "",
-             "| id | exercise | points | status | what to look at |",
-             "| --- | --- | --- | --- | --- |"]
-    for row in rows:
-        message = _first_line(row.message).replace("|", "\\|").replace("<", "&lt;")
-        lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
-                     f"{_points(row.max_points)} | {row.status} | {message} |")
-    if integrity is not None:
-        warning = " ".join(integrity.lines())
-        lines += ["", f"> **{warning}**" if integrity.changes else warning]
-    if workflow is not None:
-        warning = " ".join(workflow.lines())
-        lines += ["", f"> **{warning}**" if workflow.changed else warning]
-    return "\n".join(lines) + "\n"
-
-
-def format_junit(records: list[dict[str, Any]], integrity: Integrity | None = None,
-                 seed: int | None = None, workflow: WorkflowCheck | None = None) -> str:
-    """JUnit XML: one test case per graded test, grouped in one suite per chapter, and with
-    ``integrity`` or ``workflow`` one more suite whose test cases fail when grading files or
-    the workflow file were changed. Messages are cut and hold only what XML can."""
-    from xml.etree import ElementTree as ET
-
-    root = ET.Element("testsuites", name="annotated_transformer.course.grading.grade")
-    suites: dict[Any, ET.Element] = {}
-    for record in bounded(records):
-        record["message"] = _NOT_XML.sub("\ufffd", record["message"])
-        chapter = record["chapter"]
-        if chapter not in suites:
-            suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
-        case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
-                             classname=f"exercise {record['exercise']}")
-        outcome = record["outcome"]
-        if outcome == "skipped":
-            ET.SubElement(case, "skipped", message=record["message"])
-        elif outcome == "error":
-            ET.SubElement(case, "error", message=record["message"], type=outcome)
-        elif outcome != "passed":
-            ET.SubElement(case, "failure", message=record["message"], type=outcome)
-    if integrity is not None or workflow is not None:
-        suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")
-    if integrity is not None:
-        case = ET.SubElement(suite, "testcase", name="the grading files are the course's",
-                             classname=integrity.manifest)
-        if integrity.changes:
-            message = _NOT_XML.sub("\ufffd", cut(" ".join(integrity.lines())))
-            ET.SubElement(case, "failure", message=message, type="tampered")
-    if workflow is not None:
-        case = ET.SubElement(suite, "testcase", name="the workflow is the course's",
-                             classname=workflow.path)
-        if workflow.changed:
-            ET.SubElement(case, "failure", message=" ".join(workflow.lines()),
-                          type="workflow-changed")
-    for suite in suites.values():
-        cases = list(suite)
-        suite.set("tests", str(len(cases)))
-        suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
-        suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
-        suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
-        if seed is not None:
-            properties = ET.Element("properties")
-            ET.SubElement(properties, "property", name="seed", value=str(seed))
-            suite.insert(0, properties)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m annotated_transformer grade",
@@ -538,8 +305,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and dispatch: write the manifest, list the points, or grade
+    (run the tests, or read an earlier report) and write the report's formats."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    chapters = _checked(args, parser)
+    if args.write_manifest:
+        from annotated_transformer.course.grading import manifest
+
+        manifest.write(args.write_manifest)
+        print(f"wrote {args.write_manifest}")
+        return 0
+    if args.points:
+        return _list_points(args, chapters, parser)
+    found = (_read_report(args, chapters, parser) if args.from_report
+             else _run(args, chapters, parser))
+    return _write(found, args)
+
+
+def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int] | None:
+    """Refuse options that do not go together or make no sense; the chapters to grade."""
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
     if args.sandbox_user:
@@ -556,100 +341,89 @@ def main(argv: list[str] | None = None) -> int:
         bad = [e for e in args.exercise if not re.fullmatch(r"\d+\.\d+", e)]
         if bad:
             parser.error(f"an exercise is named by its number, like 2.1; got {bad}")
-    chapters = args.chapter
-    if chapters and args.exercise:
-        chapters = sorted(set(chapters) | {int(e.split(".")[0]) for e in args.exercise})
-    elif args.exercise:
-        chapters = sorted({int(e.split(".")[0]) for e in args.exercise})
-
     if args.write_manifest:
-        from annotated_transformer.course.grading import manifest
-
-        manifest.write(args.write_manifest)
-        print(f"wrote {args.write_manifest}")
-        return 0
+        return None
     if args.submission_root and not args.verify_manifest:
         parser.error("--submission-root is the repository that --verify-manifest checks")
-
-    if args.points:
-        if args.from_report or args.junit or args.markdown or args.fail_under is not None:
-            parser.error("--points lists the points on offer; it takes --chapter, --exercise "
-                         "and --json only")
-        try:
-            rows = _only(exercise_points(chapters), args.exercise, parser)
-        except ValueError as error:
-            parser.error(str(error))
-        print(format_points(rows))
-        if args.json:
-            data = report(rows, "points")
-            args.json.write_text(json.dumps(data, indent=2) + "\n")
-        return 0
-
-    records: list[dict[str, Any]] | None = None
-    integrity: Integrity | None = None
+    if args.points and (args.from_report or args.junit or args.markdown
+                        or args.fail_under is not None):
+        parser.error("--points lists the points on offer; it takes --chapter, --exercise "
+                     "and --json only")
     if args.from_report and (args.verify_manifest or args.workflow_file):
         parser.error("--verify-manifest and --workflow-file go with the grading run; its "
                      "report keeps the result")
-    if args.verify_manifest:
-        integrity = _verify(args.verify_manifest, args.submission_root or ROOT, parser)
-    workflow = check_workflow(args.workflow_file) if args.workflow_file else None
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    if args.from_report:
-        if args.junit:
-            parser.error("--junit needs the graded tests; a report read with --from-report "
-                         "has only the exercises")
-        try:
-            data = json.loads(args.from_report.read_text())
-            rows, parts = rows_from_report(data), data["parts" if "parts" in data else "impl"]
-            integrity = integrity_from_report(data)
-            workflow = workflow_from_report(data)
-            seed = data.get("seed")
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
-                         f"{error}")
-        if chapters:
-            rows = [r for r in rows if r.chapter in chapters]
-    else:
-        parts = args.parts
-        from annotated_transformer.course.grading import cache
+    if args.from_report and args.junit:
+        parser.error("--junit needs the graded tests; a report read with --from-report "
+                     "has only the exercises")
+    from_exercises = {int(e.split(".")[0]) for e in args.exercise or []}
+    if args.chapter or from_exercises:
+        return sorted(set(args.chapter or []) | from_exercises)
+    return None
 
-        try:
-            records, rows = grade(chapters, parts, args.exercise, timeout=args.timeout,
-                                  seed=seed, sandbox_user=args.sandbox_user,
-                                  cache_dir=None if args.no_cache else cache.default_dir())
-        except ValueError as error:
-            parser.error(str(error))
-    rows = _only(rows, args.exercise, parser)
-    if records is not None and args.exercise:
-        records = [r for r in records if r["exercise"] in args.exercise]
 
-    print(format_score(rows, integrity, workflow) if args.score
-          else format_table(rows, parts, integrity, seed, workflow))
-    if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
-        alarm = (integrity and integrity.changes) or (workflow and workflow.changed)
-        print(f"::{'warning' if alarm else 'notice'} title=Grade::"
-              f"{format_score(rows, integrity, workflow)}")
+def _list_points(args: argparse.Namespace, chapters: list[int] | None,
+                 parser: argparse.ArgumentParser) -> int:
+    try:
+        rows = _only(exercise_points(chapters), args.exercise, parser)
+    except ValueError as error:
+        parser.error(str(error))
+    print(format_points(rows))
     if args.json:
-        data = report(rows, parts, integrity, seed, workflow)
-        write_report(args.json, json.dumps(data, indent=2) + "\n")
-        print(f"\nJSON report written to {args.json}")
-    if args.junit and records is not None:
-        write_report(args.junit, format_junit(records, integrity, seed, workflow))
-    if args.markdown:
-        write_report(args.markdown, format_markdown(rows, parts, integrity, seed, workflow))
-    possible = sum(r.max_points for r in rows)
-    percent = 100 * sum(r.points for r in rows) / possible if possible else 0.0
-    if args.fail_under is not None and percent < args.fail_under:
-        print(f"\n{percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
-        return 1
+        args.json.write_text(json.dumps(Report(rows, "points").to_json(), indent=2) + "\n")
     return 0
 
 
-def write_report(path: Path, text: str) -> None:
-    """Write a report whole or not at all: a partial file first, renamed into place."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+def _read_report(args: argparse.Namespace, chapters: list[int] | None,
+                 parser: argparse.ArgumentParser) -> Report:
+    """The report an earlier ``--json`` wrote, cut to the chapters and exercises asked for."""
+    try:
+        found = Report.from_json(json.loads(args.from_report.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
+                     f"{error}")
+    if chapters:
+        found.rows = [r for r in found.rows if r.chapter in chapters]
+    found.rows = _only(found.rows, args.exercise, parser)
+    return found
+
+
+def _run(args: argparse.Namespace, chapters: list[int] | None,
+         parser: argparse.ArgumentParser) -> Report:
+    """Grade now: the graded tests' records and the rows, with the checks asked for."""
+    from annotated_transformer.course.grading import cache
+
+    integrity = (_verify(args.verify_manifest, args.submission_root or ROOT, parser)
+                 if args.verify_manifest else None)
+    workflow = check_workflow(args.workflow_file) if args.workflow_file else None
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    try:
+        records, rows = grade(chapters, args.parts, args.exercise, timeout=args.timeout,
+                              seed=seed, sandbox_user=args.sandbox_user,
+                              cache_dir=None if args.no_cache else cache.default_dir())
+    except ValueError as error:
+        parser.error(str(error))
+    if args.exercise:
+        records = [r for r in records if r["exercise"] in args.exercise]
+    return Report(_only(rows, args.exercise, parser), args.parts, integrity, seed, workflow,
+                  records)
+
+
+def _write(found: Report, args: argparse.Namespace) -> int:
+    """Print the table (or the score) and write the formats asked for; the exit status."""
+    print(found.score() if args.score else found.table())
+    if args.score and os.environ.get("GITHUB_ACTIONS") == "true":
+        print(f"::{'warning' if found.alarm else 'notice'} title=Grade::{found.score()}")
+    if args.json:
+        write_report(args.json, json.dumps(found.to_json(), indent=2) + "\n")
+        print(f"\nJSON report written to {args.json}")
+    if args.junit and found.records is not None:
+        write_report(args.junit, found.junit())
+    if args.markdown:
+        write_report(args.markdown, found.markdown())
+    if args.fail_under is not None and found.percent < args.fail_under:
+        print(f"\n{found.percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
+        return 1
+    return 0
 
 
 def _verify(path: Path, submission: Path, parser: argparse.ArgumentParser) -> Integrity:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading import grade, manifest
+from annotated_transformer.course.grading.report import ExerciseResult, write_report
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     COURSE_TOOLS_DIR,
@@ -288,7 +289,7 @@ def check_reports(root: Path, who: Learner) -> None:
 
 
 def grade_submission(who: Learner, chapters: list[int], seed: int,
-                     expected: dict[str, Any]) -> list[grade.ExerciseResult]:
+                     expected: dict[str, Any]) -> list[ExerciseResult]:
     """Fetch, check and grade one submission; its rows (``who`` gets the flags)."""
     with tempfile.TemporaryDirectory(prefix="regrade-") as tmp:
         if is_git_url(who.source):
@@ -307,7 +308,7 @@ def grade_submission(who: Learner, chapters: list[int], seed: int,
         return grade.grade(chapters, str(impl), seed=seed, cache_dir=None)[1]
 
 
-def rows_for(who: Learner, results: list[grade.ExerciseResult], seed: int) -> list[Row]:
+def rows_for(who: Learner, results: list[ExerciseResult], seed: int) -> list[Row]:
     """The gradebook's rows of one learner."""
     flags = ";".join(sorted(who.flags))
     who.points = round(sum(r.points for r in results), 2)
@@ -407,9 +408,9 @@ def write_gradebook(out: Path, learners: list[Learner], rows: list[Row], chapter
                     seed: int) -> None:
     """Write ``gradebook.csv`` and ``gradebook.json`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    grade.write_report(out / "gradebook.csv", gradebook_csv(rows))
+    write_report(out / "gradebook.csv", gradebook_csv(rows))
     data = gradebook_json(learners, rows, chapters, seed)
-    grade.write_report(out / "gradebook.json", json.dumps(data, indent=2) + "\n")
+    write_report(out / "gradebook.json", json.dumps(data, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------- command line
