@@ -2,12 +2,11 @@
 ``annotated-transformer``), written once: its name, its one line of help, and where its
 code is.
 
-The model commands (train, evaluate, ...) are the subcommands of
-:func:`annotated_transformer.cli.build_parser`, read from that parser: a command added
-there appears here too. The course's commands (grading, the release, the benchmark) are
-listed in :data:`COURSE_COMMANDS`; each keeps its own parser, reached as
-``python -m annotated_transformer <command> --help`` or, as before, as
-``python -m annotated_transformer.<command>``.
+The model commands (train, evaluate, ...) are those of :data:`annotated_transformer.cli.COMMANDS`,
+with the help each gives its own parser: a command added there appears here too. The
+course's commands (grading, authoring, distribution, the benchmark) are listed in
+:data:`COURSE_COMMANDS`; each keeps its own parser, reached as
+``python -m annotated_transformer <command> --help``. This is the one way to launch them.
 
 A command's code is imported only when it runs, so that ``grade`` never loads the model
 code and ``--help`` never loads the grader.
@@ -18,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 PROG = "python -m annotated_transformer"
 
@@ -42,30 +42,43 @@ class Command:
 
 COURSE_COMMANDS = (
     Command("grade", "run the graded tests, report points per exercise",
-            "annotated_transformer.grading.grade:main"),
+            "annotated_transformer.course.grading.grade:main"),
     Command("stubs", "regenerate or check exercises/ from solutions/",
-            "annotated_transformer.grading.stubs:main"),
+            "annotated_transformer.course.authoring.stubs:main"),
     Command("release", "write a student release of the course: the repository without its "
-            "answers", "annotated_transformer.grading.release:main"),
+            "answers", "annotated_transformer.course.distribution.release:main"),
     Command("classroom", "write the GitHub Classroom workflow, one step per exercise",
-            "annotated_transformer.grading.classroom:main"),
+            "annotated_transformer.course.distribution.classroom:main"),
     Command("regrade", "re-grade many submissions into one gradebook (for instructors)",
-            "annotated_transformer.grading.regrade:main"),
+            "annotated_transformer.course.grading.regrade:main"),
     Command("bench", "how fast the course's Transformer trains, beside PyTorch's own",
             "annotated_transformer.bench.command:main"),
 )
 
 
+class _Listing:
+    """Stands in for the subparsers of :func:`annotated_transformer.cli.build_parser`:
+    notes each command's name and help as ``add_X`` adds it (and builds its parser)."""
+
+    def __init__(self) -> None:
+        self.found: list[Command] = []
+        self._subparsers = argparse.ArgumentParser(prog=PROG).add_subparsers()
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        self.found.append(Command(name, kwargs.get("help") or "",
+                                  "annotated_transformer.cli:main", takes_name=True))
+        return self._subparsers.add_parser(name, **kwargs)
+
+
 def model_commands() -> tuple[Command, ...]:
-    """The subcommands of the model command line (:mod:`annotated_transformer.cli`), in
-    its order, each with the help it gives there."""
+    """The commands of the model command line (:mod:`annotated_transformer.cli`), in its
+    order, each with the help it gives there."""
     from annotated_transformer import cli
 
-    parser = cli.build_parser()
-    # argparse keeps a subcommand's help in a pseudo-action of the subparsers' action.
-    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return tuple(Command(choice.dest, choice.help or "", "annotated_transformer.cli:main",
-                         takes_name=True) for choice in subcommands._choices_actions)
+    listing = _Listing()
+    for add in cli.COMMANDS:
+        add(listing)
+    return tuple(listing.found)
 
 
 def all_commands() -> dict[str, Command]:

@@ -43,7 +43,7 @@ Why bound parts, and not the alternatives:
   module's methods run under whatever parts are active: modules bind their parts in
   ``__init__``, as the syllabus asks.
 
-A student release of the course (``python -m annotated_transformer.release``) has no
+A student release of the course (``python -m annotated_transformer release``) has no
 ``solutions/`` and no fast parts: there every chapter the reference would give comes
 from ``exercises/`` instead, and the first such :class:`Parts` warns once that it does.
 """
@@ -57,9 +57,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-import re
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -70,75 +68,60 @@ from typing import Any, SupportsIndex
 
 import torch
 
+from annotated_transformer import student_release
+from annotated_transformer.layout import CHAPTER_FILE
+
 PACKAGES = ("solutions", "exercises")
 NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
-CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$")
-RELEASE_NOTE = (
-    "this copy of the course is a student release: it has no solutions/, so the parts "
-    "that would come from the reference come from your exercises/"
-)
+class SourcePolicy:
+    """The one hook of the parts registry: a process-wide rule about sources that a tool
+    installs (:func:`install_policy`) before any chapter file is imported.
+
+    The grading worker installs one (:mod:`annotated_transformer.course.grading.confinement`)
+    so that every source means the learner's folder and the chapter files that broke the
+    rules are never imported. With none installed, a source means what it names (and, in a
+    student release, the reference means ``exercises``: :mod:`annotated_transformer.student_release`).
+    """
+
+    def only_source(self) -> str | None:
+        """The source that every source means in this process, or None (each its own)."""
+        return None
+
+    def check(self, chapter: int | None) -> None:
+        """Raise (an ``ImportError``) if ``chapter``'s file may not be imported here; called
+        before a chapter file is imported, and with None before a name that no chapter
+        exports is refused."""
+
+
+_POLICY: list[SourcePolicy] = [SourcePolicy()]
+
+
+def install_policy(policy: SourcePolicy) -> None:
+    """Install ``policy`` for the rest of this process (once: a second one is refused)."""
+    if type(_POLICY[0]) is not SourcePolicy:
+        raise RuntimeError("a source policy is already installed in this process")
+    _POLICY[0] = policy
+    for cached in (has_reference, chapter_files, name_index, load_chapter):
+        cached.cache_clear()
 
 
 @cache
 def has_reference() -> bool:
     """Whether the reference solutions are here (False in a student release and in a
     grading worker)."""
-    return not _confined and importlib.util.find_spec("solutions") is not None
-
-
-class BlockedChapter(ImportError):
-    """A learner's chapter file that the grader refused to import (it broke a rule)."""
-
-
-# Set once in a grading worker (:func:`confine`): (the learner's folder, {chapter: why blocked}).
-_confined: list[tuple[Path, Mapping[int, str]]] = []
-
-
-def confine(folder: Path, blocked: Mapping[int, str]) -> None:
-    """Make every source, the reference included, mean the learner's ``folder``.
-
-    For the grading worker, before any learner code runs: whatever a learner's file asks
-    for, it gets the learner's own parts; the chapters in ``blocked`` (files that broke
-    the rules of what an exercise file may do) are never imported.
-    """
-    if _confined:
-        raise RuntimeError("the parts are already confined to one folder")
-    _confined.append((folder.resolve(), MappingProxyType(dict(blocked))))
-    has_reference.cache_clear()
+    return (_POLICY[0].only_source() is None
+            and importlib.util.find_spec("solutions") is not None)
 
 
 def _resolve(source: str) -> str:
-    """``source``, except that the reference means ``exercises`` in a student release."""
-    if _confined:
-        return str(_confined[0][0])
+    """``source``, or what the installed policy makes of it; the reference means
+    ``exercises`` in a student release."""
+    only = _POLICY[0].only_source()
+    if only is not None:
+        return only
     if source != "solutions" or has_reference():
         return source
-    if not _warned:
-        _warned.append(True)
-        warnings.warn(RELEASE_NOTE, stacklevel=_callers_level())
-    return "exercises"
-
-
-_warned: list[bool] = []
-_PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def _callers_level() -> int:
-    """The ``stacklevel`` (for :func:`_resolve`'s warning) of the first frame outside the
-    course's code: the notebook cell or script line that asked for the parts, not a line
-    of this package, of a chapter file or of the ``__init__`` that dataclasses generate."""
-    frame, level = sys._getframe(2), 2  # the caller of _resolve is level 2
-    while frame is not None:
-        name = frame.f_code.co_filename
-        generated = name == "<string>" and frame.f_code.co_name == "__init__"
-        ours = name.startswith("<frozen") or generated or (
-            not name.startswith("<") and (
-                _PACKAGE_DIR in Path(name).resolve().parents
-                or CHAPTER_FILE.match(Path(name).name) is not None))
-        if not ours:
-            return level
-        frame, level = frame.f_back, level + 1
-    return 2
+    return student_release.reference_is_missing()
 
 
 def _source_dir(source: str) -> Path:
@@ -195,8 +178,9 @@ def _exported_names(path: Path) -> list[str]:
 def name_index() -> Mapping[str, int]:
     """``{public name: chapter}`` for every exercise, from the reference files' ``__all__``."""
     index: dict[str, int] = {}
-    if _confined:  # a grading worker: the learner's folder is the only source there is
-        sources = [str(_confined[0][0])]
+    only = _POLICY[0].only_source()
+    if only is not None:  # a grading worker: the learner's folder is the only source there is
+        sources = [only]
     else:
         sources = [s for s in PACKAGES if importlib.util.find_spec(s) is not None]
     for source in sources:  # the reference first; the stubs carry the same names
@@ -209,11 +193,8 @@ def name_index() -> Mapping[str, int]:
 @cache
 def load_chapter(source: str, chapter: int) -> ModuleType:
     """Import (once) chapter ``chapter``'s module from ``source``."""
-    if _confined:
-        folder, blocked = _confined[0]
-        source = str(folder)
-        if chapter in blocked:
-            raise BlockedChapter(blocked[chapter])
+    source = _POLICY[0].only_source() or source
+    _POLICY[0].check(chapter)
     files = chapter_files(source)
     if chapter not in files:
         raise LookupError(
@@ -284,8 +265,7 @@ class Parts:
         bound to these parts (see the module's docstring): a function runs, and a class is
         built, as if inside ``with use_parts(self):``."""
         if name not in name_index():
-            if _confined and _confined[0][1]:  # in a chapter file that could not be read
-                raise BlockedChapter(next(iter(_confined[0][1].values())))
+            _POLICY[0].check(None)  # a name from a chapter file that could not be read
             raise AttributeError(f"no chapter exports a part named {name!r}")
         return bind(getattr(self.module(name_index()[name]), name), self)
 

@@ -2,5 +2,5 @@
 
 Each file starts as a stub generated from ``solutions/``: replace every
 ``raise NotImplementedError(...)`` with your code, then grade your work with
-``python -m annotated_transformer.grade``.
+``python -m annotated_transformer grade``.
 """

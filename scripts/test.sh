@@ -6,7 +6,7 @@
 # extra arguments go to the grader, e.g. `bash scripts/test.sh --chapter 1`.
 source "$(dirname "$0")/env.sh"
 if [ ! -d solutions ]; then
-  exec python -m annotated_transformer.grade "$@"
+  exec python -m annotated_transformer grade "$@"
 fi
 python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
   tests chapters "$@"

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotated_transformer.grading import boundary
-from annotated_transformer.grading.layout import ROOT, SOLUTIONS_DIR
-from annotated_transformer.grading.sandbox import Learner, LearnerRaised, WorkerPool
+from annotated_transformer.course.grading import boundary
+from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
+from annotated_transformer.course.grading.sandbox import Learner, LearnerRaised, WorkerPool
 
 pytestmark = pytest.mark.skipif(boundary.unavailable() is not None,
                                 reason=f"no sandbox here: {boundary.unavailable()}")

@@ -156,7 +156,7 @@ def test_errors_exit_2_with_a_message(capsys, tmp_path, copy_run, corrupted, for
 
 
 def test_training_unfinished_parts_names_the_stub_and_the_way_on(capsys, tmp_path):
-    from annotated_transformer.grading.stubs import write_stubs
+    from annotated_transformer.course.authoring.stubs import write_stubs
 
     write_stubs(tmp_path / "stubs")
     status, _, err = run(capsys, "train", "--task", "copy", "--parts", tmp_path / "stubs",

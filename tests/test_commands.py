@@ -13,7 +13,7 @@ import pytest
 from annotated_transformer import __main__ as tree
 from annotated_transformer import cli
 from annotated_transformer.commands import COURSE_COMMANDS, all_commands
-from annotated_transformer.grading import grade
+from annotated_transformer.course.grading import grade
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = all_commands()
@@ -35,15 +35,13 @@ def test_every_model_command_of_cli_is_in_the_tree():
 
 
 def test_a_command_added_in_cli_joins_the_tree(monkeypatch, capsys):
-    """A new ``add_X(sub)`` in the model command line's list (``cli.build_parser``) is a
+    """A new ``add_X(sub)`` in the model command line's list (``cli.COMMANDS``) is a
     command of the tree, with its help."""
-    add_export = cli.add_export
 
-    def add_export_and_distill(sub) -> None:
-        add_export(sub)
+    def add_distill(sub) -> None:
         sub.add_parser("distill", help="train a small model to imitate a checkpoint")
 
-    monkeypatch.setattr(cli, "add_export", add_export_and_distill)
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, add_distill))
     assert all_commands()["distill"].help == "train a small model to imitate a checkpoint"
     assert tree.main(["--help"]) == 0 and "distill" in capsys.readouterr().out
 
@@ -98,7 +96,7 @@ def test_the_graded_tests_take_impl_as_parts():
     def collected(option: str) -> list[str]:
         done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                                "-p", "no:randomly", f"{option}=exercises",
-                               "tests/test_ch01_positional_encoding.py"],
+                               "tests/graded/test_ch01_positional_encoding.py"],
                               capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert done.returncode == 0, done.stdout + done.stderr
         return [line for line in done.stdout.splitlines() if "::" in line]

@@ -13,7 +13,9 @@ from collections import defaultdict
 
 import pytest
 
-from annotated_transformer.grading import cache, dependencies, grade, manifest, stubs
+from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.grading import cache, dependencies, grade, manifest
+from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
 
 import variants
 
@@ -111,7 +113,7 @@ def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
 
 def test_command_line_table_and_json(tmp_path):
     path = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "1",
                            "--parts", "solutions", "--json", str(path)],
                           capture_output=True, text=True, check=True)
     assert "1.1" in done.stdout and "passed" in done.stdout and "Total:" in done.stdout
@@ -122,7 +124,7 @@ def test_command_line_table_and_json(tmp_path):
     row = data["exercises"][0]
     assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message"}
     assert data["points"] == data["max_points"] > 0
-    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "99"],
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "99"],
                            capture_output=True, text=True)
     assert usage.returncode == 2 and "chapter" in usage.stderr
 
@@ -131,7 +133,7 @@ def test_reports_and_fail_under(tmp_path):
     from xml.etree import ElementTree as ET
 
     stubs.write_stubs(tmp_path / "stubs")
-    command = [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1",
+    command = [sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "1",
                "--parts", str(tmp_path / "stubs"), "--junit", str(tmp_path / "r.xml"),
                "--markdown", str(tmp_path / "r.md"), "--seed", "7"]
     assert subprocess.run(command, capture_output=True).returncode == 0, "grading exits 0"
@@ -144,7 +146,7 @@ def test_reports_and_fail_under(tmp_path):
     assert "| 1.1 |" in (tmp_path / "r.md").read_text()
     assert "seed 7" in (tmp_path / "r.md").read_text()
     assert suite.find("properties/property[@name='seed']").get("value") == "7"
-    bad = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--fail-under",
+    bad = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--fail-under",
                           "120"], capture_output=True)
     assert bad.returncode == 2, "a usage error exits 2"
 
@@ -177,13 +179,13 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
 
 def test_one_exercise_from_an_earlier_report(tmp_path):
     """The GitHub Classroom steps: one exercise each, read from the one grading run's JSON."""
-    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
-            grade.ExerciseResult("1.2", 1, "second", 3, 9, "failed", "expected 1, got 2")]
+    rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
+            ExerciseResult("1.2", 1, "second", 3, 9, "failed", "expected 1, got 2")]
     path = tmp_path / "grade.json"
-    path.write_text(json.dumps(grade.report(rows, "exercises")))
+    path.write_text(json.dumps(Report(rows, "exercises").to_json()))
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+        return subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                                "--from-report", str(path), *args], capture_output=True, text=True)
 
     passed = run("--exercise", "1.1", "--fail-under", "100")
@@ -236,7 +238,7 @@ def test_the_grading_manifest_is_current():
     committed = manifest.load(grade.ROOT / manifest.MANIFEST)
     assert committed == manifest.compute(), (
         "the tests, the grader or the pytest settings changed: run python -m "
-        "annotated_transformer.grading.grade --write-manifest tests/grading_manifest.json")
+        "annotated_transformer.course.grading.grade --write-manifest tests/graded/grading_manifest.json")
 
 
 def copy_of_the_course(tmp_path):
@@ -254,17 +256,17 @@ def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_pa
 
     root = copy_of_the_course(tmp_path)
     manifest.write(tmp_path / "manifest.json", root)  # the course as published
-    test_file = root / "tests" / "test_ch01_positional_encoding.py"
+    test_file = root / "tests" / "graded" / "test_ch01_positional_encoding.py"
     test_file.write_text(test_file.read_text().replace("points=3", "points=30", 1))
     (root / "conftest.py").write_text(PASS_EVERYTHING)
     stubs.write_stubs(root / "mine")
     done = subprocess.run(
-        [sys.executable, "-m", "annotated_transformer.grade", "--chapter", "1", "--parts", "mine",
+        [sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "1", "--parts", "mine",
          "--verify-manifest", str(tmp_path / "manifest.json"), "--json", "r.json",
          "--junit", "r.xml", "--markdown", "r.md"],
         cwd=root, capture_output=True, text=True)  # the copy's own grader, from its folder
     assert done.returncode == 0, done.stderr
-    tampered = ["conftest.py", "tests/test_ch01_positional_encoding.py"]
+    tampered = ["conftest.py", "tests/graded/test_ch01_positional_encoding.py"]
     data = json.loads((root / "r.json").read_text())
     assert data["tampered"] == tampered
     assert data["integrity"]["changes"] == {"conftest.py": "added", tampered[1]: "changed"}
@@ -274,7 +276,7 @@ def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_pa
     assert integrity.find("testcase/failure").get("type") == "tampered"
     # Graded all the same, and the conftest.py above tests/ was not loaded.
     assert [r["status"] for r in data["exercises"]] == ["not implemented"] * 4
-    report = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+    report = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                              "--from-report", "r.json", "--score"],
                             cwd=root, capture_output=True, text=True)
     assert "TAMPERED: " + ", ".join(tampered) in report.stdout
@@ -284,9 +286,9 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
     root = copy_of_the_course(tmp_path)
     published = manifest.compute(root)
     assert manifest.verify(published, root) == {}
-    (root / "tests" / "test_ch07_decoding.py").unlink()
+    (root / "tests" / "graded" / "test_ch07_decoding.py").unlink()
     (root / "tests" / "variants" / "ch01.py").unlink()  # not graded: the course's own check
-    (root / "tests" / "test_ch09_bonus.py").write_text("CHAPTER = 9\n")
+    (root / "tests" / "graded" / "test_ch09_bonus.py").write_text("CHAPTER = 9\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     (root / "setup.cfg").write_text("[metadata]\nname = x\n")  # no pytest settings: fine
     pyproject = root / "pyproject.toml"
@@ -294,12 +296,12 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
                                                        'testpaths = ["tests"]\nxfail_strict = 1'))
     assert manifest.verify(published, root) == {
         manifest.PYTEST_SETTINGS: "changed", "tests/pytest.ini": "added",
-        "tests/test_ch09_bonus.py": "added", "tests/test_ch07_decoding.py": "missing"}
+        "tests/graded/test_ch09_bonus.py": "added", "tests/graded/test_ch07_decoding.py": "missing"}
     # Line endings do not count.
     checks = root / "tests" / "checks.py"
     checks.write_bytes(checks.read_bytes().replace(b"\n", b"\r\n"))
-    assert "tests/checks.py" not in manifest.verify(published, root)
-    ignored = grade.Integrity("m.json", "../alice", {"tests/checks.py": "changed"}, used=False)
+    assert "tests/graded/checks.py" not in manifest.verify(published, root)
+    ignored = Integrity("m.json", "../alice", {"tests/graded/checks.py": "changed"}, used=False)
     assert "The course's own copies graded this run" in " ".join(ignored.lines())
 
 
@@ -344,7 +346,7 @@ def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
         shutil.copy(path, tmp_path)
     target = tmp_path / "ch03_multi_head.py"
     target.write_text(target.read_text().replace("out_proj", "output_proj"))
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade", "--chapter", "5",
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "5",
                            "--parts", str(tmp_path), "--json", str(tmp_path / "r.json")],
                           capture_output=True, text=True, cwd=grade.ROOT)
     assert done.returncode == 0, done.stderr
@@ -405,7 +407,7 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     assert runs == [["6.5"]], "the second time nothing runs"
     assert [r.status for r in rows] == ["passed"] and len(records) == 1
     assert rows[0].message.startswith("(result reused: files unchanged since ")
-    assert "(result reused" in grade.format_table(rows, str(tmp_path))
+    assert "(result reused" in Report(rows, str(tmp_path)).table()
     grade.grade(None, str(tmp_path), ["6.5"], cache_dir=None)
     assert len(runs) == 2, "without a cache it runs"
     # Any file it builds from changes the key; chapter 7 does not.

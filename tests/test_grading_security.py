@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.grading import grade, stubs
+from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.grading import grade
 
 REFERENCE = (stubs.SOLUTIONS_DIR / "ch02_attention.py").read_text()
 START = REFERENCE.index("    # BEGIN SOLUTION 2.1")

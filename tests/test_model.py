@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from annotated_transformer import Parts
-from annotated_transformer.grading.stubs import write_stubs
+from annotated_transformer.course.authoring.stubs import write_stubs
 from annotated_transformer.model import EncoderDecoder, TransformerConfig, count_parameters
 
 

@@ -56,7 +56,7 @@ def test_every_exercise_box_says_how_to_grade_it(path):
     boxes = re.findall(r"^(:{3,4})\{admonition\} Exercise (\d+)\.(\d+)(.*?)^\1\s*$", markdown,
                        re.MULTILINE | re.DOTALL)
     for _, chapter, number, body in boxes:
-        assert f"annotated_transformer.grade --chapter {int(chapter)}" in body, (
+        assert f"annotated_transformer grade --chapter {int(chapter)}" in body, (
             f"{path.name}: the box of exercise {chapter}.{number} does not say how to grade it")
     if int(path.name[:2]) > 0:
         assert boxes, f"{path.name}: no exercise boxes (':::{{admonition}} Exercise N.M: ...')"

@@ -14,9 +14,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
 
-# (layer, module name or prefix): the longest matching prefix decides.
+# {module or subpackage: layer}. A subpackage's entry covers its modules; the package's own
+# entry ("annotated_transformer", its __init__) covers nothing else, so a new top-level
+# module has no layer until it is given one here.
 LAYERS = {
+    "annotated_transformer": 0,  # the package's __init__: Parts and friends
+    "annotated_transformer.layout": 0,  # where the course keeps its files
     "annotated_transformer.parts": 0,  # which code each chapter's parts come from
+    "annotated_transformer.student_release": 0,  # the reference missing: exercises/ instead
+    "annotated_transformer.batch": 0,  # the batch type chapter 6 builds (chapter files import it)
     "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only
     "annotated_transformer.plots": 1,
     "annotated_transformer.distributed": 1,
@@ -35,14 +41,10 @@ LAYERS = {
     "annotated_transformer.commands": 4,
     "annotated_transformer.__main__": 4,
     "annotated_transformer.bench": 4,
-    "annotated_transformer.grading": 4,
-    "annotated_transformer.grade": 4,  # python -m annotated_transformer.grade, and so on
-    "annotated_transformer.stubs": 4,
-    "annotated_transformer.release": 4,
-    "annotated_transformer.classroom": 4,
-    "annotated_transformer.regrade": 4,
-    "annotated_transformer": 0,  # the package's __init__: Parts and friends
+    "annotated_transformer.course": 4,  # grading, authoring, distribution
+    "annotated_transformer.grade": 4,  # python -m annotated_transformer.grade, for old workflows
 }
+PACKAGE_NAME = "annotated_transformer"
 
 
 def module_name(path: Path) -> str:
@@ -53,10 +55,15 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def layer_of(name: str) -> int | None:
-    """The layer of the longest entry of LAYERS that ``name`` is or is inside."""
-    matches = [prefix for prefix in LAYERS if name == prefix or name.startswith(prefix + ".")]
-    return LAYERS[max(matches, key=len)] if matches else None
+def layer_of(name: str, layers: dict[str, int] = LAYERS) -> int | None:
+    """The layer of ``name``: its own entry, or that of the subpackage it is inside."""
+    matches = [entry for entry in layers if name == entry
+               or (entry != PACKAGE_NAME and name.startswith(entry + "."))]
+    return layers[max(matches, key=len)] if matches else None
+
+
+def without_a_layer(names, layers: dict[str, int] = LAYERS) -> list[str]:
+    return [name for name in names if layer_of(name, layers) is None]
 
 
 def imports_of(name: str) -> set[str]:
@@ -86,9 +93,42 @@ GRAPH = {name: imports_of(name) for name in MODULES}
 
 
 def test_every_module_has_a_layer():
-    missing = [name for name in MODULES if layer_of(name) is None]
+    missing = without_a_layer(MODULES)
     assert not missing, (f"{missing}: give each a layer in LAYERS here and a place in "
                          f"CONTRIBUTING.md's map of the package")
+
+
+def test_a_made_up_module_without_a_layer_fails_the_check():
+    """The check above can fail: a new top-level module is not layer 0 by default, and a
+    module inside a subpackage takes the subpackage's layer."""
+    assert without_a_layer(["annotated_transformer.made_up"]) == ["annotated_transformer.made_up"]
+    assert layer_of("annotated_transformer.course.grading.made_up") == 4
+    assert layer_of("annotated_transformer") == 0
+
+
+def test_every_entry_is_a_module_of_the_package():
+    """No stale entry: each names a module or subpackage that exists."""
+    assert [entry for entry in LAYERS if entry not in MODULES] == []
+
+
+def test_contributing_maps_every_module_with_its_layer():
+    """CONTRIBUTING.md's map names each top-level module and subpackage in its layer's row."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0].isdigit():
+            rows.setdefault(int(cells[0]), []).append(cells[1])
+    wrong = []
+    for entry, layer in LAYERS.items():
+        if entry == PACKAGE_NAME:
+            shown = "`__init__.py`"
+        else:
+            path = MODULES[entry]
+            shown = f"`{entry.split('.')[-1]}/`" if path.name == "__init__.py" else f"`{path.name}`"
+        if not any(shown in cell for cell in rows.get(layer, [])):
+            wrong.append(f"{shown} (layer {layer})")
+    assert not wrong, f"CONTRIBUTING.md's map lacks, in its layer's row: {wrong}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

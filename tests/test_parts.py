@@ -13,7 +13,7 @@ import torch
 
 import solutions.ch01_positional_encoding as reference_ch01
 from annotated_transformer import Parts, active_parts, use_parts
-from annotated_transformer.grading.stubs import write_stubs
+from annotated_transformer.course.authoring.stubs import write_stubs
 from annotated_transformer.model import (
     DecoderOnlyTransformer,
     EncoderDecoder,

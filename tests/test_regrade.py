@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.grading import manifest, regrade
-from annotated_transformer.grading.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
+from annotated_transformer.course.grading import manifest, regrade
+from annotated_transformer.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
 
 CH01 = "ch01_positional_encoding.py"
 FULL = 24  # chapter 1's points
@@ -168,7 +168,7 @@ def test_changed_grading_files_are_flagged(tmp_path):
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     who = regrade.Learner("x", str(root))
     regrade.check_tests(root, expected, who)
-    assert sorted(who.flags["tests-changed"]) == ["tests/checks.py (changed)",
+    assert sorted(who.flags["tests-changed"]) == ["tests/graded/checks.py (changed)",
                                                   "tests/pytest.ini (added)"]
     untouched = regrade.Learner("y", str(clean))
     regrade.check_tests(clean, expected, untouched)
@@ -179,11 +179,11 @@ def test_grading_files_that_cannot_be_read_are_flagged_not_fatal(tmp_path):
     clean = course_copy(tmp_path / "clean")
     root = course_copy(tmp_path / "sub", clean)
     (root / "pyproject.toml").write_bytes(b"[tool.pytest.ini_options]\nx = '\xff'\n")
-    (root / "tests" / "conftest.py").unlink()
-    (root / "tests" / "conftest.py").symlink_to("/dev/zero")
+    (root / "tests" / "graded" / "conftest.py").unlink()
+    (root / "tests" / "graded" / "conftest.py").symlink_to("/dev/zero")
     who = regrade.Learner("x", str(root))
     regrade.check_tests(root, manifest.compute(clean), who)
-    assert "tests-changed" in who.flags and who.flags["symlink"] == ["tests/conftest.py"]
+    assert "tests-changed" in who.flags and who.flags["symlink"] == ["tests/graded/conftest.py"]
 
 
 def test_only_the_course_s_regular_exercise_files_are_copied(tmp_path):
@@ -249,7 +249,7 @@ def test_names_urls_and_cells():
     (["x", "--out", "o", "--manifest", "nowhere.json"], "nowhere.json"),
 ])
 def test_bad_arguments_exit_2_with_one_error_line(tmp_path, args, says):
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer.regrade", *args],
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "regrade", *args],
                           cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.grading import manifest, release, stubs
-from annotated_transformer.grading.grade import ROOT
+from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.distribution import release
+from annotated_transformer.course.grading import manifest
+from annotated_transformer.course.grading.grade import ROOT
 
 pytestmark = pytest.mark.skipif(not (ROOT / ".git").exists(),
                                 reason="a release is made from a git clone of the course")
@@ -103,8 +105,8 @@ def test_release_refuses_a_folder_in_the_way_and_the_course_itself(tmp_path: Pat
 
 @pytest.mark.slow
 def test_grading_the_release_finds_every_exercise_not_implemented(python: Path, out: Path):
-    done = run(python, out, "-m", "annotated_transformer.grade", "--json", "r.json",
-               "--verify-manifest", "tests/grading_manifest.json")
+    done = run(python, out, "-m", "annotated_transformer", "grade", "--json", "r.json",
+               "--verify-manifest", "tests/graded/grading_manifest.json")
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((out / "r.json").read_text())
     statuses = {row["id"]: row["status"] for row in data["exercises"]}
@@ -156,7 +158,7 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
     assert mine.returncode == 1 and "student release" not in mine.stderr, mine.stderr
     bench = run(python, out, "-m", "annotated_transformer.bench", "--quick")
     assert bench.returncode == 2 and "student release" in bench.stderr
-    again = run(python, out, "-m", "annotated_transformer.release", str(out.parent / "again"))
+    again = run(python, out, "-m", "annotated_transformer", "release", str(out.parent / "again"))
     assert again.returncode == 2 and "not from a release" in again.stderr
     assert not (out.parent / "again").exists()
 
@@ -199,7 +201,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
     none)."""
     from test_grading_security import CHEATS, HONEST
 
-    from annotated_transformer.grading import grade
+    from annotated_transformer.course.grading import grade
 
     verdicts = {}
     for name, text in (("honest", HONEST), ("alias", CHEATS["alias outside the function"][0]),
@@ -208,7 +210,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
         stubs.write_stubs(folder)
         (folder / "ch02_attention.py").write_text(text)
         course = grade.summarize(grade.run_tests([2], str(folder), seed=5))
-        done = run(python, out, "-m", "annotated_transformer.grade", "--parts", str(folder),
+        done = run(python, out, "-m", "annotated_transformer", "grade", "--parts", str(folder),
                    "--chapter", "2", "--seed", "5", "--json", str(tmp_path / f"{name}.json"))
         assert done.returncode == 0, done.stdout + done.stderr
         released = json.loads((tmp_path / f"{name}.json").read_text())["exercises"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotated_transformer.grading.sandbox import (
+from annotated_transformer.course.grading.sandbox import (
     OUTPUT_LIMIT,
     ForbiddenCall,
     Learner,

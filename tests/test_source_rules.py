@@ -1,4 +1,4 @@
-"""What an exercise file may do (annotated_transformer.grading.source_rules): the tricks a
+"""What an exercise file may do (annotated_transformer.course.grading.source_rules): the tricks a
 dishonest learner would try are each refused at the right line, with the right exercise and a
 message a learner understands; every honest file of the course (the solutions, the stubs and
 every correct variant, as the learner's file it stands for) passes."""
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.grading import source_rules
-from annotated_transformer.grading.layout import (
+from annotated_transformer.course.grading import source_rules
+from annotated_transformer.layout import (
     CHAPTER_FILE,
     EXERCISES_DIR,
     ROOT,
     SOLUTIONS_DIR,
     chapter_test_files,
 )
-from annotated_transformer.grading.source_rules import (
+from annotated_transformer.course.grading.source_rules import (
     SourceRejected,
     Violation,
     check_file,
@@ -48,7 +48,7 @@ def check(code: str, forbidden=FORBIDDEN) -> list[Violation]:
 @functools.cache
 def real_forbidden() -> dict[int, dict[str, tuple[str, ...]]]:
     """``{chapter: FORBIDDEN}`` of the graded test files, read without importing them."""
-    from annotated_transformer.grading.dependencies import constants
+    from annotated_transformer.course.grading.dependencies import constants
 
     found = {}
     for chapter, path in chapter_test_files().items():

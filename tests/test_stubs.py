@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from annotated_transformer.grading import stubs
+from annotated_transformer.course.authoring import stubs
 
 SOURCE = '''"""A chapter."""
 import torch
@@ -39,8 +39,8 @@ def test_committed_stubs_are_what_the_generator_makes():
     problems = stubs.stale_files()
     assert not problems, (
         "exercises/ is out of date with solutions/: " + "; ".join(problems)
-        + ". Regenerate with `python -m annotated_transformer.stubs`. (A learner's edits to "
-        "exercises/ also show here: grade them with `python -m annotated_transformer.grade`.)"
+        + ". Regenerate with `python -m annotated_transformer stubs`. (A learner's edits to "
+        "exercises/ also show here: grade them with `python -m annotated_transformer grade`.)"
     )
 
 

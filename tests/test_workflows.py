@@ -19,11 +19,13 @@ from typing import NamedTuple
 import pytest
 import yaml
 
-from annotated_transformer.grading import classroom, grade, release
+from annotated_transformer.course.distribution import classroom, release
+from annotated_transformer.course.grading import grade
+from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
+from annotated_transformer.layout import WORKFLOWS_DIR
 
-WORKFLOWS_DIR = Path(__file__).resolve().parent.parent / ".github/workflows"
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))
-GRADE = ["python", "-m", "annotated_transformer.grade"]
+GRADE = ["python", "-m", "annotated_transformer", "grade"]
 AS_ROOT = ["sudo", "-E", "env", "PATH=$PATH"]  # the grader as root, with the runner's Python
 COURSE_REPO = "transformer-course/annotated-transformer"
 REPORTS = "$RUNNER_TEMP/grade"  # outside the submission
@@ -42,7 +44,7 @@ def triggers(workflow: dict):
 
 
 @cache
-def points() -> tuple[grade.ExerciseResult, ...]:
+def points() -> tuple[ExerciseResult, ...]:
     return tuple(grade.exercise_points())
 
 
@@ -192,7 +194,7 @@ def check_grading_step(steps: list[dict], workflow_name: str) -> list[str]:
         problems.append("the grading run does not grade ../exercises from .course")
     if not args.json:
         problems.append("the grading run writes no JSON report")
-    if str(args.verify_manifest) != "tests/grading_manifest.json" \
+    if str(args.verify_manifest) != "tests/graded/grading_manifest.json" \
             or str(args.submission_root) != "..":
         problems.append("the grading run does not check the submission against the "
                         "course's manifest")
@@ -463,7 +465,7 @@ def test_classroom_workflow_gives_every_exercise_its_points():
 def test_classroom_workflow_is_generated_from_the_current_points():
     text = (WORKFLOWS_DIR / "classroom.yml").read_text()
     assert text == classroom.render(list(points())), (
-        "classroom.yml is stale: run python -m annotated_transformer.classroom")
+        "classroom.yml is stale: run python -m annotated_transformer classroom")
 
 
 def test_classroom_check_catches_mistakes():
@@ -502,7 +504,7 @@ def test_classroom_check_catches_mistakes():
     grading_step(broken).pop("continue-on-error")
     assert any("reporter would send nothing" in p for p in check_classroom_workflow(broken, rows))
     # One more exercise than the file has: a new chapter's tests need a regenerated file.
-    extra = [*rows, grade.ExerciseResult("9.1", 9, "new", 0, 3, "collected", "")]
+    extra = [*rows, ExerciseResult("9.1", 9, "new", 0, 3, "collected", "")]
     assert "exercise 9.1 has no step" in check_classroom_workflow(good, extra)
 
 
@@ -526,12 +528,12 @@ def run_grading_step(tmp_path: Path, workflow_name: str, exit_code: int) -> tupl
     workspace, bin_dir, temp = tmp_path / "workspace", tmp_path / "bin", tmp_path / "temp"
     for folder in (workspace / ".course", bin_dir, temp):
         folder.mkdir(parents=True)
-    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
-            grade.ExerciseResult("1.2", 1, "second", 0, 9, "failed", "expected 1, got 2")]
-    (tmp_path / "report.json").write_text(json.dumps(grade.report(rows, "../exercises")))
-    committed = [grade.ExerciseResult(r.id, 1, r.title, r.max_points, r.max_points, "passed",
+    rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
+            ExerciseResult("1.2", 1, "second", 0, 9, "failed", "expected 1, got 2")]
+    (tmp_path / "report.json").write_text(json.dumps(Report(rows, "../exercises").to_json()))
+    committed = [ExerciseResult(r.id, 1, r.title, r.max_points, r.max_points, "passed",
                                       "") for r in rows]
-    (workspace / "grade.json").write_text(json.dumps(grade.report(committed, "exercises")))
+    (workspace / "grade.json").write_text(json.dumps(Report(committed, "exercises").to_json()))
     for name, text in (("python", FAKE_GRADER), ("sudo", FAKE_SUDO)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -594,10 +596,10 @@ def test_a_huge_message_gives_small_reports():
                 "points": 7, "parts": "exercises", "outcome": "failed", "message": message}]
     rows = grade.summarize(records)
     assert len(rows[0].message) <= grade.MESSAGE_LIMIT and "[... cut: " in rows[0].message
-    junit = grade.format_junit(records, seed=1)
-    data = json.dumps(grade.report(rows, "exercises", seed=1))
-    table = grade.format_table(rows, "exercises", seed=1)
-    markdown = grade.format_markdown(rows, "exercises", seed=1)
+    junit = Report([], "exercises", seed=1, records=records).junit()
+    data = json.dumps(Report(rows, "exercises", seed=1).to_json())
+    table = Report(rows, "exercises", seed=1).table()
+    markdown = Report(rows, "exercises", seed=1).markdown()
     for text in (junit, data, table, markdown):
         assert len(text) < 10_000 and "[... cut: " in text
     from xml.etree import ElementTree as ET
@@ -605,12 +607,12 @@ def test_a_huge_message_gives_small_reports():
     failure = ET.fromstring(junit.split("?>", 1)[1]).find(".//failure")
     assert len(failure.get("message")) <= grade.MESSAGE_LIMIT
     assert "\x1b" not in table and "\x1b" not in markdown
-    hidden = [grade.ExerciseResult("1.1", 1, "first", 0, 7, "failed", "<!-- hides the rest")]
-    assert "&lt;!-- hides" in grade.format_markdown(hidden, "exercises")
-    many = grade.Integrity("m.json", "..", {f"tests/t{n}/pytest.ini": "added" for n in
+    hidden = [ExerciseResult("1.1", 1, "first", 0, 7, "failed", "<!-- hides the rest")]
+    assert "&lt;!-- hides" in Report(hidden, "exercises").markdown()
+    many = Integrity("m.json", "..", {f"tests/t{n}/pytest.ini": "added" for n in
                                             range(10_000)}, used=False)
-    assert len(grade.format_score(hidden, many)) < 2 * grade.MESSAGE_LIMIT
-    assert len(grade.format_table(hidden, "exercises", many)) < 3 * grade.MESSAGE_LIMIT
+    assert len(Report(hidden, "exercises", many).score()) < 2 * grade.MESSAGE_LIMIT
+    assert len(Report(hidden, "exercises", many).table()) < 3 * grade.MESSAGE_LIMIT
     assert grade.cut("short") == "short"
     cut = grade.cut("y" * 5000)
     assert len(cut) <= grade.MESSAGE_LIMIT
@@ -636,25 +638,25 @@ def test_the_workflow_file_is_named_in_every_report(tmp_path):
     assert grade.check_workflow(link, course).changed
     added = grade.check_workflow(tmp_path / "same" / "grade.yml", tmp_path)
     assert added.course_sha256 is None and added.changed, "a workflow the course lacks"
-    rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", "")]
-    for text in (grade.format_table(rows, "x", workflow=check),
-                 grade.format_markdown(rows, "x", workflow=check),
-                 grade.format_score(rows, workflow=check),
-                 grade.format_junit([], workflow=check)):
+    rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", "")]
+    for text in (Report(rows, "x", workflow=check).table(),
+                 Report(rows, "x", workflow=check).markdown(),
+                 Report(rows, "x", workflow=check).score(),
+                 Report([], "x", workflow=check, records=[]).junit()):
         assert "WORKFLOW CHANGED" in text
-    assert "WORKFLOW CHANGED" not in grade.format_score(
-        rows, workflow=grade.check_workflow(same, course))
+    assert "WORKFLOW CHANGED" not in Report(
+        rows, "x", workflow=grade.check_workflow(same, course)).score()
     # The JSON report keeps it, so that the later steps (--from-report) say it too.
     path = tmp_path / "grade.json"
-    path.write_text(json.dumps(grade.report(rows, "x", workflow=check)))
+    path.write_text(json.dumps(Report(rows, "x", workflow=check).to_json()))
     data = json.loads(path.read_text())["workflow"]
     assert data == {"path": str(changed), "sha256": check.sha256,
                     "course_sha256": check.course_sha256, "changed": True}
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                            "--from-report", str(path), "--score"], capture_output=True,
                           text=True)
     assert done.returncode == 0 and "WORKFLOW CHANGED" in done.stdout
-    usage = subprocess.run([sys.executable, "-m", "annotated_transformer.grade",
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                             "--from-report", str(path), "--workflow-file", str(same)],
                            capture_output=True, text=True)
     assert usage.returncode == 2

@@ -37,16 +37,20 @@ from annotated_transformer.cli.checkpoints import (
 from annotated_transformer.cli.common import UsageError, parse_parts, pick_device
 from annotated_transformer.cli.training import add_train
 from annotated_transformer.data import DataError, VocabularyError
-from annotated_transformer.parts import RELEASE_NOTE, has_reference
+from annotated_transformer.parts import has_reference
+from annotated_transformer.student_release import RELEASE_NOTE
 
-__all__ = ["UsageError", "build_parser", "main", "parse_parts", "pick_device"]
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main", "parse_parts", "pick_device"]
+
+
+COMMANDS = (add_train, add_evaluate, add_translate, add_attention, add_export, add_average)
+"""One ``add_X(subparsers)`` per command, in the order ``--help`` lists them."""
 
 
 def build_parser(prog: str = "python -m annotated_transformer") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_train, add_evaluate, add_translate, add_attention, add_export,
-                add_average):
+    for add in COMMANDS:
         add(sub)
     return parser
 
@@ -81,6 +85,6 @@ def unfinished(error: NotImplementedError) -> str:
     other = ", or train with other --parts" if has_reference() else ""
     return (f"{error}: the model is built from parts that include this stub (the first one "
             f"met while building it). Write it in exercises/ (`python -m "
-            f"annotated_transformer.grade{check}` checks it; without --exercise it lists "
+            f"annotated_transformer grade{check}` checks it; without --exercise it lists "
             f"every unfinished one){other}")
 

@@ -1,0 +1,12 @@
+"""The course's tools, apart from the library they grade and ship.
+
+- :mod:`~annotated_transformer.course.grading`: run the graded tests on a learner's
+  parts and report points (``grade``, ``regrade``), the worker and its rules.
+- :mod:`~annotated_transformer.course.authoring`: what maintainers write the course with
+  (``stubs``: the exercises generated from the reference).
+- :mod:`~annotated_transformer.course.distribution`: what goes to learners (``release``:
+  the course without its answers; ``classroom``: the GitHub Classroom workflow).
+
+Each is a command of ``python -m annotated_transformer`` (:mod:`annotated_transformer.commands`).
+Where the course keeps its files is :mod:`annotated_transformer.layout`.
+"""

@@ -1,0 +1,7 @@
+"""What goes to learners and instructors.
+
+- :mod:`.release`: a student release, the course's repository without its answers
+  (``python -m annotated_transformer release OUT``).
+- :mod:`.classroom`: ``.github/workflows/classroom.yml``, one GitHub Classroom step per
+  exercise, generated from the graded tests (``python -m annotated_transformer classroom``).
+"""

@@ -1,0 +1,22 @@
+"""Grading: run the graded tests (``tests/graded/``) on a learner's parts, report points.
+
+Running (the trusted side)
+  - :mod:`.grade`: ``python -m annotated_transformer grade``: runs pytest on the graded
+    tests in a fresh interpreter, turns its records into points per exercise, reports.
+  - :mod:`.plugin`: the pytest plugin that records each graded test's outcome and message.
+  - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
+    one gradebook, each checked for changed grading files first (for instructors).
+  - :mod:`.manifest`: the sha256 of the files that decide a grade, and their check.
+  - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
+  - :mod:`.dependencies`: what each exercise builds on, read from the graded tests.
+  - :mod:`.messages`: how long a message may be.
+
+The worker (where the learner's code runs)
+  - :mod:`.sandbox`: starts the worker and talks to it (``Learner.run`` a probe).
+  - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
+  - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
+  - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``).
+
+Rules
+  - :mod:`.source_rules`: what an exercise file may not do, read without running it.
+"""

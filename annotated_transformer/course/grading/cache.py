@@ -1,0 +1,124 @@
+"""The capstone's result, reused while nothing it depends on has changed (local grading only).
+
+Training the capstone takes from seconds to minutes; a learner who grades again without
+changing a file would wait for the same verdict. The records of a whole-course exercise
+(``INTEGRATION`` in its test file) are kept under a key: the sha256 of every learner file
+of the chapters it builds on and of its own chapter (and of the folder's other Python
+files, which every chapter may import), of the grading files (the package, the graded test
+file and what it loads, the pytest settings), and the versions of Python and PyTorch. Only a
+``passed`` or ``failed`` verdict is kept, never an error or a timeout.
+
+The cache lives outside the course and the submission (``$XDG_CACHE_HOME/annotated-transformer``
+or ``~/.cache/annotated-transformer``): a file in the repository could be committed, forged,
+by a learner. CI and the instructor's re-grade never use it (``--no-cache``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    EXERCISES_DIR,
+    GRADED_DIR,
+    PACKAGE_DIR,
+    ROOT,
+    SOLUTIONS_DIR,
+    TESTS_DIR,
+    relative,
+)
+
+KEPT = ("passed", "failed")  # the verdicts worth keeping
+ENTRIES = 20  # the most results kept; the oldest go first
+
+def default_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/annotated-transformer`` (or ``~/.cache/...``); None when that lies
+    inside the course, where it could be committed."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    folder = Path(base).expanduser().resolve() / "annotated-transformer"
+    return None if folder.is_relative_to(ROOT.resolve()) else folder
+
+
+def source_folder(parts: str) -> Path | None:
+    """The folder of chapter files that ``parts`` names; None for anything else (variants,
+    several sources)."""
+    if parts == "solutions":
+        return SOLUTIONS_DIR
+    if parts == "exercises":
+        return EXERCISES_DIR
+    path = Path(parts)
+    return path.resolve() if "," not in parts and path.is_dir() else None
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+
+
+def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
+    """The key of a result graded from ``parts``'s files of ``chapters`` by ``test_file``;
+    None when ``parts`` is not one folder."""
+    import torch
+
+    folder = source_folder(parts)
+    if folder is None:
+        return None
+    learner = {}
+    for path in sorted(folder.glob("*.py")):
+        match = CHAPTER_FILE.match(path.name)
+        if match is None or int(match["chapter"]) in chapters:
+            learner[path.name] = _digest(path)
+    grading = {str(p.relative_to(ROOT)): _digest(p) for p in sorted(PACKAGE_DIR.rglob("*.py"))}
+    # The graded folder's helpers (conftest.py, checks.py, ...) and the pytest settings.
+    helpers = [p for p in sorted(GRADED_DIR.glob("*.py")) if not p.name.startswith("test_")]
+    grading.update({relative(p): _digest(p) for p in [*helpers, ROOT / "pyproject.toml"]})
+    grading[str(test_file.relative_to(ROOT))] = _digest(test_file)
+    facts = {"parts": parts, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),
+             "python": platform.python_version(), "torch": torch.__version__}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def load(folder: Path, exercise: str, entry: str) -> tuple[list[dict[str, Any]], str] | None:
+    """The records kept under ``entry`` and when they were kept, or None."""
+    try:
+        data = json.loads((folder / f"{exercise}-{entry}.json").read_text())
+        records, date = data["records"], data["date"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not records or any(r.get("exercise") != exercise or r.get("outcome") not in KEPT
+                          for r in records):
+        return None
+    return records, date
+
+
+def store(folder: Path, exercise: str, entry: str, records: list[dict[str, Any]]) -> bool:
+    """Keep ``records`` when every one passed or failed; whether they were kept."""
+    if not records or any(r["outcome"] not in KEPT for r in records):
+        return False
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f"{exercise}-{entry}.json.partial"
+        partial.write_text(json.dumps({"date": date, "records": records}))
+        os.replace(partial, folder / f"{exercise}-{entry}.json")
+        _prune(folder)
+    except OSError:
+        return False
+    return True
+
+
+def _prune(folder: Path) -> None:
+    entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[ENTRIES:]:
+        old.unlink(missing_ok=True)
+
+
+def reused(records: list[dict[str, Any]], date: str) -> list[dict[str, Any]]:
+    """The kept records, each message saying that the result was reused and since when."""
+    note = f"(result reused: files unchanged since {date})"
+    return [{**r, "message": f"{note} {r['message']}".strip()} for r in records]

@@ -1,0 +1,138 @@
+"""What each exercise builds on, read from the graded test files, and what it means for a report.
+
+Each graded test file declares, next to its tests, ``BUILDS_ON = {"5.4": ("3.3", "5.1", ...)}``:
+the learner's earlier exercises whose code an exercise's code uses (directly; what those use
+counts too). The files are read, never imported, as the grader reads ``FORBIDDEN``.
+
+A chapter is graded on the learner's own earlier chapters, so a later exercise can fail
+because of an earlier one. When an exercise does not pass and a part it builds on does not
+pass either, its message starts by saying so: "5.4 uses your MultiHeadAttention (3.3), which
+does not pass yet: fix 3.3 first."
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from annotated_transformer.layout import chapter_test_files
+
+SHOWN = 3  # the most parts a message names
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the graded test files declare: titles, dependencies, whole-course exercises."""
+
+    titles: dict[str, str] = field(default_factory=dict)  # {"3.3": "MultiHeadAttention: ..."}
+    builds_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    integration: frozenset[str] = frozenset()  # graded by a whole-course test (the capstone)
+
+    def chapter_of(self, exercise: str) -> int:
+        return int(exercise.split(".")[0])
+
+    def exercises(self, chapters: Iterable[int] | None = None) -> list[str]:
+        """Every declared exercise, or those of ``chapters``, in course order."""
+        wanted = None if chapters is None else set(chapters)
+        return sorted((e for e in self.titles if wanted is None or self.chapter_of(e) in wanted),
+                      key=order)
+
+    def closure(self, exercise: str) -> list[str]:
+        """Every exercise that ``exercise`` builds on, directly or through another, in order."""
+        found: set[str] = set()
+        stack = list(self.builds_on.get(exercise, ()))
+        while stack:
+            part = stack.pop()
+            if part not in found:
+                found.add(part)
+                stack.extend(self.builds_on.get(part, ()))
+        found.discard(exercise)
+        return sorted(found, key=order)
+
+    def name(self, exercise: str) -> str:
+        """The part's name in the syllabus: its title up to the colon (``MultiHeadAttention``)."""
+        return self.titles.get(exercise, exercise).split(":")[0].strip()
+
+
+def order(exercise: str) -> tuple[int, ...]:
+    """Course order: 2.10 after 2.9."""
+    return tuple(int(n) for n in exercise.split("."))
+
+
+def constants(tree: ast.Module) -> dict[str, object]:
+    """The module's top-level names bound to literals: constants, tuples, lists, sets and
+    dicts of them, names bound so earlier, ``*`` unpacking (``(*SOFTMAX_NAMES, "x")``)."""
+    found: dict[str, object] = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            try:
+                found[node.targets[0].id] = _literal(node.value, found)
+            except ValueError:
+                continue
+    return found
+
+
+def _literal(node: ast.AST, names: dict[str, object]) -> object:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items: list[object] = []
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                items.extend(_literal(element.value, names))  # type: ignore[arg-type]
+            else:
+                items.append(_literal(element, names))
+        kind = {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)]
+        return kind(items)
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {_literal(k, names): _literal(v, names)  # type: ignore[arg-type]
+                for k, v in zip(node.keys, node.values, strict=True)}
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+def _assigned(tree: ast.Module, name: str):
+    return constants(tree).get(name)
+
+
+def read(files: Mapping[int, Path] | None = None) -> Declared:
+    """``EXERCISES``, ``BUILDS_ON`` and ``INTEGRATION`` of every graded test file."""
+    titles: dict[str, str] = {}
+    builds_on: dict[str, tuple[str, ...]] = {}
+    integration: set[str] = set()
+    for path in (files or chapter_test_files()).values():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        titles.update(_assigned(tree, "EXERCISES") or {})
+        builds_on.update({e: tuple(parts) for e, parts in (_assigned(tree, "BUILDS_ON")
+                                                            or {}).items()})
+        integration.update(_assigned(tree, "INTEGRATION") or ())
+    return Declared(titles, builds_on, frozenset(integration))
+
+
+def failing_roots(exercise: str, passing: Mapping[str, bool], declared: Declared) -> list[str]:
+    """The parts ``exercise`` builds on that do not pass and whose own parts all pass: the
+    ones to fix first. Parts with no verdict in ``passing`` are not counted."""
+    failing = [p for p in declared.closure(exercise) if passing.get(p) is False]
+    return [p for p in failing
+            if not any(passing.get(q) is False for q in declared.closure(p))]
+
+
+def blame(exercise: str, roots: list[str], declared: Declared) -> str:
+    """``"5.4 uses your MultiHeadAttention (3.3), which does not pass yet: fix 3.3 first."``"""
+    named = [f"{declared.name(p)} ({p})" for p in roots[:SHOWN]]
+    more = len(roots) - len(named)
+    if more:
+        listed = f"{', '.join(named)} and {more} more"
+    elif len(named) > 1:
+        listed = f"{', '.join(named[:-1])} and {named[-1]}"
+    else:
+        listed = named[0]
+    ids = list(roots)
+    if len(ids) == 1:
+        return f"{exercise} uses your {listed}, which does not pass yet: fix {ids[0]} first."
+    fix = " and ".join([", ".join(ids[:-1]), ids[-1]]) if len(ids) <= SHOWN else "those"
+    return f"{exercise} uses your {listed}, which do not pass yet: fix {fix} first."

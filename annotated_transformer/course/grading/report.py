@@ -1,0 +1,282 @@
+"""A grading run's report, and every format it is written in.
+
+A :class:`Report` holds what one run found (one :class:`ExerciseResult` an exercise, the
+graded tests' records when the tests ran here, the seed, and what was checked about the
+submission: :class:`Integrity` of its grading files, the :class:`WorkflowCheck` of the CI
+file that ran) and writes it as the terminal's table, one line of score, JSON (which
+:meth:`Report.from_json` reads back), Markdown for a CI job summary, and JUnit XML.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.course.grading.messages import cut
+
+# Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+@dataclass
+class ExerciseResult:
+    id: str
+    chapter: int
+    title: str
+    points: float
+    max_points: float
+    status: str
+    message: str
+
+
+@dataclass
+class Integrity:
+    """How a submission's grading files compare with the course's manifest."""
+
+    manifest: str  # the manifest's path, as given
+    submission: str  # the repository that was compared with it
+    changes: dict[str, str]  # {path: "changed" | "missing" | "added"}
+    used: bool  # True: those files graded this run (the grader ran from the submission)
+
+    @property
+    def tampered(self) -> list[str]:
+        return sorted(self.changes)
+
+    def lines(self) -> list[str]:
+        if not self.changes:
+            return [f"Grading files: as in the course's manifest ({self.manifest})."]
+        listed = cut(", ".join(f"{path} ({change})" for path, change in self.changes.items()))
+        effect = ("These files graded this run: compare the submission with the course." if
+                  self.used else "The course's own copies graded this run, not these.")
+        return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
+                f"manifest ({self.manifest}): {listed}.", effect]
+
+
+@dataclass
+class WorkflowCheck:
+    """The workflow file a CI job ran (the submission's copy) against the course's copy."""
+
+    path: str  # as given to --workflow-file
+    sha256: str | None  # None: no regular file there
+    course_sha256: str | None  # the course's .github/workflows/<same name>; None: none
+    changed: bool
+
+    def lines(self) -> list[str]:
+        """What every report says about it."""
+        if not self.changed:
+            return [f"Workflow: {self.path} is the course's (sha256 {self.sha256})."]
+        ran = f"sha256 {self.sha256}" if self.sha256 else "not a regular file"
+        course = (f"sha256 {self.course_sha256}" if self.course_sha256
+                  else "the course has no file of that name")
+        return [f"WORKFLOW CHANGED: {self.path} ({ran}) is not the course's copy ({course}).",
+                "GitHub ran the submission's copy: this run may not be the course's grading; "
+                "re-grade the submission to be sure."]
+
+
+def bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with every message cut (see :func:`cut`)."""
+    return [{**r, "message": cut(r.get("message") or "")} for r in records]
+
+
+def _first_line(message: str) -> str:
+    """A message's first line for a one-line report, without control characters."""
+    lines = cut(message).splitlines()
+    return _CONTROL.sub("\ufffd", lines[0]) if lines else ""
+
+
+def _points(value: float) -> str:
+    return f"{round(value, 2):g}"
+
+
+@dataclass
+class Report:
+    """What one grading run found, and its formats."""
+
+    rows: list[ExerciseResult]
+    parts: str
+    integrity: Integrity | None = None
+    seed: int | None = None
+    workflow: WorkflowCheck | None = None
+    records: list[dict[str, Any]] | None = field(default=None, repr=False)  # the tests'
+
+    @property
+    def points(self) -> float:
+        return sum(r.points for r in self.rows)
+
+    @property
+    def max_points(self) -> float:
+        return sum(r.max_points for r in self.rows)
+
+    @property
+    def percent(self) -> float:
+        return 100 * self.points / self.max_points if self.max_points else 0.0
+
+    @property
+    def alarm(self) -> bool:
+        """Whether a reader must not miss something: tampering, a changed workflow."""
+        return bool((self.integrity and self.integrity.changes)
+                    or (self.workflow and self.workflow.changed))
+
+    def _passed(self) -> str:
+        return (f"{sum(r.status == 'passed' for r in self.rows)}/{len(self.rows)} exercises "
+                f"with all tests passed")
+
+    def _graded(self, markdown: bool = False) -> str:
+        where = f"`--parts {self.parts}`" if markdown else f"--parts {self.parts}"
+        if self.seed is None:
+            return f"Graded: {where}"
+        option = f"`--seed {self.seed}`" if markdown else f"--seed {self.seed}"
+        return f"Graded: {where}, random inputs from seed {self.seed} (the same again: {option})"
+
+    def table(self) -> str:
+        """The table for the terminal: one line an exercise, what to look at, the total."""
+        lines = [self._graded(), ""]
+        width = max([len(r.title) for r in self.rows] + [5])
+        lines.append(f"{'id':<5} {'exercise':<{width}} {'points':>7}  status")
+        for row in self.rows:
+            score = f"{_points(row.points)}/{_points(row.max_points)}"
+            lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
+            if row.status != "passed" or row.message:
+                lines.append(f"{'':<5} -> {_first_line(row.message)}")
+        lines += ["", f"Total: {_points(self.points)}/{_points(self.max_points)} points "
+                  f"({self._passed()})"]
+        if self.integrity is not None:
+            lines += ["", *self.integrity.lines()]
+        if self.workflow is not None:
+            lines += ["", *self.workflow.lines()]
+        return "\n".join(lines)
+
+    def score(self) -> str:
+        """The total on one line, with what a reader must not miss (tampering, the workflow)."""
+        score = (f"{_points(self.points)}/{_points(self.max_points)} points from passed tests "
+                 f"({sum(r.status == 'passed' for r in self.rows)}/{len(self.rows)} exercises "
+                 f"with every test passed)")
+        if self.integrity and self.integrity.changes:
+            score += f"; TAMPERED: {cut(', '.join(self.integrity.tampered))}"
+        if self.workflow and self.workflow.changed:
+            score += f"; WORKFLOW CHANGED: {self.workflow.path}"
+        return score
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON report: the rows, the totals, and (null when not checked) the grading
+        files that differ from the course's manifest and the workflow file the CI job ran."""
+        rows = self.rows
+        return {
+            "tampered": self.integrity.tampered if self.integrity else None,
+            "integrity": asdict(self.integrity) if self.integrity else None,
+            "workflow": asdict(self.workflow) if self.workflow else None,
+            "parts": self.parts,
+            "seed": self.seed,
+            "exercises": [{**asdict(r), "message": cut(r.message)} for r in rows],
+            "points": self.points,
+            "max_points": self.max_points,
+            "chapters": {
+                str(c): {"points": sum(r.points for r in rows if r.chapter == c),
+                         "max_points": sum(r.max_points for r in rows if r.chapter == c)}
+                for c in sorted({r.chapter for r in rows})
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Report:
+        """The report that :meth:`to_json` wrote (its rows, not the tests' records)."""
+        rows = [ExerciseResult(**{**row, "message": cut(row["message"])})
+                for row in data["exercises"]]
+        return cls(rows, data["parts" if "parts" in data else "impl"],
+                   Integrity(**data["integrity"]) if data.get("integrity") else None,
+                   data.get("seed"),
+                   WorkflowCheck(**data["workflow"]) if data.get("workflow") else None)
+
+    def markdown(self) -> str:
+        """The table as Markdown (for a CI job summary)."""
+        lines = [f"### Grading: {_points(self.points)}/{_points(self.max_points)} points "
+                 f"(tests passed)", "", self._graded(markdown=True), "",
+                 "| id | exercise | points | status | what to look at |",
+                 "| --- | --- | --- | --- | --- |"]
+        for row in self.rows:
+            message = _first_line(row.message).replace("|", "\\|").replace("<", "&lt;")
+            lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
+                         f"{_points(row.max_points)} | {row.status} | {message} |")
+        for check, bad in ((self.integrity, self.integrity and self.integrity.changes),
+                           (self.workflow, self.workflow and self.workflow.changed)):
+            if check is not None:
+                warning = " ".join(check.lines())
+                lines += ["", f"> **{warning}**" if bad else warning]
+        return "\n".join(lines) + "\n"
+
+    def junit(self) -> str:
+        """JUnit XML: one test case per graded test (the records: a report read back from
+        JSON has none), grouped in one suite per chapter, and with ``integrity`` or
+        ``workflow`` one more suite whose test cases fail when grading files or the workflow
+        file were changed. Messages are cut and hold only what XML can."""
+        from xml.etree import ElementTree as ET
+
+        if self.records is None:
+            raise ValueError("JUnit needs the graded tests' records; a report read back "
+                             "from JSON has only the exercises")
+        root = ET.Element("testsuites", name="annotated_transformer grade")
+        suites: dict[Any, ET.Element] = {}
+        for record in bounded(self.records):
+            record["message"] = _NOT_XML.sub("\ufffd", record["message"])
+            chapter = record["chapter"]
+            if chapter not in suites:
+                suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
+            case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
+                                 classname=f"exercise {record['exercise']}")
+            outcome = record["outcome"]
+            if outcome == "skipped":
+                ET.SubElement(case, "skipped", message=record["message"])
+            elif outcome == "error":
+                ET.SubElement(case, "error", message=record["message"], type=outcome)
+            elif outcome != "passed":
+                ET.SubElement(case, "failure", message=record["message"], type=outcome)
+        integrity, workflow = self.integrity, self.workflow
+        if integrity is not None or workflow is not None:
+            suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")
+        if integrity is not None:
+            case = ET.SubElement(suite, "testcase", name="the grading files are the course's",
+                                 classname=integrity.manifest)
+            if integrity.changes:
+                message = _NOT_XML.sub("\ufffd", cut(" ".join(integrity.lines())))
+                ET.SubElement(case, "failure", message=message, type="tampered")
+        if workflow is not None:
+            case = ET.SubElement(suite, "testcase", name="the workflow is the course's",
+                                 classname=workflow.path)
+            if workflow.changed:
+                ET.SubElement(case, "failure", message=" ".join(workflow.lines()),
+                              type="workflow-changed")
+        for suite in suites.values():
+            cases = list(suite)
+            suite.set("tests", str(len(cases)))
+            suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
+            suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
+            suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+            if self.seed is not None:
+                properties = ET.Element("properties")
+                ET.SubElement(properties, "property", name="seed", value=str(self.seed))
+                suite.insert(0, properties)
+        return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def format_points(rows: list[ExerciseResult]) -> str:
+    """The points on offer: one line an exercise, the chapter totals and the course's."""
+    width = max([len(r.title) for r in rows] + [5])
+    lines = [f"{'id':<5} {'exercise':<{width}} {'points':>6}"]
+    for chapter in sorted({r.chapter for r in rows}):
+        chapter_rows = [r for r in rows if r.chapter == chapter]
+        lines += [f"{r.id:<5} {r.title:<{width}} {_points(r.max_points):>6}" for r in chapter_rows]
+        total = _points(sum(r.max_points for r in chapter_rows))
+        lines.append(f"{'':<5} {f'chapter {chapter}':>{width}} {total:>6}")
+    lines += ["", f"Total: {_points(sum(r.max_points for r in rows))} points"]
+    return "\n".join(lines)
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write a report whole or not at all: a partial file first, renamed into place."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)

@@ -1,0 +1,471 @@
+"""The trusted side of grading: start a worker for the code under test and talk to it.
+
+The graded tests run in the trusted process and never import a learner's code. A test
+hands a *probe* (a small function of its own file, the part that calls the learner's
+code) and its inputs to :meth:`Learner.run`; the probe runs in the worker
+(:mod:`annotated_transformer.course.grading.worker`) and what it returns comes back as plain
+data, which the test then checks against what it computes itself with PyTorch's own
+ops. Whatever the learner's code does in the worker, it cannot reach the verdict: the
+worker is its own process (its own session, killed at the end), its replies are parsed
+as data only, its printed output is bounded, and each call has a time limit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.course.grading import boundary
+from annotated_transformer.layout import (
+    FAST_PARTS_DIR,
+    GRADED_DIR,
+    PACKAGE_DIR,
+    ROOT,
+    SOLUTIONS_DIR,
+    VARIANTS_DIR,
+)
+
+OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
+# Packages a learner's code must not import while it is graded: they hold answers.
+UNREACHABLE = ["solutions", "annotated_transformer.fast_parts", "variants"]
+DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
+START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the tests
+BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
+# times BUSY_FACTOR, and at least BUSY_FLOOR seconds
+POLL = 0.25  # seconds between two readings of the worker's CPU time
+# How the worker starts: the grader's own copy of the package first on its path (the worker
+# runs the package that grades, installed or not), then the worker's main.
+WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+               "from annotated_transformer.course.grading.worker import main; sys.exit(main())")
+STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
+
+
+# ---------------------------------------------------------------- what a call can end with
+
+
+class LearnerNotImplemented(NotImplementedError):
+    """The code under test reached a stub that is still ``raise NotImplementedError``."""
+
+
+class LearnerRaised(RuntimeError):
+    """The code under test raised; ``types`` names the exception's classes (most derived
+    first), ``message`` its text, ``where`` the learner's ``file:line``."""
+
+    def __init__(self, types: list[str], message: str, where: str) -> None:
+        self.types, self.message, self.where = types, message, where
+        suffix = f" (at {where})" if where else ""
+        super().__init__(f"{types[0] if types else 'Exception'}: {message}{suffix}")
+
+
+class ForbiddenCall(RuntimeError):
+    """The code under test broke a rule of what an exercise may do (a forbidden op, a
+    forbidden name, PyTorch or the course replaced)."""
+
+
+class WorkerTimeout(RuntimeError):
+    """The code under test used more CPU time than its test allows (the worker was
+    stopped); ``where`` is the learner's ``file:line`` it was running, when known."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        self.where = where
+        super().__init__(message)
+
+
+class MachineBusy(RuntimeError):
+    """The wall-clock backstop ran out while the code under test was still within its CPU
+    budget: the machine was too busy to grade, which is no fault of the learner's code."""
+
+
+class GraderFault(RuntimeError):
+    """The worker could not start before any learner code ran: a fault of the grader or of
+    its installation, never of the code under test."""
+
+
+class WorkerCrashed(RuntimeError):
+    """The worker ended while it ran the code under test (``os._exit``, a crash, memory)."""
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+class _Output(threading.Thread):
+    """Drains what the worker prints, keeping only the last :data:`OUTPUT_LIMIT` characters."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.tail, self.total = fd, b"", 0
+
+    def run(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.tail = (self.tail + chunk)[-OUTPUT_LIMIT:]
+            self.total += len(chunk)
+
+    def text(self) -> str:
+        return self.tail.decode("utf-8", errors="replace")
+
+    def since(self, mark: int) -> str:
+        """What was printed after ``total`` was ``mark`` (its end, when more than the tail
+        kept): waits briefly for what is still in the pipe."""
+        deadline = time.monotonic() + 0.5
+        while select.select([self.fd], [], [], 0)[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.01)  # the chunk being appended
+        new = self.total - mark
+        return self.tail[-new:].decode("utf-8", errors="replace") if new > 0 else ""
+
+
+class WorkerProcess:
+    """One worker: a fresh interpreter in its own session, fed requests one at a time.
+
+    It is started at once and waited for at its first call, so that it imports PyTorch
+    while the tests are collected (which import it too)."""
+
+    def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
+                 user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
+                 sandboxed: bool = True) -> None:
+        self.home: tempfile.TemporaryDirectory[str] | None = None
+        self.staged: tempfile.TemporaryDirectory[str] | None = None
+        if sandboxed and learner_dir is not None:
+            self.staged, learner_dir = _staged(learner_dir)
+        self.learner_dir = learner_dir
+        config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
+                  "blocked": {str(c): why for c, why in blocked.items()},
+                  "tests_dir": str(GRADED_DIR), "variants_dir": str(VARIANTS_DIR.parent),
+                  "unreachable": UNREACHABLE,
+                  "user": user, "memory_bytes": memory_bytes}
+        argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
+        if sandboxed:
+            argv = boundary.command(argv, read_only=self._shown(learner_dir),
+                                    hidden=self._hidden(learner_dir), env=env)
+            cwd = None
+        else:  # no boundary: a private folder of the disk stands in for /tmp
+            self.home = tempfile.TemporaryDirectory(prefix="grading-worker-")
+            env = {**env, "HOME": self.home.name, "TMPDIR": self.home.name,
+                   "TORCH_HOME": self.home.name, "PATH": os.environ.get("PATH", env["PATH"])}
+            if user:
+                _open_to(user, Path(self.home.name))
+            cwd = self.home.name
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, cwd=cwd, env=env,
+                                        start_new_session=True)
+        assert self.process.stdout and self.process.stderr and self.process.stdin
+        self.meter = boundary.CpuMeter(self.process.pid)
+        self.output = _Output(self.process.stderr.fileno())
+        self.output.start()
+        self.ready, self.mark = False, 0
+
+    @staticmethod
+    def _shown(learner_dir: Path | None) -> list[Path]:
+        """What the worker may read: the package, the graded tests (the probes), the
+        learner's folder; for the course's own code, the reference too."""
+        shown = [PACKAGE_DIR, GRADED_DIR]
+        if learner_dir is not None:
+            return [*shown, learner_dir]
+        return [*shown, *(d for d in (SOLUTIONS_DIR, VARIANTS_DIR) if d.is_dir())]
+
+    @staticmethod
+    def _hidden(learner_dir: Path | None) -> list[Path]:
+        """What a learner's worker must not see inside what it is shown."""
+        if learner_dir is None:
+            return []
+        return [FAST_PARTS_DIR] if learner_dir is not None and FAST_PARTS_DIR.is_dir() else []
+
+    def call(self, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
+        """Send ``request``; its reply, once the worker has used at most ``cpu_seconds`` of
+        CPU time on it (all its processes together)."""
+        from annotated_transformer.course.grading import protocol
+
+        assert self.process.stdin is not None
+        if not self.ready:
+            self._wait_ready()
+        self.mark = self.output.total
+        try:
+            protocol.write_frame(self.process.stdin, request)
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerCrashed(self._ended(f"it could not be sent the test ({error})")) from None
+        self._wait(cpu_seconds)
+        return self._receive()
+
+    def printed(self) -> str:
+        """What the code under test printed during the last call (at most its end)."""
+        return self.output.since(self.mark)
+
+    def _wait_ready(self) -> None:
+        """Wait for the worker's ``{"ready": True}``: it has imported PyTorch and the tests,
+        and no learner code has run yet, so a failure here is the grader's."""
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout.fileno()], [], [], START_SECONDS)
+        try:
+            if not ready:
+                raise EOFError(f"it did not start within {START_SECONDS:g} s")
+            self._receive()
+        except (EOFError, WorkerCrashed) as error:
+            self.close()
+            printed = [line for line in self.output.text().strip().splitlines() if line]
+            cause = printed[-1][:300] if printed else str(error)
+            raise GraderFault(f"the grader could not start its worker ({cause}); this is "
+                              f"no fault of the code under test") from None
+        self.ready = True
+
+    def _wait(self, cpu_seconds: float) -> None:
+        """Return when a reply can be read; stop the worker when it has used more than
+        ``cpu_seconds`` of CPU time, or when the wall-clock backstop runs out first."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        start, cpu_start = time.monotonic(), self.meter.seconds()
+        backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
+        while not select.select([fd], [], [], POLL)[0]:
+            used = self.meter.seconds() - cpu_start
+            if used > cpu_seconds:
+                where = self._running_line()
+                self.close()
+                at = f" It was running {where}." if where else ""
+                raise WorkerTimeout(f"Timeout: your code used more than {cpu_seconds:g} CPU "
+                                    f"seconds and was stopped (an endless loop? a very slow "
+                                    f"loop in Python?).{at}", where)
+            if time.monotonic() - start > backstop:
+                self.close()
+                raise MachineBusy(f"the machine was too busy: after {backstop:g} s of wall "
+                                  f"time your code had used only {used:.1f} of its "
+                                  f"{cpu_seconds:g} CPU seconds. Not your code's fault: "
+                                  f"grade again when the machine is quieter")
+
+    def _running_line(self) -> str:
+        """The learner's ``file:line`` the worker is running: asked for with SIGUSR1 (the
+        worker's faulthandler prints its stack), read from what it printed."""
+        if self.learner_dir is None:
+            return ""
+        pids = [self.process.pid, *self.meter.descendants()]
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:  # python -I -B -c BOOT
+                    if WORKER_BOOT.encode() not in handle.read().split(b"\0")[1:5]:
+                        continue
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                continue
+            time.sleep(0.5)
+            break
+        for path, line in STACK_FRAME.findall(self.output.text()):
+            if Path(path).is_relative_to(self.learner_dir):
+                return f"{Path(path).name}:{line}"  # most recent call first
+        return ""
+
+    def _receive(self) -> dict[str, Any]:
+        from annotated_transformer.course.grading import protocol
+
+        assert self.process.stdout is not None
+        try:
+            reply = protocol.read_frame(self.process.stdout.fileno())
+        except (EOFError, protocol.ProtocolError) as error:
+            raise WorkerCrashed(self._ended(str(error))) from None
+        if not isinstance(reply, dict):
+            raise WorkerCrashed(self._ended("it answered something that is not a reply"))
+        return reply
+
+    def _ended(self, why: str) -> str:
+        code = self.process.poll()
+        if code is None:
+            self.close()
+            code = self.process.returncode
+        printed = [line[:100] for line in self.output.text().strip().splitlines()[-3:]]
+        tail = f"; its last output: {' | '.join(printed)}" if printed else ""
+        how = (f"was killed by signal {-code}" if code is not None and code < 0
+               else f"exited with code {code}")
+        return (f"the process running your code {how} while it ran this test ({why}): "
+                f"does your code call exit(), crash, or run out of memory?{tail}")[:2000]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        """Stop the worker and anything it started (its whole process group)."""
+        try:
+            os.killpg(self.process.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        for folder in (self.home, self.staged):
+            if folder is not None:
+                folder.cleanup()
+
+
+def _staged(folder: Path) -> tuple[tempfile.TemporaryDirectory[str], Path]:
+    """A private, readable copy of the learner's ``.py`` files (regular files only, no link
+    followed) for the worker to import: it reads them whatever the folder's permissions,
+    and a change to the folder while grading runs changes nothing."""
+    staged = tempfile.TemporaryDirectory(prefix="grading-learner-")
+    target = Path(staged.name)
+    target.chmod(0o755)
+    for path in sorted(folder.glob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            (target / path.name).write_bytes(path.read_bytes())
+            (target / path.name).chmod(0o644)
+    return staged, target
+
+
+def _open_to(user: str, folder: Path) -> None:
+    """Hand ``folder`` (the worker's home) to ``user``."""
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    os.chown(folder, entry.pw_uid, entry.pw_gid)
+
+
+# ---------------------------------------------------------------- the tests' handle on it
+
+
+def unreadable(message: str) -> bool:
+    """Whether a static finding says the file cannot be read as Python at all (an error of
+    the learner's, not a forbidden use)."""
+    return any(phrase in message for phrase in ("is not valid Python", "cannot be read",
+                                                "save the file as UTF-8", "not valid UTF-8"))
+
+
+class Learner:
+    """The code under test, as the graded tests see it: probes run in a worker.
+
+    ``chapter`` is the chapter whose module the probes receive, ``exercise`` the
+    exercise of the test (its forbidden ops are refused while the probe runs).
+    """
+
+    def __init__(self, pool: WorkerPool, source: str, chapter: int, exercise: str | None,
+                 forbid_ops: tuple[str, ...], seed: int, cpu_seconds: float) -> None:
+        self.pool, self.source, self.chapter, self.exercise = pool, source, chapter, exercise
+        self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
+        self.printed = ""  # what the code under test printed in this test (its end)
+
+    def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
+        """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
+
+        Raises :class:`LearnerNotImplemented`, :class:`LearnerRaised`,
+        :class:`ForbiddenCall`, :class:`WorkerTimeout` or :class:`WorkerCrashed` (the
+        code under test's doing); :class:`MachineBusy` or :class:`GraderFault` (not).
+        """
+        request = {"file": inspect.getfile(probe), "function": probe.__qualname__,
+                   "kwargs": kwargs, "chapter": self.chapter, "exercise": self.exercise,
+                   "forbid_ops": list(self.forbid_ops), "seed": self.seed}
+        try:
+            reply = self.pool.call(self.source, request, self.cpu_seconds)
+        finally:
+            self.printed = (self.printed + self.pool.printed(self.source))[-OUTPUT_LIMIT:]
+        if reply.get("ok"):
+            return reply.get("value")
+        kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
+        if kind == "tampered":  # nothing that worker computes can be trusted any more
+            self.pool.discard(self.source)
+        if kind == "blocked" and unreadable(message):  # a file that does not parse
+            raise LearnerRaised(["SyntaxError"], message, "")
+        if kind in ("forbidden", "tampered", "blocked"):
+            raise ForbiddenCall(message)
+        types = [str(t) for t in reply.get("types", [])][:20]
+        if reply.get("stub") and "NotImplementedError" in types:
+            raise LearnerNotImplemented(message)
+        raise LearnerRaised(types, message, str(reply.get("where", ""))[:200])
+
+    def raises(self, expected: str | tuple[str, ...], probe: Callable[..., Any], /,
+               **kwargs: Any) -> str:
+        """Run ``probe`` and check that the code under test raised ``expected`` (an
+        exception class name, or several); return its message for further checks."""
+        names = (expected,) if isinstance(expected, str) else expected
+        wanted = " or ".join(names)
+        try:
+            self.run(probe, **kwargs)
+        except LearnerRaised as error:
+            if not set(names) & set(error.types):
+                raise AssertionError(f"expected {wanted} to be raised, but your code raised "
+                                     f"{error}") from None
+            return error.message
+        raise AssertionError(f"expected {wanted} to be raised, but nothing was")
+
+
+class WorkerPool:
+    """One worker per source under test, started when first needed and again after a
+    crash or a timeout. ``blocked_for(source)`` gives the chapters a learner's folder may
+    not import (decided by the trusted static checks).
+
+    ``sandboxed``: inside bubblewrap's boundary (:mod:`~annotated_transformer.course.grading.
+    boundary`). ``user``: the user the worker becomes before any learner code runs; a
+    grader running as root always makes it ``nobody`` at least."""
+
+    def __init__(self, learner_dir_for: Callable[[str], Path | None],
+                 blocked_for: Callable[[str], Mapping[int, str]], user: str | None = None,
+                 sandboxed: bool = True) -> None:
+        self.learner_dir_for, self.blocked_for = learner_dir_for, blocked_for
+        self.user = user or ("nobody" if os.geteuid() == 0 else None)
+        self.sandboxed = sandboxed
+        self.workers: dict[str, WorkerProcess] = {}
+        self.last_printed: dict[str, str] = {}
+
+    def _key(self, source: str) -> str:
+        # The course's own code (the reference and the tests' variants) shares one worker.
+        return "trusted" if source == "solutions" or source.startswith("variant:") else source
+
+    def start(self, source: str) -> WorkerProcess:
+        """The worker of ``source``, started now when it is not running."""
+        key = self._key(source)
+        worker = self.workers.get(key)
+        if worker is None or not worker.alive():
+            if worker is not None:
+                worker.close()
+            learner_dir = self.learner_dir_for(source)
+            worker = WorkerProcess("solutions" if key == "trusted" else source, learner_dir,
+                                   self.blocked_for(source) if learner_dir else {}, self.user,
+                                   sandboxed=self.sandboxed)
+            self.workers[key] = worker
+        return worker
+
+    def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
+        key = self._key(source)
+        worker = self.start(source)
+        request = {**request, "source": source}
+        try:
+            return worker.call(request, cpu_seconds)
+        except (WorkerTimeout, WorkerCrashed, MachineBusy, GraderFault):
+            worker.close()
+            del self.workers[key]
+            raise
+        finally:
+            self.last_printed[key] = worker.printed()
+
+    def printed(self, source: str) -> str:
+        """What the code under test printed during the last call to ``source``'s worker
+        (kept after the worker was stopped)."""
+        return self.last_printed.pop(self._key(source), "")
+
+    def discard(self, source: str) -> None:
+        """Stop the worker of ``source``; the next call starts a fresh one."""
+        worker = self.workers.pop(self._key(source), None)
+        if worker is not None:
+            worker.close()
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+        self.workers.clear()

@@ -1,0 +1,180 @@
+"""The checker's base: what it knows about one parsed file (its scopes, bindings, imports,
+the names that hand on an imported object) and how it records a violation."""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping, Sequence
+
+from annotated_transformer.course.grading.source_rules.expressions import (
+    argument_defaults,
+    other_binding,
+    target_names,
+    value_roots,
+)
+from annotated_transformer.course.grading.source_rules.rules import SELF_NAMES, attribute_problem
+from annotated_transformer.course.grading.source_rules.scopes import Scopes
+from annotated_transformer.course.grading.source_rules.violations import Violation, one_line
+
+
+class CheckerBase:
+    """One parsed file: what the rules need to know about it, the violations found so far,
+    and the checks that several rules share."""
+
+    def __init__(self, tree: ast.Module, path: str,
+                 forbidden: Mapping[str, Sequence[str]]) -> None:
+        self.path = path
+        self.scopes = Scopes(tree)
+        self.nodes = list(ast.walk(tree))
+        self.parent = {id(child): node for node in self.nodes
+                       for child in ast.iter_child_nodes(node)}
+        self.attributes = {ex: {n for n in names if not n.endswith("=")}
+                           for ex, names in forbidden.items()}
+        self.keywords = {ex: {n[:-1] for n in names if n.endswith("=")}
+                         for ex, names in forbidden.items()}
+        self.imported = {name for node in self.nodes
+                         if isinstance(node, (ast.Import, ast.ImportFrom))
+                         for name in self._import_binds(node)}
+        self.bindings = list(self._bindings())
+        self.all_bound = {name for name, _ in self.bindings}
+        self.base_verdicts: dict[str, bool] = {}
+        self.values_of: dict[str, list[ast.AST]] = {}
+        for name, value in self.bindings:
+            if value is not None:
+                self.values_of.setdefault(name, []).append(value)
+        self.course_parts = self._active_parts_is_the_course()
+        self.annotations = self._annotation_nodes()
+        self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
+        self.parts_names = self._parts_aliases()
+        self.protected = self._protected_names()
+        self.found: list[Violation] = []
+
+    # -------------------------------------------------------------- bookkeeping
+
+    @staticmethod
+    def _import_binds(node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+        """The names an import statement binds (``import torch.nn`` binds ``torch``)."""
+        for alias in node.names:
+            yield (alias.asname or alias.name).split(".")[0]
+
+    def _annotation_nodes(self) -> set[int]:
+        """Every node inside an annotation (of a parameter, a return or a variable)."""
+        roots = [n.annotation for n in self.nodes if isinstance(n, (ast.arg, ast.AnnAssign))
+                 and n.annotation is not None]
+        roots += [n.returns for n in self.nodes
+                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns]
+        return {id(inner) for root in roots for inner in ast.walk(root)}
+
+    def _bindings(self) -> Iterator[tuple[str, ast.AST | None]]:
+        """``(name, value)`` for each binding of a name; value None when it is not a plain
+        assignment (a parameter, a loop target, an import, a def)."""
+        for node in self.nodes:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    value = node.value if isinstance(target, ast.Name) else None
+                    for name in target_names(target):
+                        yield name, value
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(
+                    node.target, ast.Name):
+                yield node.target.id, node.value
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                for name in target_names(node.target):
+                    yield name, node.iter  # the loop hands on the elements of iter
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                for name in target_names(node.optional_vars):
+                    yield name, None
+            elif isinstance(node, ast.arg):
+                yield node.arg, None
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield node.name, None
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for name in self._import_binds(node):
+                    yield name, node
+            else:
+                yield from ((name, None) for name in other_binding(node))
+
+    def _parts_aliases(self) -> set[str]:
+        """Names bound only to ``active_parts()`` (``parts = active_parts()``), when
+        ``active_parts`` is only ever the course's."""
+        if not self.course_parts:
+            return set()
+        values: dict[str, list[ast.AST | None]] = {}
+        for name, value in self.bindings:
+            values.setdefault(name, []).append(value)
+        return {name for name, vs in values.items()
+                if all(v is not None and self._is_active_parts_call(v) for v in vs)}
+
+    def _active_parts_is_the_course(self) -> bool:
+        """Whether ``active_parts`` is only ever the course's own import."""
+        for name, value in self.bindings:
+            if name == "active_parts" and not (
+                    isinstance(value, ast.ImportFrom)
+                    and value.module == "annotated_transformer.parts"):
+                return False
+        return True
+
+    @staticmethod
+    def _is_active_parts_call(node: ast.AST) -> bool:
+        """``active_parts()`` exactly."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "active_parts" and not node.args and not node.keywords)
+
+    def _through_parts(self, base: ast.AST) -> bool:
+        """``active_parts().x`` and ``parts.x`` are the course's parts, not PyTorch's op."""
+        if self._is_active_parts_call(base):
+            return self.course_parts
+        return isinstance(base, ast.Name) and base.id in self.parts_names
+
+    def _protected_names(self) -> set[str]:
+        """Names whose attributes may not be assigned: imports, built-ins and the names that
+        hand one on unchanged (``T = torch.Tensor``, ``for T in (nn.Module,)``, ``def f(T=F)``),
+        found in one pass over who hands on whom (linear, whatever a file holds)."""
+        protected = set(self.imported)
+        pairs = [(name, value) for name, value in self.bindings
+                 if value is not None and not isinstance(value, (ast.ImportFrom, ast.Import))]
+        pairs += [pair for n in self.nodes if isinstance(n, ast.arguments)
+                  for pair in argument_defaults(n)]
+        handed_to: dict[str, set[str]] = {}
+        for name, value in pairs:
+            for root in value_roots(value):
+                if self._unbound_builtin(root):
+                    protected.add(name)
+                handed_to.setdefault(root.id, set()).add(name)
+        todo = list(protected)
+        while todo:
+            for name in handed_to.pop(todo.pop(), ()):
+                if name not in protected:
+                    protected.add(name)
+                    todo.append(name)
+        return protected
+
+    def _unbound_builtin(self, name: ast.Name) -> bool:
+        """A built-in (``int``, ``print``) that the file never binds to anything of its own."""
+        return (name.id not in SELF_NAMES and name.id not in self.all_bound
+                and self.scopes.is_builtin(name))
+
+    def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
+        """Record a violation at the node's line, its message cut to one short line."""
+        self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise,
+                                    one_line(message)))
+
+    # -------------------------------------------------------------- shared checks
+
+    def _self_based(self, base: ast.AST) -> bool:
+        """Whether an attribute's base is the learner's own ``self`` or ``cls``."""
+        return isinstance(base, ast.Name) and base.id in SELF_NAMES
+
+    def check_attribute_name(self, node: ast.AST, name: str, code: str,
+                             base: ast.AST | None) -> None:
+        """Banned attribute names, and standard modules that PyTorch and friends re-export
+        (``torch.os``), unless an attribute of the learner's own ``self``."""
+        problem = attribute_problem(name, own=self._self_based(base))
+        if problem:
+            self.add(node, f"`{code}` is not allowed in an exercise file: {problem}")
+
+    def check_forbidden_name(self, node: ast.AST, name: str, code: str) -> None:
+        """The op an exercise asks the learner to write, by any attribute or import."""
+        for exercise, names in self.attributes.items():
+            if name in names:
+                self.add(node, f"`{code}` is not allowed: exercise {exercise} asks you to "
+                               f"write {name} yourself; call your own function or "
+                               f"`active_parts().{name}`", exercise)

@@ -1,0 +1,120 @@
+"""The rules on imports and plain names: the import allow-list, banned built-ins,
+double-underscore names, ``super`` and ``object``."""
+from __future__ import annotations
+
+import ast
+
+from annotated_transformer.course.grading.source_rules.base import CheckerBase
+from annotated_transformer.course.grading.source_rules.rules import (
+    ALLOWED_IMPORTS,
+    BANNED_BUILTINS,
+    FROM_ONLY,
+    SELF_NAMES,
+    is_dunder,
+    module_problem,
+)
+from annotated_transformer.course.grading.source_rules.violations import clip, snippet
+
+
+class NameRules(CheckerBase):
+    """Imports and names."""
+
+    # -------------------------------------------------------------- imports
+
+    def check_import(self, node: ast.Import | ast.ImportFrom) -> None:
+        """Only the allow-list's modules, because any other one is a way to files,
+        processes or the interpreter (``os``, ``importlib``, ``sys.modules``...)."""
+        if isinstance(node, ast.ImportFrom) and node.level:
+            self.add(node, f"relative imports are not allowed in an exercise file: keep "
+                           f"helpers in the chapter file; import only {ALLOWED_IMPORTS}")
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                problem = module_problem(alias.name)
+                if problem:
+                    self.add(node, f"`import {clip(alias.name)}` is not allowed in an "
+                                   f"exercise file: {problem}")
+            return
+        module = node.module or ""
+        problem = None if module in FROM_ONLY else module_problem(module)
+        if problem:
+            self.add(node, f"`from {clip(module)} import ...` is not allowed here: {problem}")
+            return
+        for alias in node.names:
+            self.check_imported_name(node, module, alias.name)
+
+    def check_imported_name(self, node: ast.ImportFrom, module: str, name: str) -> None:
+        """A name taken from a module is checked as that module's attribute would be."""
+        if name == "*":
+            self.add(node, f"`from {module} import *` is not allowed in an exercise file: "
+                           f"name what you import")
+        elif module in FROM_ONLY and name not in FROM_ONLY[module]:
+            allowed = ", ".join(sorted(FROM_ONLY[module]))
+            self.add(node, f"`from {module} import {name}` is not allowed in an exercise "
+                           f"file: from {module} import only {allowed}")
+        else:
+            self.check_attribute_name(node, name, f"from {module} import {name}", None)
+            self.check_forbidden_name(node, name, f"from {module} import {name}")
+
+    # -------------------------------------------------------------- names
+
+    def check_name(self, node: ast.Name) -> None:
+        """Built-ins that escape the rules, dunder names, and ``super``/``object`` misuse."""
+        name = node.id
+        if is_dunder(name):
+            self.check_dunder_name(node)
+        elif name in BANNED_BUILTINS and isinstance(node.ctx, ast.Load):
+            call = self.parent.get(id(node))
+            called = isinstance(call, ast.Call) and call.func is node
+            if name == "type" and id(node) in self.annotations and not called:
+                return  # ``type[nn.Module]`` in an annotation is a type, not a call
+            if self.scopes.is_builtin(node):
+                own = f" (or rename your own `{name}`)" if name in self.all_bound else ""
+                self.add(node, f"`{name}` is not allowed in an exercise file: it "
+                               f"{BANNED_BUILTINS[name]}{own}")
+        elif name == "super" and isinstance(node.ctx, ast.Load) and self.scopes.is_builtin(node):
+            self.check_super(node)
+        elif name == "object" and self.scopes.is_builtin(node):
+            parent = self.parent.get(id(node))
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                self.add(node, f"`{snippet(parent)}` is not allowed in an exercise file: "
+                               f"`object`'s methods bypass a class's own; call the method "
+                               f"on your object")
+
+    def check_dunder_name(self, node: ast.Name) -> None:
+        """``__all__`` at module level and the ``__name__ == "__main__"`` guard only:
+        ``__builtins__``, ``__file__``, ``__loader__``... reach the interpreter."""
+        if node.id == "__all__" and self.scopes.module_level(node):
+            return
+        if node.id == "__name__" and self._in_main_guard(node):
+            return
+        self.add(node, f"`{node.id}` is not allowed in an exercise file: names with double "
+                       f"underscores reach the interpreter's internals (only `__all__` and "
+                       f"`if __name__ == \"__main__\":`)")
+
+    def _in_main_guard(self, node: ast.Name) -> bool:
+        """``__name__`` in ``if __name__ == "__main__":`` at module level."""
+        compare = self.parent.get(id(node))
+        statement = self.parent.get(id(compare))
+        if not (isinstance(compare, ast.Compare) and isinstance(statement, ast.If)
+                and statement.test is compare and self.scopes.module_level(statement)):
+            return False
+        sides = [compare.left, *compare.comparators]
+        return (len(sides) == 2 and isinstance(compare.ops[0], ast.Eq)
+                and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+    def check_super(self, node: ast.Name) -> None:
+        """``super()`` (or ``super(MyClass, self)``) followed by an attribute: any other use
+        hands out an object through which a class's own methods are bypassed."""
+        call = self.parent.get(id(node))
+        used = self.parent.get(id(call))
+        ok_call = isinstance(call, ast.Call) and call.func is node and not call.keywords and (
+            not call.args or self._classic_super(call.args))
+        if not (ok_call and isinstance(used, ast.Attribute) and used.value is call):
+            self.add(node, "this use of `super` is not allowed in an exercise file: write "
+                           "`super().method(...)`, e.g. `super().__init__()`")
+
+    def _classic_super(self, args: list[ast.expr]) -> bool:
+        """``super(MyClass, self)``, the older spelling of ``super()``."""
+        return (len(args) == 2 and isinstance(args[0], ast.Name) and args[0].id in self.classes
+                and isinstance(args[1], ast.Name) and args[1].id in SELF_NAMES)

@@ -1,0 +1,363 @@
+"""The worker: the only process in which a learner's code runs while it is graded.
+
+Started by :mod:`annotated_transformer.course.grading.sandbox`, one per source under test. It
+only computes: it receives a *probe* (a function of a graded test file, named by file
+and name) and its arguments, runs it with the chapter module under test, and sends back
+what came out (tensors, numbers, state dicts) or what went wrong. It never decides a
+verdict and never writes a report: the trusted grader compares what it receives with
+what it computes itself.
+
+Before any learner code is imported the worker lowers its own limits (no file may grow,
+no core dump, a ceiling on memory), can drop to an unprivileged user, confines the
+parts registry to the learner's folder (the reference is out of reach) and notes the
+identity of PyTorch's public functions, so that a learner module that replaces one is
+reported. While a probe of an exercise that asks the learner to write an op runs, that
+op is refused at PyTorch's dispatch level, whatever name reached it.
+
+Usage (by the sandbox): ``python -I -B -c BOOT ROOT CONFIG`` (see ``sandbox.WORKER_BOOT``)
+where CONFIG is the sandbox's JSON; requests arrive on stdin, replies go to the descriptor
+that was stdout; what the learner's code prints goes to stderr, and so does the stack of
+every thread on SIGUSR1 (the sandbox asks for it to name the line of an endless loop).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import resource
+import signal
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from annotated_transformer.course.grading.messages import cut
+
+# Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
+PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
+             "numbers", "numpy", "torch.nn.functional", "torch.autograd.functional",
+             "annotated_transformer.batch", "annotated_transformer.model",
+             "annotated_transformer.train", "annotated_transformer.data")
+
+
+def _text(error: BaseException) -> str:
+    """``str(error)``, or a note when the exception cannot be printed."""
+    try:
+        return cut(str(error))
+    except BaseException:  # noqa: BLE001 - a learner's __str__ may raise anything
+        return f"<a {type(error).__name__} whose message cannot be printed>"
+
+
+FILE_LIMIT = 16 * 2**20  # bytes any file the worker writes may reach (PyTorch needs a few)
+
+
+def limit_resources(memory_bytes: int) -> None:
+    """Small files only (a longer write fails), no core dumps, bounded address space.
+    The worker's home and temporary folder are deleted with it; with a ``user`` the rest
+    of the disk is read-only to it."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+def drop_privileges(user: str) -> None:
+    """Become ``user`` (for example ``nobody``): the course and the reports, owned by
+    another user, are then read-only to the learner's code."""
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))  # threads count too
+
+
+# ---------------------------------------------------------------- what the learner may not reach
+
+
+def public_functions() -> dict[str, Any]:
+    """``{"torch.softmax": torch.softmax, ...}`` for the modules and classes a learner could
+    patch to change what the tests see."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import annotated_transformer.parts as parts
+
+    owners: dict[str, Any] = {"torch": torch, "torch.nn.functional": F, "torch.nn": nn,
+                              "torch.Tensor": torch.Tensor, "torch.nn.Module": nn.Module,
+                              "annotated_transformer.parts": parts}
+    snapshot = {}
+    for prefix, owner in owners.items():
+        for name, value in list(vars(owner).items()):
+            if callable(value) or isinstance(value, (type, ModuleType)):
+                snapshot[f"{prefix}.{name}"] = value
+    return snapshot
+
+
+def _torch_wrapper(new: Any, old: Any) -> bool:
+    """Whether ``new`` is PyTorch's own wrapper around ``old``: its code lives in PyTorch and
+    it wraps exactly ``old``. (``torch._dynamo``, which PyTorch imports when first needed,
+    wraps ``torch.manual_seed`` so; importing it up front would cost every grading run
+    seconds.)"""
+    import torch
+
+    code = getattr(new, "__code__", None)
+    return (getattr(new, "__wrapped__", None) is old and code is not None
+            and Path(code.co_filename).resolve().is_relative_to(
+                Path(torch.__file__).resolve().parent))
+
+
+def changed_functions(before: dict[str, Any]) -> list[str]:
+    after = public_functions()
+    return sorted(name for name, value in before.items()
+                  if after.get(name) is not value and not _torch_wrapper(after.get(name), value))
+
+
+class ForbiddenOpUsed(RuntimeError):
+    """The learner's code reached an op the exercise asks them to write."""
+
+
+def forbid_ops(ops: list[str], exercise: str):
+    """A dispatch mode that refuses the aten ops ``ops`` (``"_softmax"``, ...) and records
+    every attempt (a learner's ``try``/``except`` around the call cannot hide it)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    refused = set(ops)
+
+    class ForbidOps(TorchDispatchMode):
+        hits: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name.split("::")[-1]
+            if name in refused:
+                self.hits.append(name)
+                raise ForbiddenOpUsed(
+                    f"Exercise {exercise} asks you to write this yourself, but your code "
+                    f"called PyTorch's aten.{name} (through torch's own function or module)")
+            return func(*args, **(kwargs or {}))
+
+    return ForbidOps()
+
+
+# ---------------------------------------------------------------- running a probe
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.source: str = config["source"]
+        self.learner_dir = Path(config["learner_dir"]).resolve() if config["learner_dir"] else None
+        self.tests_dir = Path(config["tests_dir"])
+        sys.path.insert(0, str(self.tests_dir))  # checks.py, the probes' modules
+        if self.learner_dir is None:  # the course's own variants/ (not in a release)
+            sys.path.append(config["variants_dir"])
+        self.test_modules: dict[str, ModuleType] = {}
+        import torch  # imported before any learner code, then watched
+        import torch.utils._python_dispatch  # noqa: F401 - the forbidden-op mode
+
+        torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
+
+        from annotated_transformer import parts
+        from annotated_transformer.course.grading import confinement
+
+        if self.learner_dir is not None:
+            confinement.confine(self.learner_dir,
+                                {int(c): why for c, why in config["blocked"].items()})
+            sys.meta_path.insert(0, _Unreachable(config["unreachable"]))
+        self.parts = parts
+        for name in PRELOADED:  # what an exercise file may import, loaded while the whole
+            try:  # Python installation is still readable (see drop_privileges)
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        for path in sorted(self.tests_dir.glob("test_ch*.py")):  # the probes' modules, so that
+            try:  # what they import is in the baseline too
+                self.probe(str(path), "CHAPTER")
+            except Exception:  # noqa: BLE001 - a broken test file fails its own tests later
+                self.test_modules.pop(str(path), None)
+        self.baseline = public_functions()
+
+    def chapter_module(self, source: str, chapter: int) -> tuple[ModuleType, Any]:
+        """The chapter module under test and the parts its code builds with."""
+        parts = self.parts
+        if source.startswith("variant:") and self.learner_dir is None:
+            import variants
+
+            module = variants.load(chapter, source.removeprefix("variant:"))
+            return module, parts.Parts("solutions", {chapter: "solutions"})
+        if self.learner_dir is not None:
+            built = parts.Parts(str(self.learner_dir))
+        else:
+            built = parts.Parts(source)
+        return built.module(chapter), built
+
+    def probe(self, path: str, name: str) -> Any:
+        if path not in self.test_modules:
+            module_name = Path(path).stem
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+            self.test_modules[path] = module
+        target: Any = self.test_modules[path]
+        for part in name.split("."):
+            target = getattr(target, part)
+        return target
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from annotated_transformer.course.grading.confinement import BlockedChapter
+        from annotated_transformer.parts import use_parts
+
+        probe = self.probe(request["file"], request["function"])
+        mode = None
+        try:
+            # The chapter module first: whatever its import changes (the default dtype, grad
+            # mode, the random state) is reset before the probe runs.
+            module, built = self.chapter_module(request.get("source", self.source),
+                                                request["chapter"])
+            torch.set_default_dtype(torch.float32)
+            torch.set_grad_enabled(True)
+            torch.manual_seed(request["seed"])
+            random.seed(request["seed"])
+            with use_parts(built):
+                if request["forbid_ops"]:
+                    mode = forbid_ops(request["forbid_ops"], request["exercise"])
+                    with mode:
+                        value = probe(module, **request["kwargs"])
+                else:
+                    value = probe(module, **request["kwargs"])
+            try:
+                reply: dict[str, Any] = {"ok": True, "value": plain(value)}
+            except TypeError as error:
+                reply = {"ok": False, "kind": "raised", "types": ["TypeError"], "where": "",
+                         "stub": False, "message": f"the result could not be sent back to "
+                                                   f"the grader: {_text(error)}"}
+        except BlockedChapter as error:
+            reply = {"ok": False, "kind": "blocked", "message": _text(error)}
+        except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
+            reply = {"ok": False, "kind": "raised", **self.describe(error)}
+        if mode is not None and mode.hits:
+            reply = {"ok": False, "kind": "forbidden",
+                     "message": f"Exercise {request['exercise']} may not use PyTorch's "
+                                f"aten.{mode.hits[0]}: write it yourself (see the docstring)"}
+        changed = changed_functions(self.baseline)
+        if changed:
+            reply = {"ok": False, "kind": "tampered",
+                     "message": f"your code replaced {', '.join(changed[:5])}: an exercise file "
+                                f"may not change PyTorch or the course"}
+        return reply
+
+    def describe(self, error: BaseException) -> dict[str, Any]:
+        """What the grader needs to tell the learner about an exception."""
+        where = ""
+        frames = traceback.extract_tb(error.__traceback__)
+        if isinstance(error, SyntaxError) and error.filename:
+            where = f"{Path(error.filename).name}:{error.lineno}"
+        for frame in frames:
+            if self.learner_dir is not None and Path(frame.filename).resolve().is_relative_to(
+                    self.learner_dir):
+                where = f"{Path(frame.filename).name}:{frame.lineno}"
+        last = frames[-1] if frames else None
+        stub = (isinstance(error, NotImplementedError) and last is not None
+                and _text(error).startswith("Exercise ") and "is not implemented yet" in
+                _text(error) and Path(last.filename).name.startswith("ch"))
+        return {"types": [cls.__name__ for cls in type(error).__mro__],
+                "message": _text(error), "where": where, "stub": bool(stub)}
+
+
+class _Unreachable:
+    """An import hook that refuses the packages holding answers (the reference, the fast
+    parts, the tests' variants) in a worker that grades a learner's folder."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = tuple(names)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name in self.names or name.startswith(tuple(f"{n}." for n in self.names)):
+            raise ModuleNotFoundError(f"{name} is not available while your code is graded",
+                                      name=name)
+        return None
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain data (what a frame may carry): tensors detached, on the CPU and of
+    the base class; numbers, strings, dtypes; lists, tuples and dicts of them. Anything else
+    is a ``TypeError`` naming it."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu")
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        return tensor.clone()
+    if value is None or type(value) in (bool, int, float, complex, str, torch.dtype):
+        return value
+    if type(value) is torch.Size:
+        return tuple(int(n) for n in value)
+    if type(value) is torch.device:
+        return str(value)
+    if isinstance(value, dict):
+        return {plain(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [plain(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    raise TypeError(f"a {type(value).__name__} is not plain data (tensors, numbers, strings, "
+                    f"lists, tuples and dicts of them)")
+
+
+def torch_zero() -> Any:
+    import torch
+
+    return torch.zeros(1)
+
+
+def main() -> int:
+    import json
+
+    from annotated_transformer.course.grading import protocol
+
+    import faulthandler
+
+    config = json.loads(sys.argv[-1])  # after the folder the grader put first on the path
+    replies = os.fdopen(os.dup(1), "wb")
+    requests = os.dup(0)
+    os.dup2(2, 1)  # the learner's print() goes where the sandbox bounds it
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    limit_resources(config["memory_bytes"])
+    worker = Worker(config)  # PyTorch and the tests imported: no learner code has run yet
+    if config["user"]:
+        protocol.decode(protocol.encode({"ready": torch_zero()}))  # load what replies need
+        drop_privileges(config["user"])
+    protocol.write_frame(replies, {"ready": True})
+    while True:
+        try:
+            request = protocol.read_frame(requests)
+        except EOFError:
+            return 0
+        reply = worker.handle(request)
+        for stream in (sys.stdout, sys.stderr):  # what it printed goes out before the reply
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a learner may have replaced or closed them
+                pass
+        try:
+            protocol.write_frame(replies, reply)
+        except Exception as error:  # noqa: BLE001 - e.g. a value that is not plain data
+            protocol.write_frame(replies, {
+                "ok": False, "kind": "raised", "types": ["TypeError"], "where": "",
+                "stub": False, "message": f"the result could not be sent back to the grader: "
+                                          f"{_text(error)}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,9 +1,0 @@
-"""``python -m annotated_transformer.stubs``: kept so that commands in learners' copies and in
-workflows go on working; the code is :mod:`annotated_transformer.grading.stubs`."""
-
-import sys
-
-from annotated_transformer.grading.stubs import main
-
-if __name__ == "__main__":
-    sys.exit(main())

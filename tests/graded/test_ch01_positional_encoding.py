@@ -1,0 +1,298 @@
+"""Graded tests of chapter 1: embeddings and positional encoding (exercises 1.1-1.4).
+
+Reference values are computed here in float64 straight from the paper's formula,
+never from the implementation under test.
+
+The functions above the tests (``table_of``, ``positional_encoding_output``, ...) are
+*probes*: they run in the grading worker, with ``impl`` the chapter module under test, and
+return plain data. Everything else runs in the grader, which never imports the code under
+test.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from checks import assert_close, assert_tensor
+
+CHAPTER = 1
+EXERCISES = {
+    "1.1": "positional_encoding: the sinusoid table",
+    "1.2": "PositionalEncoding: add the table, then dropout",
+    "1.3": "TokenEmbedding: lookup scaled by sqrt(d_model)",
+    "1.4": "relative_position_matrix: a shift is a rotation",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"1.2": ("1.1",)}
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def table_of(impl, max_len, d_model):
+    return impl.positional_encoding(max_len, d_model)
+
+
+def positional_encoding_output(impl, x, d_model, max_len):
+    return impl.PositionalEncoding(d_model, max_len=max_len)(x)
+
+
+def positional_encoding_eval_and_train(impl, x, d_model, max_len, dropout):
+    module = impl.PositionalEncoding(d_model, max_len=max_len, dropout=dropout)
+    module.eval()
+    evaluated = module(x)
+    module.train()
+    return {"eval": evaluated, "train": module(x)}
+
+
+def positional_encoding_state(impl, d_model, max_len):
+    module = impl.PositionalEncoding(d_model, max_len=max_len)
+    return {"buffers": dict(module.named_buffers()),
+            "parameters": [name for name, _ in module.named_parameters()],
+            "state_dict": list(module.state_dict())}
+
+
+def pe_buffer_after_to(impl):
+    """Where the buffer ``pe`` is after ``.to(float64)``, then after ``.to("meta")`` (the
+    "meta" device stands in for a GPU)."""
+
+    def where(module):
+        pe = getattr(module, "pe", None)
+        return (str(pe.dtype), pe.device.type) if isinstance(pe, torch.Tensor) else (
+            type(pe).__name__, None)
+
+    module = impl.PositionalEncoding(8, max_len=30).to(torch.float64)
+    dtype, _ = where(module)
+    _, device = where(module.to("meta"))
+    return {"dtype": dtype, "device": device}
+
+
+def embedding_output(impl, vocab_size, d_model, tokens):
+    module = impl.TokenEmbedding(vocab_size, d_model).double()
+    return {"output": module(tokens), "state": module.state_dict()}
+
+
+def embedding_structure(impl, tokens):
+    module = impl.TokenEmbedding(9, 6, padding_idx=0)
+    embedding = getattr(module, "embedding", None)
+    if not isinstance(embedding, nn.Embedding):
+        return {"embedding": type(embedding).__name__}
+    return {"embedding": "Embedding", "weight_shape": list(embedding.weight.shape),
+            "padding_idx": embedding.padding_idx, "output": module(tokens)}
+
+
+def embedding_gradient(impl, tokens):
+    module = impl.TokenEmbedding(5, 4)
+    module(tokens).sum().backward()
+    return module.embedding.weight.grad
+
+
+def rotation_of(impl, offset, d_model):
+    return impl.relative_position_matrix(offset, d_model)
+
+
+def reference_table(max_len: int, d_model: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...), entry by entry, float64."""
+    pe = torch.empty(max_len, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        angle = torch.arange(max_len, dtype=torch.float64) / 10000 ** (2 * i / d_model)
+        pe[:, 2 * i] = torch.sin(angle)
+        pe[:, 2 * i + 1] = torch.cos(angle)
+    return pe
+
+
+# ---------------------------------------------------------------- 1.1 positional_encoding
+
+
+@pytest.mark.grade("1.1", points=3)
+@pytest.mark.parametrize("max_len, d_model", [(1, 2), (10, 6), (50, 64), (128, 512)])
+def test_table_matches_formula(learner, max_len, d_model):
+    pe = assert_tensor(learner.run(table_of, max_len=max_len, d_model=d_model),
+                       "positional_encoding(...)", shape=(max_len, d_model), dtype=torch.float32)
+    assert_close(pe, reference_table(max_len, d_model), f"PE for max_len={max_len}, "
+                 f"d_model={d_model}", atol=2e-5, rtol=0,
+                 hint="Is the exponent 2i/d_model (i counts sin/cos pairs)? "
+                 "Sine in even columns, cosine in odd ones?")
+
+
+@pytest.mark.grade("1.1", points=1)
+def test_long_table_within_float32_rounding(learner):
+    pe = learner.run(table_of, max_len=5000, d_model=128)
+    # float32 angles up to 5000 radians carry rounding of about 5000 * 2**-24 ~ 3e-4.
+    assert_close(pe, reference_table(5000, 128), "PE for max_len=5000", atol=2e-3, rtol=0)
+
+
+@pytest.mark.grade("1.1", points=1)
+def test_even_columns_sine_odd_columns_cosine(learner):
+    pe = assert_tensor(learner.run(table_of, max_len=20, d_model=8), "positional_encoding(20, 8)",
+                       shape=(20, 8))
+    assert_close(pe[0], torch.tensor([0.0, 1.0] * 4), "PE[0] (position 0)",
+                 hint="At position 0 every sine is 0 and every cosine is 1: "
+                 "even columns (0, 2, ...) take the sine, odd columns the cosine.")
+    positions = torch.arange(20, dtype=torch.float64)
+    assert_close(pe[:, 0], torch.sin(positions), "PE[:, 0] (the fastest sine)", atol=1e-5)
+    assert_close(pe[:, 1], torch.cos(positions), "PE[:, 1] (the fastest cosine)", atol=1e-5)
+
+
+@pytest.mark.grade("1.1", points=1)
+def test_values_bounded(learner):
+    pe = assert_tensor(learner.run(table_of, max_len=300, d_model=32),
+                       "positional_encoding(300, 32)", shape=(300, 32))
+    assert pe.abs().max() <= 1.0 + 1e-6, "every entry of PE is a sine or a cosine, so |PE| <= 1"
+
+
+@pytest.mark.grade("1.1", points=1)
+@pytest.mark.parametrize("d_model", [7, 0, -4])
+def test_rejects_bad_d_model(learner, d_model):
+    message = learner.raises("ValueError", table_of, max_len=10, d_model=d_model)
+    assert re.search("d_model", message), (
+        f"the ValueError for d_model={d_model} should name d_model; it says: {message}")
+    assert str(d_model) in message, "the error should say which d_model it received"
+
+
+# ---------------------------------------------------------------- 1.2 PositionalEncoding
+
+
+@pytest.mark.grade("1.2", points=2)
+def test_adds_table_to_input(learner):
+    x = torch.randn(3, 25, 16)
+    expected = x.double() + reference_table(25, 16)
+    assert_close(learner.run(positional_encoding_output, x=x, d_model=16, max_len=40), expected,
+                 "PositionalEncoding(x)", atol=1e-5,
+                 hint="forward should return x + pe[:L] (L = x.size(1)).")
+
+
+@pytest.mark.grade("1.2", points=2)
+def test_table_is_a_buffer_not_a_parameter(learner):
+    state = learner.run(positional_encoding_state, d_model=8, max_len=30)
+    buffers = state["buffers"]
+    assert "pe" in buffers, (
+        f"the table should be a buffer named 'pe' (register_buffer); buffers found: {list(buffers)}"
+    )
+    assert_tensor(buffers["pe"], "the buffer pe", shape=(30, 8))
+    assert not state["parameters"], (
+        "PositionalEncoding should have no parameters: the sinusoid table is fixed, not learned"
+    )
+    assert "pe" in state["state_dict"], "pe should be persistent (saved in the state_dict)"
+
+
+@pytest.mark.grade("1.2", points=1)
+def test_table_moves_with_to(learner):
+    where = learner.run(pe_buffer_after_to)
+    assert where["dtype"] == "torch.float64", (
+        f"module.to(dtype) should convert the pe buffer; after .to(torch.float64) pe is "
+        f"{where['dtype']}")
+    assert where["device"] == "meta", "module.to(device) should move the pe buffer"
+
+
+@pytest.mark.grade("1.2", points=1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_keeps_input_dtype(learner, dtype):
+    out = learner.run(positional_encoding_output, x=torch.zeros(2, 5, 8, dtype=dtype), d_model=8,
+                      max_len=30)
+    assert_tensor(out, "PositionalEncoding(x)", shape=(2, 5, 8), dtype=dtype)
+    # Half precision keeps about 3 (float16) or 2 (bfloat16) significant digits.
+    atol = {torch.float16: 1e-3, torch.bfloat16: 8e-3}.get(dtype, 1e-5)
+    assert_close(out, reference_table(5, 8).expand(2, 5, 8), f"PositionalEncoding(x) for x of "
+                 f"zeros in {dtype}", atol=atol, rtol=0,
+                 hint="Convert the table to x's dtype (self.pe[:L].to(x.dtype)) before adding.")
+
+
+@pytest.mark.grade("1.2", points=2)
+def test_dropout_after_the_sum_and_off_in_eval(learner):
+    x = torch.randn(4, 50, 32, dtype=torch.float64)
+    total = x + reference_table(50, 32)
+    result = learner.run(positional_encoding_eval_and_train, x=x, d_model=32, max_len=50,
+                         dropout=0.5)
+    assert_close(result["eval"], total, "PositionalEncoding(x) in eval mode", atol=1e-5,
+                 hint="Dropout must be off in eval mode: use nn.Dropout.")
+    out = assert_tensor(result["train"], "PositionalEncoding(x) in train mode", shape=x.shape)
+    dropped = out == 0
+    assert 0.3 < dropped.double().mean() < 0.7, (
+        f"with dropout=0.5 about half the entries should be zeroed in train mode; "
+        f"{dropped.double().mean():.0%} were"
+    )
+    assert_close(out[~dropped], 2 * total[~dropped], "the entries kept by dropout", atol=1e-5,
+                 hint="Dropout applies to the sum x + pe (kept entries scaled by 1/(1-p)).")
+
+
+@pytest.mark.grade("1.2", points=1)
+def test_too_long_sequence_names_both_lengths(learner):
+    message = learner.raises("ValueError", positional_encoding_output, x=torch.zeros(1, 13, 8),
+                             d_model=8, max_len=12)
+    assert "13" in message and "12" in message, (
+        f"the ValueError should name the sequence length (13) and max_len (12); it says {message!r}"
+    )
+
+
+# ---------------------------------------------------------------- 1.3 TokenEmbedding
+
+
+@pytest.mark.grade("1.3", points=2)
+@pytest.mark.parametrize("d_model", [4, 64])
+def test_lookup_scaled_by_sqrt_d_model(learner, d_model):
+    tokens = torch.randint(0, 11, (3, 7))
+    result = learner.run(embedding_output, vocab_size=11, d_model=d_model, tokens=tokens)
+    weight = result["state"].get("embedding.weight")
+    assert isinstance(weight, torch.Tensor), (
+        "TokenEmbedding should hold its table as self.embedding = nn.Embedding(vocab_size, "
+        f"d_model); its state_dict has {list(result['state'])}")
+    assert_tensor(weight, "embedding.weight", shape=(11, d_model))
+    assert_close(result["output"], weight[tokens] * math.sqrt(d_model), "TokenEmbedding(tokens)",
+                 hint="The paper multiplies the embedding by sqrt(d_model).")
+
+
+@pytest.mark.grade("1.3", points=1)
+def test_holds_an_embedding_with_padding_idx(learner):
+    result = learner.run(embedding_structure, tokens=torch.tensor([[0, 3, 0]]))
+    assert result["embedding"] == "Embedding", (
+        "TokenEmbedding should hold its table as self.embedding = nn.Embedding(vocab_size, "
+        f"d_model); self.embedding is a {result['embedding']}"
+    )
+    assert result["weight_shape"] == [9, 6], "the table should be [vocab_size, d_model]"
+    assert result["padding_idx"] == 0, "pass padding_idx on to nn.Embedding"
+    out = assert_tensor(result["output"], "TokenEmbedding(tokens)", shape=(1, 3, 6))
+    assert_close(out[0, 0], torch.zeros(6), "the embedding of the padding token")
+
+
+@pytest.mark.grade("1.3", points=1)
+def test_gradient_reaches_the_table(learner):
+    grad = learner.run(embedding_gradient, tokens=torch.tensor([[1, 2]]))
+    assert grad is not None, "no gradient reached embedding.weight"
+    assert_tensor(grad, "the gradient of embedding.weight", shape=(5, 4))
+    assert_close(grad[1], torch.full((4,), 2.0), "the gradient of the used row",
+                 hint="d(out)/d(weight) is sqrt(d_model) for each use of a token.")
+
+
+# ---------------------------------------------------------------- 1.4 relative_position_matrix
+
+
+@pytest.mark.grade("1.4", points=3)
+@pytest.mark.parametrize("offset", [0, 1, 5, -3, 40])
+def test_shift_is_a_matrix_product(learner, offset):
+    d_model, positions = 16, torch.arange(50, 90)
+    m = assert_tensor(learner.run(rotation_of, offset=offset, d_model=d_model),
+                      f"relative_position_matrix({offset}, {d_model})",
+                      shape=(d_model, d_model), dtype=torch.float32)
+    table = reference_table(200, d_model)
+    assert_close(table[positions] @ m.double(), table[positions + offset],
+                 f"PE[pos] @ M for offset={offset}", atol=1e-4, rtol=0,
+                 hint="Each (sin, cos) column pair should be rotated by offset * w_i: "
+                 "check the signs and which of the two entries gets -sin.")
+
+
+@pytest.mark.grade("1.4", points=1)
+def test_matrix_is_block_diagonal_rotation(learner):
+    m = assert_tensor(learner.run(rotation_of, offset=7, d_model=8),
+                      "relative_position_matrix(7, 8)", shape=(8, 8)).double()
+    blocks = torch.block_diag(*[m[i:i + 2, i:i + 2] for i in range(0, 8, 2)])
+    assert_close(m, blocks, "relative_position_matrix(7, 8)",
+                 hint="M only mixes each sine with its own cosine: zeros outside the 2x2 blocks.")
+    assert_close(m @ m.T, torch.eye(8, dtype=torch.float64), "M @ M.T", atol=1e-5,
+                 hint="A rotation is orthogonal.")

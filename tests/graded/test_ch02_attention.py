@@ -1,0 +1,361 @@
+"""Graded tests of chapter 2: softmax, scaled dot-product attention, softmax's Jacobian.
+
+References: ``torch.softmax``, ``F.scaled_dot_product_attention`` and
+``torch.autograd.functional.jacobian``, in float64.
+
+The functions above the tests (``softmax_of``, ``attention_of``, ...) are *probes*: they run
+in the grading worker, with ``impl`` the chapter module under test, and return plain data.
+Everything else runs in the grader, which never imports the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from checks import assert_close, assert_tensor
+
+CHAPTER = 2
+EXERCISES = {
+    "2.1": "softmax: stable, all -inf slices give zeros",
+    "2.2": "scaled_dot_product_attention: softmax(QK^T / sqrt(d_k)) V",
+    "2.3": "softmax_jacobian: diag(p) - p p^T",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"2.2": ("2.1",)}
+# What each exercise may not use: the op it asks the learner to write (see the docstrings).
+SOFTMAX_NAMES = ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax",
+                 "gumbel_softmax")
+FORBIDDEN = {"2.1": SOFTMAX_NAMES, "2.2": (*SOFTMAX_NAMES, "scaled_dot_product_attention")}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs.
+SOFTMAX_OPS = ("_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data")
+FORBIDDEN_OPS = {"2.1": SOFTMAX_OPS,
+                 "2.2": (*SOFTMAX_OPS, "_scaled_dot_product_flash_attention_for_cpu",
+                         "_scaled_dot_product_attention_math",
+                         "_scaled_dot_product_efficient_attention",
+                         "_scaled_dot_product_flash_attention",
+                         "_scaled_dot_product_cudnn_attention", "_fused_sdp_choice")}
+f64 = torch.float64
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def softmax_of(impl, x, dim=None):
+    return impl.softmax(x) if dim is None else impl.softmax(x, dim=dim)
+
+
+def softmax_gradient(impl, x, upstream):
+    x = x.clone().requires_grad_(True)
+    return torch.autograd.grad((impl.softmax(x) * upstream).sum(), x)[0]
+
+
+def attention_of(impl, q, k, v, mask=None):
+    result = impl.scaled_dot_product_attention(q, k, v, mask=mask)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return {"returned": type(result).__name__}
+    return {"output": result[0], "weights": result[1]}
+
+
+def attention_with_dropout(impl, q, k, v, keep):
+    calls = []
+
+    def dropout(w):
+        calls.append(tuple(w.shape))
+        return w * keep * 2.0
+
+    output, weights = impl.scaled_dot_product_attention(q, k, v, dropout=dropout)
+    return {"output": output, "weights": weights, "calls": calls}
+
+
+def attention_gradients(impl, q, k, v, mask, upstream):
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    output = impl.scaled_dot_product_attention(q, k, v, mask)[0]
+    return torch.autograd.grad((output * upstream).sum(), (q, k, v))
+
+
+def attention_on_meta(impl, q, k, v, mask):
+    """The "meta" device stands in for a GPU: tensors made on the CPU would clash with it."""
+    output, weights = impl.scaled_dot_product_attention(
+        *(t.to("meta") for t in (q, k, v)), mask=mask.to("meta"))
+    return output.device.type, weights.device.type
+
+
+def jacobian_of(impl, p):
+    return impl.softmax_jacobian(p)
+
+
+def reference_weights(query, key, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) with masked keys at weight 0 and empty rows all zero."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
+
+
+def mistaken_weights(query, key, mask=None):
+    """``{what went wrong: the weights it gives}`` for the plausible mistakes of 2.2, computed
+    from the same inputs (a table of the mistakes the tests tell apart)."""
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1)
+
+    def weights(scaled, dim=-1):
+        if mask is not None:
+            scaled = scaled.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scaled, dim=dim).nan_to_num(nan=0.0)
+
+    return {
+        f"These are the weights with no scaling, softmax(Q K^T): divide the scores by "
+        f"sqrt(d_k) = {math.sqrt(d_k):.3g} before the softmax.": weights(scores),
+        f"These are the weights with the scores divided by d_k instead of sqrt(d_k): divide "
+        f"by sqrt(d_k) = {math.sqrt(d_k):.3g}, not {d_k}.": weights(scores / d_k),
+        "These are the weights with the softmax over the queries (dim=-2): take it over the "
+        "keys (dim=-1), so that each query's weights sum to 1.":
+            weights(scores / math.sqrt(d_k), dim=-2),
+    }
+
+
+def check_weights(weights, query, key, name, hint, mask=None):
+    """``weights`` against the reference; when they differ and match a known mistake, the
+    message names that mistake instead of the general ``hint``."""
+    expected = reference_weights(query, key, mask)
+    if (isinstance(weights, torch.Tensor) and weights.shape == expected.shape
+            and not torch.allclose(weights.double(), expected, atol=1e-6, rtol=1e-5)):
+        for mistake, mistaken in mistaken_weights(query, key, mask).items():
+            if torch.allclose(weights.double(), mistaken, atol=1e-6, rtol=1e-5):
+                hint = mistake
+                break
+    assert_close(weights, expected, name, hint=hint)
+
+
+# ---------------------------------------------------------------- 2.1 softmax
+
+
+@pytest.mark.grade("2.1", points=3)
+@pytest.mark.parametrize("shape, dim", [((7,), 0), ((4, 9), -1), ((4, 9), 0), ((2, 3, 5), 1),
+                                        ((2, 3, 5), -1), ((2, 3, 4, 6), 2)])
+def test_softmax_matches_torch(learner, shape, dim):
+    x = torch.randn(shape, dtype=f64) * 3
+    out = assert_tensor(learner.run(softmax_of, x=x, dim=dim), f"softmax(x, dim={dim})",
+                        shape=shape, dtype=f64)
+    assert_close(out, torch.softmax(x, dim=dim), f"softmax(x, dim={dim}) for x of shape "
+                 f"{list(shape)}", hint="Are the sum and the maximum taken over `dim`, with "
+                 "keepdim=True so that they broadcast back?")
+
+
+@pytest.mark.grade("2.1", points=1)
+def test_softmax_default_dim_is_last(learner):
+    x = torch.randn(3, 4, dtype=f64)
+    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1),
+                 "softmax(x) (default dim=-1)")
+
+
+@pytest.mark.grade("2.1", points=2)
+def test_softmax_does_not_overflow(learner):
+    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=f64)
+    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1),
+                 "softmax of scores near +-1000",
+                 hint="exp(1000) overflows to inf: subtract each row's maximum first.")
+    x32 = torch.randn(5, 8) * 200
+    assert_close(learner.run(softmax_of, x=x32), torch.softmax(x32, dim=-1),
+                 "softmax of float32 scores up to about 800", atol=1e-6,
+                 hint="Subtract the maximum before exp.")
+
+
+@pytest.mark.grade("2.1", points=2)
+def test_all_minus_inf_slice_gives_zeros(learner):
+    x = torch.randn(3, 5, dtype=f64)
+    x[1] = float("-inf")
+    x[2, :3] = float("-inf")
+    expected = torch.softmax(x, dim=-1).nan_to_num(nan=0.0)
+    assert_close(learner.run(softmax_of, x=x), expected,
+                 "softmax with row 1 all -inf and row 2 partly -inf",
+                 hint="A row with nothing allowed must give zeros: its maximum is -inf, and "
+                 "-inf - (-inf) is NaN. Replace a -inf maximum by 0.")
+
+
+@pytest.mark.grade("2.1", points=1)
+def test_softmax_gradient_matches_torch(learner):
+    x = torch.randn(4, 6, dtype=f64, requires_grad=True)
+    upstream = torch.randn(4, 6, dtype=f64)
+    grad = learner.run(softmax_gradient, x=x.detach(), upstream=upstream)
+    (expected,) = torch.autograd.grad((torch.softmax(x, -1) * upstream).sum(), x)
+    assert_close(grad, expected, "the gradient of softmax",
+                 hint="Build it from differentiable torch operations (no .detach(), no numpy).")
+
+
+# ---------------------------------------------------------------- 2.2 attention
+
+
+SHAPES = [  # batch shape, Lq, Lk, d_k, d_v
+    ((), 4, 4, 8, 8),
+    ((3,), 5, 7, 8, 4),
+    ((2, 4), 6, 3, 16, 16),
+    ((2, 4), 1, 9, 64, 32),
+]
+
+
+@pytest.mark.grade("2.2", points=3)
+@pytest.mark.parametrize("batch, lq, lk, d_k, d_v", SHAPES)
+def test_attention_matches_pytorch(learner, batch, lq, lk, d_k, d_v):
+    q = torch.randn(*batch, lq, d_k, dtype=f64)
+    k = torch.randn(*batch, lk, d_k, dtype=f64)
+    v = torch.randn(*batch, lk, d_v, dtype=f64)
+    result = learner.run(attention_of, q=q, k=k, v=v)
+    assert "returned" not in result, (
+        f"scaled_dot_product_attention should return (output, weights), got "
+        f"{result.get('returned')}"
+    )
+    output, weights = result["output"], result["weights"]
+    assert_tensor(weights, "weights", shape=(*batch, lq, lk))
+    check_weights(weights, q, k, "weights", hint="weights = softmax(Q K^T / sqrt(d_k)) over the "
+                  "keys (the last axis); d_k is query.size(-1).")
+    assert_close(output, F.scaled_dot_product_attention(q, k, v), "output",
+                 hint="output = weights @ value.")
+
+
+@pytest.mark.grade("2.2", points=1)
+def test_weights_rows_sum_to_one(learner):
+    q, k, v = (torch.randn(2, 5, 8, dtype=f64) for _ in range(3))
+    weights = assert_tensor(learner.run(attention_of, q=q, k=k, v=v).get("weights"), "weights",
+                            shape=(2, 5, 5))
+    sums = weights.sum(-1)
+    row = int((sums - 1).abs().argmax())
+    assert torch.allclose(sums, torch.ones_like(sums)), (
+        f"each row of weights must sum to 1 over the keys (dim=-1); a row sums to "
+        f"{sums.flatten()[row].item():.4f}. Is softmax taken over the right dimension?"
+    )
+
+
+MASKS = {
+    "padding [B, 1, 1, Lk]": lambda b, h, lq, lk: torch.arange(lk) < torch.tensor(
+        [lk, lk - 2])[:b].view(b, 1, 1, 1),
+    "causal [Lq, Lk]": lambda b, h, lq, lk: torch.ones(lq, lk, dtype=torch.bool).tril(),
+    "random [B, H, Lq, Lk]": lambda b, h, lq, lk: torch.rand(b, h, lq, lk) > 0.4,
+}
+
+
+@pytest.mark.grade("2.2", points=3)
+@pytest.mark.parametrize("kind", list(MASKS))
+def test_mask_matches_pytorch(learner, kind):
+    b, h, lq, lk, d = 2, 3, 6, 6, 8
+    q, k, v = (torch.randn(b, h, n, d, dtype=f64) for n in (lq, lk, lk))
+    mask = MASKS[kind](b, h, lq, lk)
+    mask[..., 0] = True  # every query may see key 0, so PyTorch's reference has no empty row
+    result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
+    output, weights = result.get("output"), result.get("weights")
+    check_weights(weights, q, k, f"weights with a {kind} mask", mask=mask,
+                  hint="Masked scores must become -inf before the softmax (True = allowed), "
+                  "so masked keys get weight exactly 0 and the rest still sum to 1.")
+    assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                 f"output with a {kind} mask")
+
+
+@pytest.mark.grade("2.2", points=2)
+def test_fully_masked_query_gives_zeros_not_nan(learner):
+    q, k, v = torch.randn(1, 3, 4, dtype=f64), torch.randn(1, 5, 4, dtype=f64), torch.randn(
+        1, 5, 2, dtype=f64)
+    mask = torch.ones(1, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False  # query 1 may attend to nothing
+    result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
+    output = assert_tensor(result.get("output"), "output", shape=(1, 3, 2))
+    weights = assert_tensor(result.get("weights"), "weights", shape=(1, 3, 5))
+    assert_close(weights[0, 1], torch.zeros(5), "the weights of a query whose keys are all "
+                 "masked", hint="Use -inf with your softmax from 2.1 (all -inf gives zeros).")
+    assert_close(output[0, 1], torch.zeros(2), "the output of a query whose keys are all masked")
+    assert_close(weights[0, 0], reference_weights(q, k)[0, 0], "the weights of an unmasked query")
+
+
+@pytest.mark.grade("2.2", points=2)
+def test_dropout_is_applied_to_the_weights(learner):
+    q, k, v = torch.randn(2, 4, 8, dtype=f64), torch.randn(2, 6, 8, dtype=f64), torch.randn(
+        2, 6, 3, dtype=f64)
+    keep = torch.rand(2, 4, 6) > 0.5
+    result = learner.run(attention_with_dropout, q=q, k=k, v=v, keep=keep)
+    output, weights, calls = result["output"], result["weights"], result["calls"]
+    assert calls == [(2, 4, 6)], (
+        f"dropout should be called once, on the weights [B, Lq, Lk] = [2, 4, 6]; it was called "
+        f"on shapes {calls}"
+    )
+    dropped = reference_weights(q, k) * keep * 2.0
+    assert_close(weights, dropped, "the returned weights",
+                 hint="Return the weights after dropout: the ones that multiplied value.")
+    assert_close(output, dropped @ v, "output with dropout",
+                 hint="Apply dropout to the weights, then multiply by value.")
+
+
+@pytest.mark.grade("2.2", points=1)
+def test_gradients_match_pytorch(learner):
+    q, k, v = (torch.randn(2, 2, 5, 4, dtype=f64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    upstream = torch.randn(2, 2, 5, 4, dtype=f64)
+    grads = learner.run(attention_gradients, q=q.detach(), k=k.detach(), v=v.detach(), mask=mask,
+                        upstream=upstream)
+    expected = torch.autograd.grad((F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                                    * upstream).sum(), (q, k, v))
+    for name, grad, want in zip("qkv", grads, expected, strict=True):
+        assert_close(grad, want, f"the gradient with respect to {name}")
+
+
+@pytest.mark.grade("2.2", points=1)
+def test_mismatched_shapes_are_explained(learner):
+    message = learner.raises("ValueError", attention_of, q=torch.randn(2, 3, 8),
+                             k=torch.randn(2, 4, 6), v=torch.randn(2, 4, 6))
+    assert re.search("d_k|query|key", message), (
+        f"the ValueError for query [2, 3, 8] and key [2, 4, 6] should name d_k, query or key; "
+        f"it says: {message}")
+    message = learner.raises("ValueError", attention_of, q=torch.randn(2, 3, 8),
+                             k=torch.randn(2, 4, 8), v=torch.randn(2, 5, 8))
+    assert re.search("Lk|key|value", message), (
+        f"the ValueError for key [2, 4, 8] and value [2, 5, 8] should name Lk, key or value; "
+        f"it says: {message}")
+
+
+# ---------------------------------------------------------------- 2.3 Jacobian
+
+
+@pytest.mark.grade("2.3", points=3)
+@pytest.mark.parametrize("batch", [(), (4,), (2, 3)])
+def test_jacobian_matches_autograd(learner, batch):
+    n = 5
+    z = torch.randn(*batch, n, dtype=f64) * 2
+    p = torch.softmax(z, dim=-1)
+    flat = z.reshape(-1, n)
+    expected = torch.stack([torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), row)
+                            for row in flat]).reshape(*batch, n, n)
+    assert_close(learner.run(jacobian_of, p=p), expected, f"softmax_jacobian(p) for p of shape "
+                 f"{list(p.shape)}", hint="J = diag(p) - p p^T: the diagonal is p_i (1 - p_i), "
+                 "off the diagonal -p_i p_j.")
+
+
+@pytest.mark.grade("2.3", points=1)
+def test_jacobian_vanishes_when_saturated(learner):
+    p = torch.softmax(torch.tensor([30.0, 0.0, 0.0, 0.0], dtype=f64), dim=-1)
+    jacobian = learner.run(jacobian_of, p=p)
+    assert_tensor(jacobian, "softmax_jacobian(p)", shape=(4, 4))
+    assert jacobian.abs().max() < 1e-12, (
+        f"for a saturated softmax (p close to one-hot) every entry of the Jacobian is close "
+        f"to 0; the largest is {jacobian.abs().max().item():.3g}"
+    )
+
+
+@pytest.mark.grade("2.2", points=1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_keeps_dtype_and_device(learner, dtype):
+    q, k, v = (torch.randn(2, 3, 4, dtype=dtype) for _ in range(3))
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
+    assert_tensor(result.get("output"), f"output for {dtype} inputs", shape=(2, 3, 4), dtype=dtype)
+    assert_tensor(result.get("weights"), f"weights for {dtype} inputs", shape=(2, 3, 3),
+                  dtype=dtype)
+    devices = learner.run(attention_on_meta, q=q, k=k, v=v, mask=mask)
+    assert devices == ("meta", "meta"), (
+        "new tensors must be created on the inputs' device (e.g. torch.full_like(scores, ...)), "
+        "never on the CPU by default"
+    )

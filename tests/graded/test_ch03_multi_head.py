@@ -1,0 +1,352 @@
+"""Graded tests of chapter 3: splitting into heads, merging them, multi-head attention.
+
+Reference: ``torch.nn.MultiheadAttention(batch_first=True)`` with the same weights, in
+float64. PyTorch's masks are True where attention is *blocked*: the tests translate.
+
+The functions above the tests (``split_heads_of``, ``attention_module_run``, ...) are
+*probes*: they run in the grading worker, with ``impl`` the chapter module under test, and
+return plain data. Everything else runs in the grader, which never imports the code under
+test: it loads the weights a probe returns into PyTorch's own module and compares.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from checks import assert_close, assert_tensor
+
+CHAPTER = 3
+EXERCISES = {
+    "3.1": "split_heads: [B, L, D] -> [B, H, L, d_k]",
+    "3.2": "merge_heads: [B, H, L, d_k] -> [B, L, D]",
+    "3.3": "MultiHeadAttention: project, split, attend, merge, project",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"3.3": ("2.2", "3.1", "3.2")}
+FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention",
+                     "multi_head_attention_forward", "TransformerEncoderLayer",
+                     "TransformerDecoderLayer")}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs: the fused
+# attention of nn.MultiheadAttention and of F.scaled_dot_product_attention.
+FORBIDDEN_OPS = {"3.3": ("_native_multi_head_attention",
+                         "_scaled_dot_product_flash_attention_for_cpu",
+                         "_scaled_dot_product_attention_math",
+                         "_scaled_dot_product_efficient_attention",
+                         "_scaled_dot_product_flash_attention",
+                         "_scaled_dot_product_cudnn_attention", "_fused_sdp_choice")}
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+f64 = torch.float64
+
+
+def reference_split(x, heads):
+    """Head h of position l is x[b, l, h*d_k:(h+1)*d_k], built slice by slice."""
+    d_k = x.size(-1) // heads
+    return torch.stack([x[..., h * d_k:(h + 1) * d_k] for h in range(heads)], dim=1)
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def sent(value):
+    """A tensor as it is; anything else that is not plain data, by the name of its type."""
+    if value is None or isinstance(value, (torch.Tensor, tuple, list)):
+        return value
+    return {"not a tensor": type(value).__name__}
+
+
+def split_heads_of(impl, x, heads):
+    return sent(impl.split_heads(x, heads))
+
+
+def split_heads_of_transposed(impl, x, heads):
+    """split_heads of ``x.transpose(0, 1)``: a non-contiguous input."""
+    return sent(impl.split_heads(x.transpose(0, 1), heads))
+
+
+def merge_heads_of_split(impl, x, heads):
+    """merge_heads of ``x`` split slice by slice: a non-contiguous [B, H, L, d_k]."""
+    return sent(impl.merge_heads(reference_split(x, heads)))
+
+
+def new_module(impl, d_model, heads):
+    impl.MultiHeadAttention(d_model, heads)
+
+
+def attention_module_run(impl, query, key, value, d_model, heads, bias=True, mask=None,
+                         double=True):
+    """A fresh MultiHeadAttention's weights, its output and its attention weights."""
+    module = impl.MultiHeadAttention(d_model, heads, bias=bias)
+    if double:
+        module = module.double()
+    linear = {proj: isinstance(getattr(module, proj, None), nn.Linear) for proj in PROJECTIONS}
+    state = dict(module.state_dict())
+    output = module(query, key, value) if mask is None else module(query, key, value, mask=mask)
+    weights = getattr(module, "attention_weights", None)
+    return {"linear": linear, "state": state, "output": sent(output), "weights": sent(weights),
+            "weights_require_grad": bool(getattr(weights, "requires_grad", False))}
+
+
+def parameter_names(impl, d_model, heads, bias):
+    return [name for name, _ in impl.MultiHeadAttention(d_model, heads, bias=bias)
+            .named_parameters()]
+
+
+def parameter_gradients(impl, query, memory):
+    module = impl.MultiHeadAttention(8, 2)
+    module(query, memory, memory).pow(2).sum().backward()
+    return {name: parameter.grad for name, parameter in module.named_parameters()}
+
+
+def eval_and_training_runs(impl, x):
+    module = impl.MultiHeadAttention(8, 2, dropout=0.5)
+    module.eval()
+    first, second = module(x, x, x), module(x, x, x)
+    eval_weights = module.attention_weights
+    module.train()
+    module(x, x, x)
+    return {"first": sent(first), "second": sent(second), "eval_weights": sent(eval_weights),
+            "train_weights": sent(module.attention_weights)}
+
+
+# ---------------------------------------------------------------- grader-side helpers
+
+
+def tensor(value, name, shape=None):
+    """``assert_tensor`` that also names what came back when it was not plain data."""
+    if isinstance(value, dict) and "not a tensor" in value:
+        raise AssertionError(f"{name} should be a torch.Tensor, but it is a "
+                             f"{value['not a tensor']}")
+    return assert_tensor(value, name, shape=shape)
+
+
+def pytorch_twin(result, d_model=16, heads=4, bias=True):
+    """PyTorch's nn.MultiheadAttention with the weights of the learner's module (float64).
+
+    The parameter names come first: a missing projection is named, before any output is
+    compared."""
+    state, names = result["state"], sorted(result["state"])
+    suffixes = ("weight", "bias") if bias else ("weight",)
+    for proj in PROJECTIONS:
+        present = result["linear"][proj] and all(f"{proj}.{w}" in state for w in suffixes)
+        if proj == "out_proj":
+            assert present, (
+                f"MultiHeadAttention should hold out_proj, an nn.Linear(d_model, d_model) "
+                f"applied after merging the heads; its parameters are {names}")
+        else:
+            assert present, (
+                f"MultiHeadAttention should hold {proj} = nn.Linear(d_model, d_model); its "
+                f"parameters are {names}")
+        assert tuple(state[f"{proj}.weight"].shape) == (d_model, d_model), (
+            f"{proj}.weight should have shape [{d_model}, {d_model}] (nn.Linear(d_model, "
+            f"d_model)), but it has shape {list(state[f'{proj}.weight'].shape)}")
+    theirs = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True).double()
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([state[f"{p}.weight"] for p in PROJECTIONS[:3]]))
+        theirs.out_proj.weight.copy_(state["out_proj.weight"])
+        if bias:
+            theirs.in_proj_bias.copy_(torch.cat([state[f"{p}.bias"] for p in PROJECTIONS[:3]]))
+            theirs.out_proj.bias.copy_(state["out_proj.bias"])
+    return theirs
+
+
+def mistaken_outputs(result, query, memory, bias):
+    """``{what went wrong: the output it gives}`` for the plausible mistakes of 3.3, computed
+    by PyTorch's module with the learner's weights (a table of the mistakes told apart)."""
+    found = {}
+    without_out = pytorch_twin(result, bias=bias)
+    with torch.no_grad():
+        without_out.out_proj.weight.copy_(torch.eye(without_out.embed_dim, dtype=f64))
+        if bias:
+            without_out.out_proj.bias.zero_()
+    found["This is the output without out_proj: apply out_proj to the merged heads (the "
+          "last step)."] = without_out
+    state = dict(result["state"])
+    state["v_proj.weight"] = state["k_proj.weight"]
+    if bias:
+        state["v_proj.bias"] = state["k_proj.bias"]
+    found["This is the output with the values projected by k_proj: project value with "
+          "v_proj."] = pytorch_twin({**result, "state": state}, bias=bias)
+    with torch.no_grad():
+        return {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
+
+
+def named_mistake(output, result, query, memory, bias, hint):
+    """The message of the known mistake whose output ``output`` is, else ``hint``."""
+    if isinstance(output, torch.Tensor):
+        for mistake, mistaken in mistaken_outputs(result, query, memory, bias).items():
+            if output.shape == mistaken.shape and torch.allclose(output.double(), mistaken,
+                                                                 atol=1e-6, rtol=1e-5):
+                return mistake
+    return hint
+
+
+# ---------------------------------------------------------------- 3.1 and 3.2
+
+
+@pytest.mark.grade("3.1", points=3)
+@pytest.mark.parametrize("batch, length, d_model, heads", [(2, 5, 8, 2), (1, 7, 12, 3),
+                                                           (3, 4, 16, 16), (2, 6, 8, 1)])
+def test_split_heads(learner, batch, length, d_model, heads):
+    x = torch.randn(batch, length, d_model, dtype=f64)
+    out = tensor(learner.run(split_heads_of, x=x, heads=heads), "split_heads(x)",
+                 shape=(batch, heads, length, d_model // heads))
+    assert_close(out, reference_split(x, heads), "split_heads(x)",
+                 hint="Head h of position l is x[b, l, h*d_k:(h+1)*d_k]. Reshape to "
+                 "[B, L, H, d_k] first, then transpose L and H; a single view to "
+                 "[B, H, L, d_k] mixes positions into heads.")
+
+
+@pytest.mark.grade("3.1", points=1)
+def test_split_heads_accepts_non_contiguous_input(learner):
+    x = torch.randn(6, 2, 8, dtype=f64)  # transposed in the worker: [B=2, L=6, D=8], not contiguous
+    out = tensor(learner.run(split_heads_of_transposed, x=x, heads=4),
+                 "split_heads of a non-contiguous tensor")
+    assert_close(out, reference_split(x.transpose(0, 1), 4),
+                 "split_heads of a non-contiguous tensor")
+
+
+@pytest.mark.grade("3.1", points=1)
+def test_split_heads_explains_indivisible_width(learner):
+    message = learner.raises("ValueError", split_heads_of, x=torch.randn(2, 3, 10), heads=4)
+    assert "10" in message and "4" in message, (
+        f"the error should name d_model (10) and num_heads (4); it says {message!r}"
+    )
+
+
+@pytest.mark.grade("3.2", points=3)
+@pytest.mark.parametrize("batch, heads, length, d_k", [(2, 2, 5, 4), (1, 3, 7, 4), (3, 8, 2, 2)])
+def test_merge_heads(learner, batch, heads, length, d_k):
+    x = torch.randn(batch, length, heads * d_k, dtype=f64)
+    # the worker splits x slice by slice: a non-contiguous [B, H, L, d_k]
+    out = tensor(learner.run(merge_heads_of_split, x=x, heads=heads), "merge_heads(split)")
+    assert_close(out, x, "merge_heads(split)",
+                 hint="Transpose H and L back to [B, L, H, d_k], then reshape (view fails on "
+                 "non-contiguous memory) to [B, L, H*d_k], head 0's features first.")
+
+
+@pytest.mark.grade("3.2", points=1)
+def test_merge_inverts_split_both_ways(learner):
+    x = torch.randn(2, 5, 12, dtype=f64)
+    heads = reference_split(x, 3)
+    merged = tensor(learner.run(merge_heads_of_split, x=x, heads=3), "merge_heads(split_heads(x))")
+    assert_close(merged, x, "merge_heads(split_heads(x))")
+    assert_close(reference_split(merged, 3), heads, "split_heads(merge_heads(h))")
+
+
+# ---------------------------------------------------------------- 3.3 MultiHeadAttention
+
+
+@pytest.mark.grade("3.3", points=3)
+@pytest.mark.parametrize("lq, lk", [(5, 5), (4, 7)], ids=["self", "cross"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_pytorch(learner, lq, lk, bias):
+    query = torch.randn(3, lq, 16, dtype=f64)
+    memory = query if lq == lk else torch.randn(3, lk, 16, dtype=f64)
+    result = learner.run(attention_module_run, query=query, key=memory, value=memory,
+                         d_model=16, heads=4, bias=bias)
+    theirs = pytorch_twin(result, bias=bias)
+    expected, weights = theirs(query, memory, memory, average_attn_weights=False)
+    out = tensor(result["output"], "MultiHeadAttention(query, key, value)")
+    hint = ("Project, split into heads, attend, merge, then out_proj. Are query, key and "
+            "value each projected by their own layer?")
+    if out.shape == expected.shape and not torch.allclose(out.double(), expected, atol=1e-6,
+                                                          rtol=1e-5):
+        hint = named_mistake(out, result, query, memory, bias, hint)
+    assert_close(out, expected, "MultiHeadAttention(query, key, value)", hint=hint)
+    tensor(result["weights"], "attention_weights", shape=(3, 4, lq, lk))
+    assert_close(result["weights"], weights, "attention_weights (one map per head)")
+
+
+@pytest.mark.grade("3.3", points=3)
+@pytest.mark.parametrize("kind", ["padding [B, 1, 1, Lk]", "causal [Lq, Lk]",
+                                  "per head [B, H, Lq, Lk]"])
+def test_masks_match_pytorch(learner, kind):
+    x = torch.randn(2, 6, 16, dtype=f64)
+    if kind.startswith("padding"):
+        lengths = torch.tensor([6, 4])
+        mask = (torch.arange(6) < lengths[:, None]).view(2, 1, 1, 6)
+        blocked = {"key_padding_mask": ~mask.view(2, 6)}
+    elif kind.startswith("causal"):
+        mask = torch.ones(6, 6, dtype=torch.bool).tril()
+        blocked = {"attn_mask": ~mask}
+    else:
+        mask = torch.rand(2, 4, 6, 6) > 0.5
+        mask[..., 0] = True
+        blocked = {"attn_mask": ~mask.reshape(8, 6, 6)}
+    result = learner.run(attention_module_run, query=x, key=x, value=x, d_model=16, heads=4,
+                         mask=mask)
+    expected, _ = pytorch_twin(result)(x, x, x, **blocked)
+    out = tensor(result["output"], f"MultiHeadAttention with a {kind} mask")
+    assert_close(out, expected, f"MultiHeadAttention with a {kind} mask",
+                 hint="Pass the mask on to the attention of 2.2 unchanged: it broadcasts over "
+                 "heads and queries ([B, H, Lq, Lk]). True means allowed.")
+
+
+@pytest.mark.grade("3.3", points=1)
+def test_weights_rows_sum_to_one(learner):
+    result = learner.run(attention_module_run, query=torch.randn(2, 5, 8),
+                         key=torch.randn(2, 3, 8), value=torch.randn(2, 3, 8), d_model=8,
+                         heads=2, double=False)
+    weights = tensor(result["weights"], "attention_weights", shape=(2, 2, 5, 3))
+    assert not result["weights_require_grad"], (
+        "attention_weights should be detached (weights.detach())")
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 2, 5)), (
+        "each row of attention_weights should sum to 1 over the keys")
+
+
+@pytest.mark.grade("3.3", points=1)
+@pytest.mark.parametrize("bias", [True, False])
+def test_parameter_names(learner, bias):
+    names = set(learner.run(parameter_names, d_model=8, heads=2, bias=bias))
+    expected = {f"{p}.{w}" for p in PROJECTIONS
+                for w in (("weight", "bias") if bias else ("weight",))}
+    assert names == expected, f"parameters should be {sorted(expected)}, got {sorted(names)}"
+
+
+@pytest.mark.grade("3.3", points=1)
+def test_gradients_reach_every_projection(learner):
+    query, memory = torch.randn(2, 4, 8), torch.randn(2, 3, 8)
+    grads = learner.run(parameter_gradients, query=query, memory=memory)
+    for name, grad in grads.items():
+        assert grad is not None and grad.abs().sum() > 0, (
+            f"no gradient reached {name}: is it used in forward?")
+
+
+@pytest.mark.grade("3.3", points=1)
+def test_dropout_on_the_weights_only_in_training(learner):
+    x = torch.randn(2, 6, 8)
+    result = learner.run(eval_and_training_runs, x=x)
+    first = tensor(result["first"], "the output in eval mode")
+    second = tensor(result["second"], "the output in eval mode")
+    assert torch.equal(first, second), "in eval mode the output must not be random"
+    eval_weights = tensor(result["eval_weights"], "attention_weights in eval mode",
+                          shape=(2, 2, 6, 6))
+    assert torch.allclose(eval_weights.sum(-1), torch.ones(2, 2, 6)), (
+        "in eval mode each row of attention_weights should sum to 1 (no dropout)")
+    weights = tensor(result["train_weights"], "attention_weights in training",
+                     shape=(2, 2, 6, 6))
+    zeros = (weights == 0).double().mean().item()
+    assert 0.3 < zeros < 0.7, (
+        f"with dropout=0.5 in training about half the attention weights should be dropped "
+        f"(zero); {zeros:.0%} are. Pass dropout to the attention, applied to the weights.")
+
+
+@pytest.mark.grade("3.3", points=1)
+def test_bad_shapes_are_explained(learner):
+    message = learner.raises("ValueError", new_module, d_model=10, heads=4)
+    assert re.search("10|4", message), (
+        f"the ValueError for MultiHeadAttention(10, 4) should name d_model (10) or num_heads "
+        f"(4); it says: {message}")
+    x = torch.randn(2, 3, 8)
+    message = learner.raises("ValueError", attention_module_run, query=x, key=x, value=x,
+                             d_model=8, heads=2, mask=torch.ones(2, 3, 3, dtype=torch.bool),
+                             double=False)
+    assert re.search("mask", message), (
+        f"a 3-D mask [2, 3, 3] is ambiguous (is the first axis the batch or the heads?): the "
+        f"ValueError should say the mask must be 2-D [Lq, Lk] or 4-D [B, H, Lq, Lk]; it says: "
+        f"{message}")

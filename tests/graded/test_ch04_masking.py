@@ -1,0 +1,251 @@
+"""Graded tests of chapter 4: padding, causal and target masks.
+
+Besides the masks' values, shapes, dtype and device, the leakage tests run attention
+(PyTorch's ``F.scaled_dot_product_attention``) with the learner's masks: no output may
+depend on a later token, and padded keys must receive zero weight.
+
+The functions above the tests (``padding_mask_of``, ...) are *probes*: they run in the
+grading worker, with ``impl`` the chapter module under test, and return plain data.
+Everything else runs in the grader, which never imports the code under test.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from annotated_transformer.course.grading.sandbox import LearnerRaised
+
+from checks import assert_tensor
+
+CHAPTER = 4
+EXERCISES = {
+    "4.1": "padding_mask: True at real tokens, [B, 1, 1, L]",
+    "4.2": "causal_mask: True on and below the diagonal",
+    "4.3": "target_mask: padding and causality together",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"4.3": ("4.1", "4.2")}
+BATCHES = [  # (tokens, pad_id)
+    (torch.tensor([[5, 6, 7, 0, 0], [3, 4, 0, 0, 0]]), 0),
+    (torch.tensor([[1, 2, 3, 9], [9, 9, 4, 5], [6, 9, 7, 9]]), 9),
+    (torch.tensor([[2, 2, 2]]), 1),
+]
+f64 = torch.float64
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def padding_mask_of(impl, tokens, pad_id):
+    return impl.padding_mask(tokens, pad_id)
+
+
+def causal_mask_of(impl, size):
+    return impl.causal_mask(size)
+
+
+def target_mask_of(impl, tokens, pad_id):
+    return impl.target_mask(tokens, pad_id)
+
+
+BOOLEAN_ONLY = re.compile(r"\"(bitwise|logical)_\w+\" not implemented for '(\w+)'")
+
+
+def run_mask(learner, probe, **inputs):
+    """``learner.run(probe, ...)``; PyTorch refusing ``&``, ``|`` or ``~`` on a float tensor
+    is explained: masks are ``torch.bool`` (an error of the code under test all the same)."""
+    try:
+        return learner.run(probe, **inputs)
+    except LearnerRaised as error:
+        found = BOOLEAN_ONLY.search(error.message)
+        if found is None:
+            raise
+        raise LearnerRaised(error.types, f"{error.message}: a mask is a torch.bool tensor, and "
+                            f"&, | and ~ combine bool masks; one of yours is {found[2]} (make "
+                            f"it with dtype=torch.bool, or compare: tokens != pad_id)",
+                            error.where) from None
+
+
+def padding_mask_device(impl):
+    """The "meta" device stands in for a GPU: a mask made on the CPU would clash with it."""
+    return impl.padding_mask(torch.zeros(2, 3, dtype=torch.long, device="meta"), 0).device.type
+
+
+def causal_mask_device(impl):
+    return impl.causal_mask(4, device="meta").device.type
+
+
+def target_mask_device(impl):
+    return impl.target_mask(torch.ones(2, 3, dtype=torch.long, device="meta"), 0).device.type
+
+
+def allowed_by_loop(tokens, pad_id, causal):
+    """mask[b, 0, i, j] = (token j is not pad) and (j <= i if causal), entry by entry."""
+    batch, length = tokens.shape
+    mask = torch.zeros(batch, 1, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(length):
+            for j in range(length):
+                mask[b, 0, i, j] = bool(tokens[b, j] != pad_id) and (j <= i or not causal)
+    return mask
+
+
+def check_mask(mask, name, shape, expected):
+    assert_tensor(mask, name, shape=shape, dtype=torch.bool)
+    wrong = (mask != expected).nonzero()
+    assert not len(wrong), (
+        f"{name} is {bool(mask[tuple(wrong[0])])} at index {tuple(wrong[0].tolist())} where it "
+        f"should be {bool(expected[tuple(wrong[0])])} (True = attention allowed)"
+    )
+
+
+def usable_mask(mask, name, scores):
+    """``mask`` checked to be a bool tensor that broadcasts to the scores' shape ``scores``."""
+    assert_tensor(mask, name, dtype=torch.bool)
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores)
+    except RuntimeError:
+        shape = None
+    assert shape == tuple(scores), (
+        f"{name} of shape {list(mask.shape)} does not broadcast to the attention scores "
+        f"{list(scores)}"
+    )
+    return mask
+
+
+def weights_of(query, key, mask):
+    """The attention weights softmax(Q K^T / sqrt(d_k)) with masked keys at 0: PyTorch's
+    attention with the identity as values returns the weights themselves."""
+    identity = torch.eye(key.size(-2), dtype=key.dtype).expand(*key.shape[:-1], -1)
+    return F.scaled_dot_product_attention(query, key, identity, attn_mask=mask)
+
+
+# ---------------------------------------------------------------- 4.1 padding_mask
+
+
+@pytest.mark.grade("4.1", points=3)
+@pytest.mark.parametrize("tokens, pad_id", BATCHES)
+def test_padding_mask(learner, tokens, pad_id):
+    batch, length = tokens.shape
+    expected = allowed_by_loop(tokens, pad_id, causal=False)[:, :, :1, :]
+    check_mask(learner.run(padding_mask_of, tokens=tokens, pad_id=pad_id),
+               f"padding_mask(tokens, pad_id={pad_id})", (batch, 1, 1, length), expected)
+
+
+@pytest.mark.grade("4.1", points=1)
+def test_padding_mask_broadcasts_over_heads_and_queries(learner):
+    tokens, pad_id = BATCHES[0]
+    mask = assert_tensor(learner.run(padding_mask_of, tokens=tokens, pad_id=pad_id),
+                         f"padding_mask(tokens, pad_id={pad_id})")
+    scores = (2, 4, 3, 5)  # [B, H, Lq, Lk], with Lq != Lk
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores)
+    except RuntimeError:
+        shape = None
+    assert shape == scores, (
+        f"a padding mask of shape {list(mask.shape)} does not broadcast to scores "
+        f"[B, H, Lq, Lk] = {list(scores)}: it should be [B, 1, 1, Lk]"
+    )
+
+
+@pytest.mark.grade("4.1", points=1)
+def test_padding_mask_keeps_device(learner):
+    assert learner.run(padding_mask_device) == "meta", "the mask should be on the device of tokens"
+
+
+@pytest.mark.grade("4.1", points=2)
+def test_padded_keys_get_zero_weight(learner):
+    tokens, pad_id = BATCHES[0]
+    q, k = (torch.randn(2, 4, 5, 8, dtype=f64) for _ in range(2))
+    mask = usable_mask(learner.run(padding_mask_of, tokens=tokens, pad_id=pad_id),
+                       "your padding mask", (2, 4, 5, 5))
+    weights = weights_of(q, k, mask)
+    padded = (tokens == pad_id)[:, None, None, :].expand_as(weights)
+    assert torch.all(weights[padded] == 0), (
+        "with your padding mask, attention still gives weight to padded keys")
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 5, dtype=f64)), (
+        "every query should still attend to the real tokens (rows sum to 1)")
+
+
+# ---------------------------------------------------------------- 4.2 causal_mask
+
+
+@pytest.mark.grade("4.2", points=3)
+@pytest.mark.parametrize("size", [1, 2, 5, 9])
+def test_causal_mask(learner, size):
+    expected = allowed_by_loop(torch.ones(1, size, dtype=torch.long), 0, causal=True)[0, 0]
+    check_mask(learner.run(causal_mask_of, size=size), f"causal_mask({size})", (size, size),
+               expected)
+
+
+@pytest.mark.grade("4.2", points=1)
+def test_causal_mask_on_the_given_device(learner):
+    assert learner.run(causal_mask_device) == "meta", (
+        "causal_mask(size, device) should create the mask there")
+
+
+@pytest.mark.grade("4.2", points=2)
+def test_no_output_depends_on_a_later_position(learner):
+    x = torch.randn(1, 6, 8, dtype=f64)
+    changed = x.clone()
+    changed[:, 4:] = torch.randn(1, 2, 8, dtype=f64)  # change positions 4 and 5
+    mask = usable_mask(learner.run(causal_mask_of, size=6), "causal_mask(6)", (1, 6, 6))
+    before = F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+    after = F.scaled_dot_product_attention(changed, changed, changed, attn_mask=mask)
+    leaked = (before[:, :4] - after[:, :4]).abs().amax(-1)
+    assert torch.allclose(before[:, :4], after[:, :4]), (
+        f"changing positions 4 and 5 changed the outputs at positions "
+        f"{(leaked[0] > 1e-12).nonzero().flatten().tolist()}: the future leaks through the mask"
+    )
+
+
+# ---------------------------------------------------------------- 4.3 target_mask
+
+
+@pytest.mark.grade("4.3", points=3)
+@pytest.mark.parametrize("tokens, pad_id", BATCHES)
+def test_target_mask(learner, tokens, pad_id):
+    batch, length = tokens.shape
+    check_mask(run_mask(learner, target_mask_of, tokens=tokens, pad_id=pad_id),
+               f"target_mask(tokens, pad_id={pad_id})", (batch, 1, length, length),
+               allowed_by_loop(tokens, pad_id, causal=True))
+
+
+@pytest.mark.grade("4.3", points=1)
+def test_target_mask_keeps_device(learner):
+    assert learner.run(target_mask_device) == "meta", "the mask should be on the device of tokens"
+
+
+def self_attention(x, mask, projections, heads):
+    """Multi-head self-attention of ``x [B, L, D]`` with the query, key and value
+    ``projections``: the output ``[B, L, D]`` and the weights ``[B, H, L, L]``."""
+    batch, length, d_model = x.shape
+    q, k, v = ((x @ w).view(batch, length, heads, -1).transpose(1, 2) for w in projections)
+    output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return output.transpose(1, 2).reshape(batch, length, d_model), weights_of(q, k, mask)
+
+
+@pytest.mark.grade("4.3", points=2)
+def test_decoder_self_attention_does_not_leak(learner):
+    embedding, positions = torch.randn(20, 16, dtype=f64), torch.randn(7, 16, dtype=f64)
+    projections = torch.randn(3, 16, 16, dtype=f64) / 4
+    tokens = torch.tensor([[1, 5, 6, 7, 8, 0, 0], [1, 9, 4, 3, 2, 11, 12]])
+    changed = tokens.clone()
+    changed[1, 4:] = torch.tensor([13, 14, 15])  # the future of row 1 from position 4 on
+    outputs = []
+    for batch in (tokens, changed):
+        mask = usable_mask(run_mask(learner, target_mask_of, tokens=batch, pad_id=0),
+                           "target_mask(tokens, 0)", (2, 4, 7, 7))
+        x = embedding[batch] * 4 + positions  # token embeddings scaled by sqrt(16), positions
+        output, weights = self_attention(x, mask, projections, heads=4)
+        outputs.append(output)
+    assert not torch.isnan(outputs[1]).any(), "NaN in the attention output"
+    assert torch.allclose(outputs[0][1, :4], outputs[1][1, :4]), (
+        "changing tokens 4..6 of a sequence changed its outputs at positions 0..3: "
+        "the decoder sees the future")
+    assert torch.all(weights[0, :, :, 5:] == 0), "padded keys (positions 5, 6) got attention"

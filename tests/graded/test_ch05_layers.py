@@ -1,0 +1,523 @@
+"""Graded tests of chapter 5: LayerNorm, the feed-forward network, residual connections and
+the encoder and decoder layers.
+
+References: ``nn.LayerNorm``, ``nn.TransformerEncoderLayer`` and ``nn.TransformerDecoderLayer``
+(ReLU, ``batch_first=True``, dropout 0) with equal weights, in float64. PyTorch's masks are
+True where attention is *blocked*; the tests translate. The PyTorch layers run in train mode
+(with dropout 0, so deterministic) to keep them off their inference fast path.
+
+The functions above the tests (``layer_norm_of``, ``encoder_layer_run``, ...) are *probes*:
+they run in the grading worker, with ``impl`` the chapter module under test, and return
+plain data (outputs, gradients, state dicts). Everything else runs in the grader, which
+never imports the code under test: it loads the state dicts the probes return into
+PyTorch's own modules and computes the expected values with them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from checks import assert_close, assert_tensor
+
+CHAPTER = 5
+EXERCISES = {
+    "5.1": "LayerNorm: per-position statistics, biased variance",
+    "5.2": "PositionwiseFeedForward: linear2(dropout(relu(linear1(x))))",
+    "5.3": "ResidualConnection: post-LN and pre-LN",
+    "5.4": "EncoderLayer: self-attention and feed-forward",
+    "5.5": "DecoderLayer: masked self-attention, cross-attention, feed-forward",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
+             "5.5": ("3.3", "5.1", "5.2", "5.3")}
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm"),
+             "5.4": ("TransformerEncoderLayer",),
+             "5.5": ("TransformerDecoderLayer",)}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs: LayerNorm's
+# own op and the group, batch and instance norm ops that could stand in for it; PyTorch's
+# fused encoder layer and multi-head attention (the inference fast path).
+NORM_OPS = ("native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+            "native_group_norm_backward", "native_batch_norm", "native_batch_norm_backward",
+            "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+            "_native_batch_norm_legit_functional", "_batch_norm_with_update",
+            "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
+            "cudnn_batch_norm", "miopen_batch_norm")
+LAYER_OPS = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
+FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.4": LAYER_OPS, "5.5": LAYER_OPS}
+f64 = torch.float64
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def layer_norm_of(impl, x, eps, weight, bias):
+    """LayerNorm(D, eps) with the given weight and bias (when it has them), applied to x."""
+    module = impl.LayerNorm(x.shape[-1], eps=eps).double()
+    parameters = dict(module.named_parameters())
+    with torch.no_grad():
+        for name, value in (("weight", weight), ("bias", bias)):
+            if name in parameters:
+                parameters[name].copy_(value)
+    return {"output": module(x), "parameters": sorted(parameters)}
+
+
+def layer_norm_parameters(impl, d_model):
+    return dict(impl.LayerNorm(d_model).named_parameters())
+
+
+def layer_norm_gradients(impl, x, upstream):
+    """The gradients with respect to x, weight and bias (None for one the output ignores)."""
+    module = impl.LayerNorm(x.shape[-1]).double()
+    parameters = dict(module.named_parameters())
+    inputs = {"x": x.clone().requires_grad_(True),
+              **{name: parameters[name] for name in ("weight", "bias") if name in parameters}}
+    grads = torch.autograd.grad((module(inputs["x"]) * upstream).sum(), list(inputs.values()),
+                                allow_unused=True)
+    return dict(zip(inputs, grads, strict=True))
+
+
+def layer_norm_of_batches(impl, x, other):
+    """The same module on sequence 0 alone and on a batch whose other sequences changed."""
+    module = impl.LayerNorm(x.shape[-1]).double()
+    return {"alone": module(x[:1]), "changed": module(other)}
+
+
+def feed_forward_run(impl, x, dropout=0.0):
+    """The linears' kinds and shapes, the state dict, and the output (eval and train mode)."""
+    module = impl.PositionwiseFeedForward(8, 32, dropout=dropout).double()
+    linears = {}
+    for name in ("linear1", "linear2"):
+        layer = getattr(module, name, None)
+        linears[name] = (list(layer.weight.shape) if isinstance(layer, nn.Linear) else None)
+    if None in linears.values():
+        return {"linears": linears}
+    module.eval()
+    evaluated = module(x)
+    module.train()
+    torch.manual_seed(5)
+    return {"linears": linears, "state": module.state_dict(), "eval": evaluated,
+            "train": module(x)}
+
+
+class Counting(nn.Module):
+    """A linear sublayer that counts its calls."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.linear = nn.Linear(d_model, d_model).double()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x)
+
+
+def residual_run(impl, x, norm_first, dropout=0.0, norm_weight=None):
+    """ResidualConnection around a Counting sublayer: outputs in eval mode and (with dropout)
+    in train mode, the number of calls, the sublayer's and the norm's weights."""
+    module = impl.ResidualConnection(8, dropout=dropout, norm_first=norm_first).double()
+    if not isinstance(getattr(module, "norm", None), nn.Module):
+        return {"has_norm": False}
+    if norm_weight is not None:
+        with torch.no_grad():
+            module.norm.weight.copy_(norm_weight)
+    sublayer = Counting(8)
+    module.eval()
+    result = {"has_norm": True, "eval": module(x, sublayer), "calls": sublayer.calls}
+    if dropout:
+        module.train()
+        torch.manual_seed(3)
+        result["train"] = module(x, sublayer)
+    return {**result, "sublayer": sublayer.linear.state_dict(),
+            "norm": module.norm.state_dict()}
+
+
+def layer_structure(layer, attentions, residuals):
+    found = {name: isinstance(getattr(layer, name, None), nn.Module)
+             for name in (*attentions, "feed_forward")}
+    stack = getattr(layer, "residuals", None)
+    found["residuals"] = len(stack) if isinstance(stack, nn.ModuleList) else None
+    return found, all(found[name] for name in (*attentions, "feed_forward")) and (
+        found["residuals"] == residuals)
+
+
+def set_norms(layer, norms):
+    with torch.no_grad():
+        for residual, (weight, bias) in zip(layer.residuals, norms, strict=True):
+            residual.norm.weight.copy_(weight)
+            residual.norm.bias.copy_(bias)
+
+
+SIZE_ERROR = re.compile(r"size|shape|match", re.IGNORECASE)
+
+
+def size_error(error):
+    """The message of a size mismatch raised by the code under test, None for anything else
+    (a stub's NotImplementedError, or another error, is raised on to the grader)."""
+    if isinstance(error, NotImplementedError) or not SIZE_ERROR.search(str(error)):
+        return None
+    return str(error)
+
+
+def encoder_layer_run(impl, x, norm_first, norms, mask=None):
+    """EncoderLayer(16, 4, 32) with the given norms, called as the package calls it:
+    ``layer(x, mask)``. Its structure, state dict and output."""
+    layer = impl.EncoderLayer(16, 4, 32, norm_first=norm_first).double()
+    structure, ok = layer_structure(layer, ("self_attn",), 2)
+    if not ok:
+        return {"structure": structure}
+    set_norms(layer, norms)
+    return {"structure": structure, "state": layer.state_dict(), "output": layer(x, mask)}
+
+
+def encoder_layer_output(impl, x):
+    return impl.EncoderLayer(x.shape[-1], 2, 16)(x)
+
+
+def decoder_layer_run(impl, x, memory, norm_first, norms, src_mask=None, tgt_mask=None):
+    """DecoderLayer(16, 4, 32) with the given norms, called as the package calls it:
+    ``layer(x, memory, src_mask, tgt_mask)``. Its structure, state dict and output; for a
+    size mismatch, its message and whether the layer also fails without masks."""
+    layer = impl.DecoderLayer(16, 4, 32, norm_first=norm_first).double()
+    structure, ok = layer_structure(layer, ("self_attn", "cross_attn"), 3)
+    if not ok:
+        return {"structure": structure}
+    set_norms(layer, norms)
+    result = {"structure": structure, "state": layer.state_dict()}
+    return {**result, **decoder_call(layer, x, memory, src_mask, tgt_mask)}
+
+
+def decoder_call(layer, x, memory, src_mask=None, tgt_mask=None):
+    """``layer(x, memory, src_mask, tgt_mask)``; for a size mismatch, its message and whether
+    the layer runs without masks (then the masks went to the wrong attention)."""
+    masked = src_mask is not None or tgt_mask is not None
+    try:
+        return {"output": layer(x, memory, src_mask, tgt_mask) if masked else layer(x, memory)}
+    except (RuntimeError, ValueError) as error:
+        message = size_error(error)
+        if message is None:
+            raise
+    masks_only = False
+    if masked:
+        try:
+            layer(x, memory)
+            masks_only = True
+        except (RuntimeError, ValueError) as error:
+            if size_error(error) is None:
+                raise
+    return {"size_error": message, "masks_only": masks_only}
+
+
+def decoder_memory_effect(impl, x, memory):
+    """The same decoder layer on the same x with two different memories."""
+    layer = impl.DecoderLayer(x.shape[-1], 2, 16).double()
+    first = decoder_call(layer, x, memory)
+    return first if "size_error" in first else {
+        "first": first["output"], "second": decoder_call(layer, x, memory * 2 + 1).get("output")}
+
+
+# ---------------------------------------------------------------- 5.1 LayerNorm
+
+
+@pytest.mark.grade("5.1", points=3)
+@pytest.mark.parametrize("shape, eps", [((2, 5, 8), 1e-5), ((4, 16), 1e-3), ((2, 3, 4, 6), 0.5)])
+def test_layer_norm_matches_pytorch(learner, shape, eps):
+    d_model = shape[-1]
+    theirs = nn.LayerNorm(d_model, eps=eps).double()
+    weight, bias = torch.linspace(0.5, 2.0, d_model), torch.linspace(-1.0, 1.0, d_model)
+    with torch.no_grad():  # random affine parameters, so that weight and bias matter
+        theirs.weight.copy_(weight)
+        theirs.bias.copy_(bias)
+    x = torch.randn(shape, dtype=f64) * 3 + 1
+    result = learner.run(layer_norm_of, x=x, eps=eps, weight=weight, bias=bias)
+    assert {"weight", "bias"} <= set(result["parameters"]), (
+        f"LayerNorm should have the parameters weight and bias, got {result['parameters']}")
+    hint = ("Statistics over the last dimension only; the biased variance (divide by D, not "
+            "D - 1); eps inside the square root; then * weight + bias.")
+    output = result["output"]
+    if (isinstance(output, torch.Tensor) and output.shape == x.shape
+            and torch.allclose(output.double(), F.layer_norm(x, (d_model,), eps=eps),
+                               atol=1e-6, rtol=1e-5)):
+        hint = ("This is x normalised, but weight and bias are not applied: return "
+                "normalised x * self.weight + self.bias.")
+    assert_close(output, theirs(x), f"LayerNorm({d_model}, eps={eps}) of x of shape "
+                 f"{list(shape)}", hint=hint)
+
+
+@pytest.mark.grade("5.1", points=1)
+def test_layer_norm_parameters(learner):
+    parameters = learner.run(layer_norm_parameters, d_model=6)
+    assert set(parameters) == {"weight", "bias"}, (
+        f"LayerNorm should have exactly the parameters weight and bias, got {sorted(parameters)}")
+    assert_close(parameters["weight"], torch.ones(6), "weight at initialisation (ones, [d_model])")
+    assert_close(parameters["bias"], torch.zeros(6), "bias at initialisation (zeros, [d_model])")
+
+
+@pytest.mark.grade("5.1", points=1)
+def test_layer_norm_gradients_match(learner):
+    theirs = nn.LayerNorm(8).double()
+    x = torch.randn(3, 4, 8, dtype=f64, requires_grad=True)
+    upstream = torch.randn(3, 4, 8, dtype=f64)
+    got = learner.run(layer_norm_gradients, x=x.detach(), upstream=upstream)
+    want = torch.autograd.grad((theirs(x) * upstream).sum(), (x, theirs.weight, theirs.bias))
+    for name, w in zip(("x", "weight", "bias"), want, strict=True):
+        assert name in got, (
+            f"LayerNorm should have the parameter {name}, got only {sorted(set(got) - {'x'})}")
+        assert got[name] is not None, (
+            f"the output does not depend on {name}: its gradient is None. forward must use "
+            f"self.{name} (the result is normalised x * weight + bias)" if name != "x" else
+            "the output does not depend on x")
+        assert_close(got[name], w, f"the gradient with respect to {name}")
+
+
+@pytest.mark.grade("5.1", points=1)
+def test_layer_norm_ignores_the_rest_of_the_batch(learner):
+    x = torch.randn(4, 5, 8, dtype=f64)
+    other = x.clone()
+    other[1:] = other[1:] * 100 + 7  # change every other sequence of the batch
+    result = learner.run(layer_norm_of_batches, x=x, other=other)
+    changed = assert_tensor(result["changed"], "LayerNorm of the changed batch", shape=(4, 5, 8))
+    assert_close(changed[:1], result["alone"], "LayerNorm of sequence 0 after changing the "
+                 "others", hint="LayerNorm uses no statistics across the batch (that is "
+                 "BatchNorm).")
+
+
+# ---------------------------------------------------------------- 5.2 feed-forward
+
+
+def linears_from(state):
+    """PyTorch's nn.Linear modules holding the learner's linear1 and linear2."""
+    linear1, linear2 = nn.Linear(8, 32).double(), nn.Linear(32, 8).double()
+    for name, linear in (("linear1", linear1), ("linear2", linear2)):
+        linear.load_state_dict({"weight": state[f"{name}.weight"], "bias": state[f"{name}.bias"]})
+    return linear1, linear2
+
+
+def check_linears(result):
+    for name, shape in (("linear1", [32, 8]), ("linear2", [8, 32])):
+        assert result["linears"][name] == shape, (
+            f"{name} should be an nn.Linear with weight of shape {shape}")
+
+
+@pytest.mark.grade("5.2", points=3)
+def test_feed_forward_formula(learner):
+    x = torch.randn(2, 5, 8, dtype=f64)
+    result = learner.run(feed_forward_run, x=x)
+    check_linears(result)
+    state = result["state"]
+    hidden = F.relu(x @ state["linear1.weight"].T + state["linear1.bias"])
+    expected = hidden @ state["linear2.weight"].T + state["linear2.bias"]
+    assert_close(result["eval"], expected, "PositionwiseFeedForward(x)",
+                 hint="max(0, x W1 + b1) W2 + b2: linear1, ReLU, linear2.")
+
+
+@pytest.mark.grade("5.2", points=1)
+def test_feed_forward_dropout_on_the_hidden_layer(learner):
+    x = torch.randn(2, 5, 8, dtype=f64)
+    result = learner.run(feed_forward_run, x=x, dropout=0.5)
+    check_linears(result)
+    linear1, linear2 = linears_from(result["state"])
+    with torch.no_grad():
+        hidden = F.relu(linear1(x))
+        assert_close(result["eval"], linear2(hidden), "PositionwiseFeedForward in eval mode",
+                     hint="No dropout in eval mode: use nn.Dropout.")
+        torch.manual_seed(5)  # replay the same random draw on the hidden activations
+        expected = linear2(F.dropout(hidden, 0.5, training=True))
+    assert_close(result["train"], expected, "PositionwiseFeedForward in train mode",
+                 hint="Dropout goes between ReLU and linear2, on the [B, L, d_ff] activations.")
+
+
+# ---------------------------------------------------------------- 5.3 residual connection
+
+
+def modules_from(result, d_model=8):
+    """PyTorch's LayerNorm and Linear holding the learner's norm and the Counting sublayer."""
+    norm, linear = nn.LayerNorm(d_model).double(), nn.Linear(d_model, d_model).double()
+    with torch.no_grad():
+        for name, value in result["norm"].items():
+            if name in ("weight", "bias"):
+                getattr(norm, name).copy_(value)
+    linear.load_state_dict(result["sublayer"])
+    return norm, linear
+
+
+def check_has_norm(result):
+    assert result["has_norm"], "ResidualConnection should hold its LayerNorm as self.norm"
+
+
+@pytest.mark.grade("5.3", points=3)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_residual_connection_formula(learner, norm_first):
+    x = torch.randn(2, 4, 8, dtype=f64)
+    weight = torch.linspace(0.5, 1.5, 8)
+    result = learner.run(residual_run, x=x, norm_first=norm_first, norm_weight=weight)
+    check_has_norm(result)
+    _, sublayer = modules_from(result)
+    norm = nn.LayerNorm(8).double()
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        expected = x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+    placement = "x + sublayer(norm(x))" if norm_first else "norm(x + sublayer(x))"
+    assert_close(result["eval"], expected, f"ResidualConnection(norm_first={norm_first})",
+                 hint=f"With norm_first={norm_first} the result is {placement}.")
+    assert result["calls"] == 1, (
+        f"the sublayer should be called once, not {result['calls']} times")
+
+
+@pytest.mark.grade("5.3", points=1)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_residual_dropout_on_the_sublayer_output(learner, norm_first):
+    x = torch.randn(2, 4, 8, dtype=f64)
+    result = learner.run(residual_run, x=x, norm_first=norm_first, dropout=0.5)
+    check_has_norm(result)
+    norm, sublayer = modules_from(result)
+    with torch.no_grad():
+        clean = x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+        assert_close(result["eval"], clean, "ResidualConnection in eval mode (no dropout)")
+        torch.manual_seed(3)
+        if norm_first:
+            expected = x + F.dropout(sublayer(norm(x)), 0.5)
+        else:
+            expected = norm(x + F.dropout(sublayer(x), 0.5))
+    assert_close(result["train"], expected, "ResidualConnection in train mode",
+                 hint="Dropout applies to the sublayer's output, before it is added to x.")
+
+
+# ---------------------------------------------------------------- 5.4 and 5.5 layers
+
+
+def scrambled_norms(count, d_model=16):
+    """Distinct weights and biases for each residual's norm, so that their order matters."""
+    return [(torch.linspace(0.5, 1.5, d_model).roll(i), torch.linspace(-0.2, 0.2, d_model).roll(i))
+            for i in range(count)]
+
+
+def check_structure(structure, residuals):
+    for name, present in structure.items():
+        if name != "residuals":
+            assert present, f"the layer should hold {name}"
+    assert structure["residuals"] == residuals, (
+        f"residuals should be an nn.ModuleList of {residuals} ResidualConnection")
+
+
+def load_into(theirs, state, attentions, residuals):
+    """Load the learner's state dict into PyTorch's layer: in_proj = cat(q, k, v),
+    norm{i + 1} from residuals[i].norm, linear1 and linear2 from feed_forward."""
+    mapped = {}
+    for ours, their in attentions:
+        names = [f"{ours}.{p}_proj.weight" for p in "qkv"] + [f"{ours}.out_proj.weight"]
+        missing = [name for name in names if name not in state]
+        assert not missing, (
+            f"{ours} should be Chapter 3's MultiHeadAttention (q_proj, k_proj, v_proj, "
+            f"out_proj); the layer's state dict has no {missing[0]}")
+        for kind in ("weight", "bias"):
+            mapped[f"{their}.in_proj_{kind}"] = torch.cat(
+                [state[f"{ours}.{p}_proj.{kind}"] for p in "qkv"])
+            mapped[f"{their}.out_proj.{kind}"] = state[f"{ours}.out_proj.{kind}"]
+    for i in range(residuals):
+        for kind in ("weight", "bias"):
+            mapped[f"norm{i + 1}.{kind}"] = state[f"residuals.{i}.norm.{kind}"]
+    for name in ("linear1", "linear2"):
+        for kind in ("weight", "bias"):
+            mapped[f"{name}.{kind}"] = state[f"feed_forward.{name}.{kind}"]
+    theirs.load_state_dict(mapped)
+    return theirs
+
+
+@pytest.mark.grade("5.4", points=4)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no mask", "padding mask"])
+def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
+    x = torch.randn(3, 6, 16, dtype=f64)
+    lengths = torch.tensor([6, 4, 2])
+    allowed = torch.arange(6) < lengths[:, None]  # [B, L]
+    mask = allowed[:, None, None, :] if masked else None
+    result = learner.run(encoder_layer_run, x=x, norm_first=norm_first,
+                         norms=scrambled_norms(2), mask=mask)
+    check_structure(result["structure"], 2)
+    theirs = load_into(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                                  norm_first=norm_first).double(),
+                       result["state"], [("self_attn", "self_attn")], 2)
+    with torch.no_grad():
+        expected = theirs(x, src_key_padding_mask=~allowed if masked else None)
+    assert_close(result["output"], expected, f"EncoderLayer(norm_first={norm_first})"
+                 + (" with a padding mask" if masked else "") + ", called as layer(x, mask)",
+                 hint="residuals[0] wraps self-attention (with the mask), residuals[1] the "
+                 "feed-forward network, in that order.")
+
+
+def explain_size_error(result, call):
+    """Fail with what a size mismatch inside the decoder layer usually means."""
+    if "size_error" not in result:
+        return
+    if result["masks_only"]:
+        raise AssertionError(
+            f"{call} raised a size mismatch only when given masks: {result['size_error']}. "
+            "The package calls layer(x, memory, src_mask, tgt_mask), in that order; tgt_mask "
+            "[B, 1, Lt, Lt] goes to the self-attention over x, src_mask [B, 1, 1, Ls] to the "
+            "cross-attention (it masks the memory's keys).")
+    raise AssertionError(
+        f"{call} raised a size mismatch: {result['size_error']}. Cross-attention takes its "
+        "queries from the decoder (x) and its keys and values from the memory: "
+        "cross_attn(y, memory, memory, src_mask), whose output has x's length Lt.")
+
+
+@pytest.mark.grade("5.5", points=4)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no masks", "causal and padding masks"])
+def test_decoder_layer_matches_pytorch(learner, norm_first, masked):
+    x, memory = torch.randn(2, 5, 16, dtype=f64), torch.randn(2, 7, 16, dtype=f64)  # Lt != Ls
+    source_allowed = torch.arange(7) < torch.tensor([7, 3])[:, None]  # [B, Ls]
+    target_allowed = torch.arange(5) < torch.tensor([5, 4])[:, None]  # [B, Lt]
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    masks = {}
+    if masked:
+        masks = {"src_mask": source_allowed[:, None, None, :],
+                 "tgt_mask": target_allowed[:, None, None, :] & causal}
+    result = learner.run(decoder_layer_run, x=x, memory=memory, norm_first=norm_first,
+                         norms=scrambled_norms(3), **masks)
+    check_structure(result["structure"], 3)
+    call = ("DecoderLayer(x [2, 5, 16], memory [2, 7, 16]"
+            + (", src_mask [2, 1, 1, 7], tgt_mask [2, 1, 5, 5])" if masked else ")"))
+    explain_size_error(result, call)
+    theirs = load_into(nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                                  norm_first=norm_first).double(),
+                       result["state"], [("self_attn", "self_attn"),
+                                         ("cross_attn", "multihead_attn")], 3)
+    with torch.no_grad():
+        if masked:
+            expected = theirs(x, memory, tgt_mask=~causal, tgt_key_padding_mask=~target_allowed,
+                              memory_key_padding_mask=~source_allowed)
+        else:
+            expected = theirs(x, memory)
+    assert_close(result["output"], expected, f"DecoderLayer(norm_first={norm_first})"
+                 + (" with masks, called as layer(x, memory, src_mask, tgt_mask)" if masked
+                    else ""),
+                 hint="Self-attention over x with tgt_mask; then cross-attention with queries "
+                 "from x and keys and values from memory, with src_mask; then feed-forward.")
+
+
+@pytest.mark.grade("5.5", points=1)
+def test_decoder_output_depends_on_the_memory(learner):
+    x = torch.randn(1, 3, 8, dtype=f64)
+    memory = torch.randn(1, 4, 8, dtype=f64)
+    result = learner.run(decoder_memory_effect, x=x, memory=memory)
+    explain_size_error(result, "DecoderLayer(x [1, 3, 8], memory [1, 4, 8])")
+    first = assert_tensor(result["first"], "DecoderLayer(x, memory)", shape=(1, 3, 8))
+    second = assert_tensor(result["second"], "DecoderLayer(x, memory * 2 + 1)", shape=(1, 3, 8))
+    assert not torch.allclose(first, second), (
+        "changing the encoder's memory did not change the decoder's output: cross-attention "
+        "must take its keys and values from memory")
+
+
+@pytest.mark.grade("5.4", points=1)
+def test_layers_keep_shape_and_dtype(learner):
+    out = assert_tensor(learner.run(encoder_layer_output, x=torch.randn(2, 3, 8)),
+                        "EncoderLayer(x)", shape=(2, 3, 8), dtype=torch.float32)
+    assert not torch.isnan(out).any(), "NaN in the encoder layer's output"

@@ -1,0 +1,409 @@
+"""Graded tests of chapter 6: the schedule, label smoothing, teacher forcing, greedy decoding,
+and the capstone: the learner's parts, assembled by the package, learn the copy task.
+
+References: the formula of section 5.3, ``F.cross_entropy(..., label_smoothing=...)``, and a
+row-by-row greedy decode (``torch_models.greedy_decode``) on a Transformer made of PyTorch's
+own modules (``torch_models.TorchEncoderDecoder``).
+
+The functions above the tests (``noam_rates``, ``smoothed_loss``, ...) are *probes*: they run
+in the grading worker, with ``impl`` the chapter module under test, and return plain data.
+Everything else runs in the grader, which never imports the code under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from annotated_transformer.course.grading.sandbox import LearnerNotImplemented
+
+from checks import assert_close, assert_tensor
+from torch_models import TorchEncoderDecoder, greedy_decode
+
+CHAPTER = 6
+EXERCISES = {
+    "6.1": "noam_lr: warmup, then 1/sqrt(step)",
+    "6.2": "LabelSmoothingLoss: equals F.cross_entropy(label_smoothing=...)",
+    "6.3": "make_batch: the shifted target and both masks",
+    "6.4": "greedy_decode: batched, stops at EOS, pads after it",
+    "6.5": "Capstone: your parts, assembled, learn the copy task",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
+             "6.5": ("1.2", "1.3", "5.1", "5.4", "5.5", "6.1", "6.2", "6.3", "6.4")}
+# Graded by a whole-course test rather than one solution region (see test_grading.py).
+INTEGRATION = {"6.5"}
+FORBIDDEN = {"6.2": ("label_smoothing=",)}
+f64 = torch.float64
+BATCH_FIELDS = ("src", "src_mask", "tgt_input", "tgt_labels", "tgt_mask", "num_tokens")
+# A small encoder-decoder (TransformerConfig.small(11, dropout=0.0, tie_embeddings=False)) for
+# decoding tests. (Untrained with tied embeddings, it only ever repeats BOS.)
+SMALL = dict(src_vocab_size=11, tgt_vocab_size=11, num_layers=2, d_model=64, d_ff=256,
+             num_heads=4, dropout=0.0, max_len=512, norm_first=True, tie_embeddings=False)
+CAPSTONE_STEPS = 400
+CAPSTONE_THRESHOLD = 0.9
+CAPSTONE_EVAL_SIZE = 200
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def noam_rates(impl, steps, d_model, warmup_steps, factor=None):
+    """``noam_lr`` at each step: its value (as a float when it is a number) and its type."""
+    args = () if factor is None else (factor,)
+    rates = [impl.noam_lr(step, d_model, warmup_steps, *args) for step in steps]
+    values = []
+    for rate in rates:
+        try:
+            values.append(float(rate))
+        except (TypeError, ValueError, RuntimeError):
+            values.append(None)
+    return {"values": values, "types": [type(r).__name__ for r in rates],
+            "floats": [isinstance(r, float) for r in rates]}
+
+
+def smoothed_loss(impl, logits, target, smoothing, ignore_index=None):
+    return impl.LabelSmoothingLoss(smoothing, ignore_index=ignore_index)(logits, target)
+
+
+def smoothed_loss_and_gradient(impl, logits, target, smoothing, ignore_index=None):
+    logits = logits.clone().requires_grad_(True)
+    loss = impl.LabelSmoothingLoss(smoothing, ignore_index=ignore_index)(logits, target)
+    if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+        return {"loss": loss, "grad": None}
+    (grad,) = torch.autograd.grad(loss, logits, allow_unused=True, materialize_grads=True)
+    return {"loss": loss, "grad": grad}
+
+
+def batch_fields(impl, src, tgt, pad_id):
+    """The Batch's fields as a dict (the ones it has), and the type of ``num_tokens``."""
+    batch = impl.make_batch(src, tgt, pad_id=pad_id)
+    fields = {name: getattr(batch, name) for name in BATCH_FIELDS if hasattr(batch, name)}
+    if "num_tokens" in fields:
+        count = fields["num_tokens"]
+        fields["num_tokens_type"] = type(count).__name__
+        if not isinstance(count, (int, float, torch.Tensor)):
+            fields["num_tokens"] = repr(count)
+    return fields
+
+
+def decode_scripted(impl, script, src, max_len, bos, eos, pad):
+    """greedy_decode on a :class:`ScriptedModel`; what it produced and what the model saw."""
+    model = ScriptedModel(script)
+    out = impl.greedy_decode(model, src, None, max_len, bos, eos, pad)
+    return {"out": out, "encode_calls": model.encode_calls, "problems": model.problems}
+
+
+def decode_torch_model(impl, config, state, src, src_mask, max_len, bos, eos, pad):
+    """greedy_decode on a :class:`TorchEncoderDecoder` with the test's weights."""
+    model = TorchEncoderDecoder(SimpleNamespace(**config)).double()
+    model.load_state_dict(state)
+    return impl.greedy_decode(model.eval(), src, src_mask, max_len, bos, eos, pad)
+
+
+def trained_copy_model(impl, steps):
+    """Train the course's copy-task model built from the parts under test; its weights."""
+    from annotated_transformer.parts import active_parts
+    from annotated_transformer.train import TrainConfig, train_copy_task
+
+    config = TrainConfig(steps=steps, eval_every=steps, seed=0)
+    model, _ = train_copy_task(parts=active_parts(), config=config, log=None)
+    return {"state": model.state_dict(), "config": dataclasses.asdict(model.config)}
+
+
+class ScriptedModel(nn.Module):
+    """A fake model whose row ``b`` emits ``script[b][t]`` at step ``t``; it checks its inputs
+    and notes in ``problems`` what greedy decoding passed it wrong."""
+
+    def __init__(self, script, vocab_size=9):
+        super().__init__()
+        self.script, self.vocab_size = script, vocab_size
+        self.encode_calls = self.decode_calls = 0
+        self.problems = []
+
+    def encode(self, src, src_mask):
+        self.encode_calls += 1
+        return torch.arange(src.size(0), dtype=torch.float64).view(-1, 1, 1)  # row ids
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        self.decode_calls += 1
+        length = tgt.size(1)
+        if tgt_mask is None:
+            self.problems.append("greedy_decode passed tgt_mask=None; pass a causal mask")
+        else:
+            mask = torch.as_tensor(tgt_mask).to("cpu").bool()
+            full = mask.expand(tgt.size(0), 1, length, length) if mask.dim() <= 4 else mask
+            if not torch.equal(full[0, 0], torch.ones(length, length, dtype=torch.bool).tril()):
+                self.problems.append(
+                    "tgt_mask should be the causal mask (True on and below the diagonal)")
+        rows = memory.view(-1, 1).expand(-1, length)
+        steps = torch.arange(length, dtype=torch.float64).expand_as(rows)
+        return torch.stack([rows, steps], dim=-1)  # [B, L, 2]
+
+    def generator(self, hidden):
+        row, step = hidden[..., 0].long(), hidden[..., 1].long()
+        tokens = torch.tensor([self.script[r][min(s, len(self.script[r]) - 1)]
+                               for r, s in zip(row.flatten().tolist(), step.flatten().tolist(),
+                                               strict=True)])
+        return F.one_hot(tokens, self.vocab_size).double().view(*row.shape, -1) * 5
+
+
+# ---------------------------------------------------------------- 6.1 noam_lr
+
+
+@pytest.mark.grade("6.1", points=3)
+@pytest.mark.parametrize("d_model, warmup, factor", [(512, 4000, 1.0), (64, 100, 2.0),
+                                                     (128, 10, 0.5)])
+def test_noam_lr_formula(learner, d_model, warmup, factor):
+    steps = [1, 2, 5, warmup // 2, warmup, warmup + 1, 3 * warmup, 100_000]
+    rates = learner.run(noam_rates, steps=steps, d_model=d_model, warmup_steps=warmup,
+                        factor=factor)
+    for step, got, is_float, kind in zip(steps, rates["values"], rates["floats"],
+                                         rates["types"], strict=True):
+        expected = factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        assert is_float, f"noam_lr should return a Python float, got {kind}"
+        assert math.isclose(got, expected, rel_tol=1e-9), (
+            f"noam_lr(step={step}, d_model={d_model}, warmup_steps={warmup}, factor={factor}) "
+            f"is {got:.6g}, expected {expected:.6g}: factor * d_model^-0.5 * "
+            f"min(step^-0.5, step * warmup^-1.5)")
+
+
+@pytest.mark.grade("6.1", points=1)
+def test_noam_lr_step_zero_is_step_one(learner):
+    at_zero, at_one = learner.run(noam_rates, steps=[0, 1], d_model=64, warmup_steps=100)["values"]
+    assert at_zero is not None and at_one is not None and math.isclose(at_zero, at_one), (
+        f"step 0 should count as step 1 (0^-0.5 is infinite, and a rate of 0 wastes a step); "
+        f"got {at_zero} at step 0 and {at_one} at step 1")
+
+
+@pytest.mark.grade("6.1", points=1)
+def test_noam_lr_peaks_at_warmup(learner):
+    rates = learner.run(noam_rates, steps=list(range(1, 200)), d_model=64,
+                        warmup_steps=50)["values"]
+    assert max(range(len(rates)), key=rates.__getitem__) + 1 == 50, (
+        "the rate should rise until step warmup_steps, then fall")
+
+
+# ---------------------------------------------------------------- 6.2 label smoothing
+
+
+@pytest.mark.grade("6.2", points=3)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("ignore_index", [None, 0, -100])
+def test_matches_cross_entropy(learner, smoothing, ignore_index):
+    logits = torch.randn(12, 7, dtype=f64) * 2
+    target = torch.randint(0, 7, (12,))
+    if ignore_index is not None:
+        target[[1, 4, 5]] = ignore_index
+    expected = F.cross_entropy(logits, target, label_smoothing=smoothing,
+                               ignore_index=-100 if ignore_index is None else ignore_index)
+    got = learner.run(smoothed_loss, logits=logits, target=target, smoothing=smoothing,
+                      ignore_index=ignore_index)
+    got = assert_tensor(got, "the loss", shape=())
+    assert_close(got, expected, f"LabelSmoothingLoss(smoothing={smoothing}, ignore_index="
+                 f"{ignore_index})", hint="(1 - s) * (-log p[target]) + s * mean over all V "
+                 "classes of -log p, averaged over the targets that are not ignored.")
+
+
+@pytest.mark.grade("6.2", points=1)
+def test_gradient_matches_cross_entropy(learner):
+    logits = torch.randn(10, 5, dtype=f64, requires_grad=True)
+    target = torch.randint(1, 5, (10,))
+    target[2] = 0
+    grad = learner.run(smoothed_loss_and_gradient, logits=logits.detach(), target=target,
+                       smoothing=0.2, ignore_index=0)["grad"]
+    assert grad is not None, ("the loss should be differentiable with respect to the logits "
+                              "(built from torch operations, no .detach(), no .item())")
+    (expected,) = torch.autograd.grad(F.cross_entropy(logits, target, label_smoothing=0.2,
+                                                      ignore_index=0), logits)
+    assert_close(grad, expected, "the gradient of the loss")
+
+
+@pytest.mark.grade("6.2", points=1)
+def test_every_target_ignored_gives_zero(learner):
+    logits = torch.randn(4, 6, dtype=f64)
+    result = learner.run(smoothed_loss_and_gradient, logits=logits,
+                         target=torch.zeros(4, dtype=torch.long), smoothing=0.1, ignore_index=0)
+    loss = assert_tensor(result["loss"], "the loss", shape=())
+    assert torch.isfinite(loss) and loss.item() == 0.0, (
+        f"with every target ignored the loss should be 0 (not NaN), got {loss.item()}")
+    assert result["grad"] is not None, (
+        "with every target ignored the loss should still be a tensor connected to the logits, "
+        "so that loss.backward() works (e.g. a sum of nothing, not torch.tensor(0.0))")
+    assert torch.all(result["grad"] == 0), "ignored targets should give no gradient"
+
+
+@pytest.mark.grade("6.2", points=1)
+def test_large_logits_stay_finite(learner):
+    logits = torch.tensor([[1000.0, -1000.0, 0.0], [0.0, 500.0, -500.0]], dtype=f64)
+    target = torch.tensor([0, 1])
+    got = learner.run(smoothed_loss, logits=logits, target=target, smoothing=0.1)
+    assert_close(got, F.cross_entropy(logits, target, label_smoothing=0.1), "the loss for "
+                 "logits of +-1000", hint="Use log_softmax, which never computes log(0).")
+
+
+# ---------------------------------------------------------------- 6.3 make_batch
+
+SRC = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
+TGT = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])
+
+
+@pytest.mark.grade("6.3", points=3)
+def test_make_batch(learner):
+    src, tgt = SRC.clone(), TGT.clone()
+    batch = learner.run(batch_fields, src=src, tgt=tgt, pad_id=0)
+    for name in BATCH_FIELDS:
+        assert name in batch, f"the batch should have a field {name}"
+    assert torch.equal(batch["src"], src), "batch.src should be src unchanged"
+    assert torch.equal(batch["tgt_input"], tgt[:, :-1]), (
+        f"tgt_input should be tgt[:, :-1] (starts with BOS, drops the last token), got "
+        f"{batch['tgt_input'].tolist()}")
+    assert torch.equal(batch["tgt_labels"], tgt[:, 1:]), (
+        f"tgt_labels should be tgt[:, 1:] (the next token at every position), got "
+        f"{batch['tgt_labels'].tolist()}")
+    assert batch["num_tokens"] == 6 and batch["num_tokens_type"] == "int", (
+        f"num_tokens should be the int number of labels that are not padding (6), got "
+        f"{batch['num_tokens']!r} of type {batch['num_tokens_type']}")
+
+
+@pytest.mark.grade("6.3", points=2)
+def test_make_batch_masks(learner):
+    src, tgt = SRC.clone(), TGT.clone()
+    batch = learner.run(batch_fields, src=src, tgt=tgt, pad_id=0)
+    expected_src = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)[:, None, None]
+    assert_tensor(batch.get("src_mask"), "src_mask", shape=(2, 1, 1, 4), dtype=torch.bool)
+    assert torch.equal(batch["src_mask"], expected_src), "src_mask should be True at real tokens"
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    real = (tgt[:, :-1] != 0)[:, None, None, :]
+    assert_tensor(batch.get("tgt_mask"), "tgt_mask", shape=(2, 1, 4, 4), dtype=torch.bool)
+    assert torch.equal(batch["tgt_mask"], real & causal), (
+        "tgt_mask should be the target mask of tgt_input: causal and padding together")
+
+
+# ---------------------------------------------------------------- 6.4 greedy_decode
+
+
+@pytest.mark.grade("6.4", points=3)
+def test_greedy_decode_stops_and_pads(learner):
+    bos, eos, pad = 1, 2, 0
+    script = [[5, 6, 2, 7, 7, 7], [4, 2, 8, 8, 8, 8], [3, 3, 3, 2, 5, 5]]
+    src = torch.zeros(3, 4, dtype=torch.long)
+    result = learner.run(decode_scripted, script=script, src=src, max_len=10, bos=bos, eos=eos,
+                         pad=pad)
+    assert not result["problems"], result["problems"][0]
+    out = result["out"]
+    expected = torch.tensor([[1, 5, 6, 2, 0], [1, 4, 2, 0, 0], [1, 3, 3, 3, 2]])
+    assert_tensor(out, "greedy_decode(...)", dtype=torch.long)
+    assert out.tolist() == expected.tolist(), (
+        f"expected {expected.tolist()} (BOS first, pad_id after each row's EOS, stop once "
+        f"every row has produced EOS), got {out.tolist()}")
+    assert result["encode_calls"] == 1, (
+        f"encode the source once, not {result['encode_calls']} times")
+
+
+@pytest.mark.grade("6.4", points=1)
+def test_greedy_decode_respects_max_len(learner):
+    result = learner.run(decode_scripted, script=[[5] * 20, [6] * 20],
+                         src=torch.zeros(2, 3, dtype=torch.long), max_len=6, bos=1, eos=2, pad=0)
+    assert not result["problems"], result["problems"][0]
+    out = assert_tensor(result["out"], "greedy_decode(...)")
+    assert tuple(out.shape) == (2, 6), (
+        f"without EOS the output should stop at max_len=6 columns (BOS counted); got shape "
+        f"{list(out.shape)}")
+    assert out[:, 0].tolist() == [1, 1], "the first column should be BOS"
+
+
+@pytest.mark.grade("6.4", points=2)
+def test_greedy_decode_matches_row_by_row_decoding(learner):
+    torch.manual_seed(0)  # weights and source for which rows stop at different steps, or not
+    model = TorchEncoderDecoder(SimpleNamespace(**SMALL)).double().eval()
+    for parameter in model.parameters():  # the course's initialisation
+        if parameter.dim() > 1:
+            nn.init.xavier_uniform_(parameter)
+    with torch.no_grad():  # sharpen the generator so that EOS (2) comes up in some rows
+        model.projection.bias[2] += 1.5
+    src = torch.randint(3, 11, (6, 5))
+    src[3:, 4] = 0
+    src_mask = (src != 0)[:, None, None, :]
+    # [[1, 8, 4, 2, 0, 0, 0, 0], [1, 8, 8, 4, 2, 0, 0, 0], ..., [1, 8, 8, 8, 8, 8, 8, 8]]
+    out = learner.run(decode_torch_model, config=SMALL, state=model.state_dict(), src=src,
+                      src_mask=src_mask, max_len=8, bos=1, eos=2, pad=0)
+    out = assert_tensor(out, "greedy_decode(...)")
+    expected = greedy_decode(model, src, src_mask, 8, 1, 2, 0)
+    assert out.tolist() == expected.tolist(), (
+        f"batched greedy decoding differs from decoding each row alone: got {out.tolist()}, "
+        f"expected {expected.tolist()}")
+
+
+# ---------------------------------------------------------------- 6.5 capstone
+
+
+@pytest.mark.grade("6.5", points=5)
+@pytest.mark.cpu_seconds(300)
+def test_capstone_your_parts_learn_to_copy(learner):
+    from annotated_transformer.data.copy import CopyTask
+    from annotated_transformer.data.vocab import BOS, EOS, PAD
+
+    try:
+        trained = learner.run(trained_copy_model, steps=CAPSTONE_STEPS)
+    except LearnerNotImplemented as error:
+        raise LearnerNotImplemented(
+            f"the capstone builds and trains the whole model from your parts of chapters 1 to "
+            f"6, and met a stub while building it: {error}") from error
+    model = TorchEncoderDecoder(SimpleNamespace(**trained["config"]))
+    try:
+        model.load_course_state_dict(trained["state"])
+    except KeyError as error:
+        raise AssertionError(
+            f"the trained model's weights do not have the names and shapes the syllabus "
+            f"gives them: {error}") from error
+    # Held-out copy sequences (never trained on), drawn with the run's seed.
+    src, tgt = CopyTask().held_out_set(CAPSTONE_EVAL_SIZE, seed=int(torch.randint(2**31, ())))
+    decoded = greedy_decode(model.eval(), src, (src != PAD)[:, None, None, :], tgt.size(1),
+                            BOS, EOS, PAD)
+    decoded = F.pad(decoded, (0, tgt.size(1) - decoded.size(1)), value=PAD)
+    accuracy = (decoded == tgt).all(dim=1).float().mean().item()
+    assert accuracy >= CAPSTONE_THRESHOLD, (
+        f"after {CAPSTONE_STEPS} steps your model copies {accuracy:.0%} of the held-out "
+        f"sequences exactly; at least {CAPSTONE_THRESHOLD:.0%} is expected. If every other "
+        f"exercise passes, check that nothing is computed in the wrong dtype or detached.")
+
+
+# ---------------------------------------------------------------- not graded: the trusted model
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_torch_model_matches_the_course_model(norm_first, tie_embeddings):
+    """TorchEncoderDecoder, given the course's EncoderDecoder's weights, computes what it does
+    (the course's own reference model; not a learner's: not graded)."""
+    from annotated_transformer.model import EncoderDecoder, TransformerConfig
+    from annotated_transformer.parts import Parts, has_reference
+
+    if not has_reference():
+        pytest.skip("checks the torch model against the reference solutions, not in a release")
+    config = TransformerConfig.small(11, norm_first=norm_first, tie_embeddings=tie_embeddings)
+    course = EncoderDecoder(config, parts=Parts.reference()).double().eval()
+    model = TorchEncoderDecoder(config)
+    model.load_course_state_dict(course.state_dict())
+    model = model.double().eval()
+    src = torch.randint(3, 11, (4, 6))
+    src[2:, 4:] = 0
+    tgt = torch.randint(3, 11, (4, 5))
+    tgt[:, 0], tgt[3, 3:] = 1, 0
+    src_mask = (src != 0)[:, None, None, :]
+    tgt_mask = (tgt != 0)[:, None, None, :] & torch.ones(5, 5, dtype=torch.bool).tril()
+    expected = course(src, tgt, src_mask, tgt_mask).log_softmax(-1)
+    # The positional table is computed here in float64 and rounded to float32, as the
+    # course's is: the two may differ in the last bit of float32.
+    assert_close(model(src, tgt, src_mask, tgt_mask), expected, "the torch model's "
+                 "log-probabilities", atol=1e-6, rtol=1e-6)
+    with pytest.raises(KeyError, match="unknown.weight"):
+        model.load_course_state_dict({**course.state_dict(), "unknown.weight": torch.ones(1)})
