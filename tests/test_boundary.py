@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from probes.worker_probes import call
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
 from annotated_transformer.course.grading.sandbox import Learner, LearnerRaised, WorkerPool
+
+PROBES = Path(__file__).resolve().parent / "probes"
 
 pytestmark = pytest.mark.skipif(boundary.unavailable() is not None,
                                 reason=f"no sandbox here: {boundary.unavailable()}")
@@ -100,10 +103,6 @@ def who(x):
 '''
 
 
-def call(impl, name, x):
-    return getattr(impl, name)(x)
-
-
 @pytest.fixture(scope="module")
 def folder():
     path = Path(tempfile.mkdtemp(prefix="payload-"))
@@ -117,7 +116,7 @@ def folder():
 
 @pytest.fixture
 def pool():
-    pool = WorkerPool(lambda source: Path(source), lambda source: {})
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from probes.worker_probes import call
 
 from annotated_transformer.course.grading.sandbox import (
     OUTPUT_LIMIT,
@@ -27,6 +28,8 @@ from annotated_transformer.course.grading.sandbox import (
     WorkerPool,
     WorkerTimeout,
 )
+
+PROBES = Path(__file__).resolve().parent / "probes"
 
 HOSTILE = '''
 import math
@@ -161,10 +164,6 @@ def writes_small(path):
 # ---------------------------------------------------------------- probes (run in the worker)
 
 
-def call(impl, name, x):
-    return getattr(impl, name)(x)
-
-
 # ---------------------------------------------------------------- set-up
 
 
@@ -182,7 +181,7 @@ def folder():
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = WorkerPool(lambda source: Path(source), lambda source: {})
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
@@ -310,7 +309,7 @@ def test_without_the_boundary_as_nobody_the_course_is_read_only(folder):
     target = Path(tempfile.mkdtemp(prefix="course-"))
     (target / "grade.json").write_text("{}")
     os.chmod(target, 0o755)
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, user="nobody",
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES, user="nobody",
                       sandboxed=False)
     try:
         with pytest.raises(LearnerRaised, match="PermissionError"):

@@ -140,7 +140,7 @@ class WorkerProcess:
 
     def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
                  user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
-                 sandboxed: bool = True) -> None:
+                 sandboxed: bool = True, probes: Path = GRADED_DIR) -> None:
         self.home: tempfile.TemporaryDirectory[str] | None = None
         self.staged: tempfile.TemporaryDirectory[str] | None = None
         if sandboxed and learner_dir is not None:
@@ -148,14 +148,14 @@ class WorkerProcess:
         self.learner_dir = learner_dir
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
-                  "tests_dir": str(GRADED_DIR), "variants_dir": str(VARIANTS_DIR.parent),
+                  "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
                   "unreachable": UNREACHABLE,
                   "user": user, "memory_bytes": memory_bytes}
         argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
         if sandboxed:
-            argv = boundary.command(argv, read_only=self._shown(learner_dir),
+            argv = boundary.command(argv, read_only=self._shown(learner_dir, probes),
                                     hidden=self._hidden(learner_dir), env=env)
             cwd = None
         else:  # no boundary: a private folder of the disk stands in for /tmp
@@ -175,10 +175,10 @@ class WorkerProcess:
         self.ready, self.mark = False, 0
 
     @staticmethod
-    def _shown(learner_dir: Path | None) -> list[Path]:
-        """What the worker may read: the package, the graded tests (the probes), the
-        learner's folder; for the course's own code, the reference too."""
-        shown = [PACKAGE_DIR, GRADED_DIR]
+    def _shown(learner_dir: Path | None, probes: Path) -> list[Path]:
+        """What the worker may read: the package, the probes' folder (the graded tests),
+        the learner's folder; for the course's own code, the reference and variants too."""
+        shown = [PACKAGE_DIR, probes]
         if learner_dir is not None:
             return [*shown, learner_dir]
         return [*shown, *(d for d in (SOLUTIONS_DIR, VARIANTS_DIR) if d.is_dir())]
@@ -410,14 +410,15 @@ class WorkerPool:
     crash or a timeout. ``blocked_for(source)`` gives the chapters a learner's folder may
     not import (decided by the trusted static checks).
 
+    ``probes``: the folder of the probes' files (the graded tests).
     ``sandboxed``: inside bubblewrap's boundary (:mod:`~annotated_transformer.course.grading.
     boundary`). ``user``: the user the worker becomes before any learner code runs; a
     grader running as root always makes it ``nobody`` at least."""
 
     def __init__(self, learner_dir_for: Callable[[str], Path | None],
                  blocked_for: Callable[[str], Mapping[int, str]], user: str | None = None,
-                 sandboxed: bool = True) -> None:
-        self.learner_dir_for, self.blocked_for = learner_dir_for, blocked_for
+                 sandboxed: bool = True, probes: Path = GRADED_DIR) -> None:
+        self.learner_dir_for, self.blocked_for, self.probes = learner_dir_for, blocked_for, probes
         self.user = user or ("nobody" if os.geteuid() == 0 else None)
         self.sandboxed = sandboxed
         self.workers: dict[str, WorkerProcess] = {}
@@ -437,7 +438,7 @@ class WorkerPool:
             learner_dir = self.learner_dir_for(source)
             worker = WorkerProcess("solutions" if key == "trusted" else source, learner_dir,
                                    self.blocked_for(source) if learner_dir else {}, self.user,
-                                   sandboxed=self.sandboxed)
+                                   sandboxed=self.sandboxed, probes=self.probes)
             self.workers[key] = worker
         return worker
 
