@@ -21,8 +21,8 @@ import torch
 from probes.worker_probes import call
 
 from annotated_transformer.course.grading import boundary
-from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
 from annotated_transformer.course.grading.sandbox import Learner, LearnerRaised, WorkerPool
+from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
 
 PROBES = Path(__file__).resolve().parent / "probes"
 

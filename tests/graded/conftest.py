@@ -36,7 +36,6 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.layout import EXERCISES_DIR, VARIANTS_DIR, chapter_test_files
 from annotated_transformer.course.grading.sandbox import (
     ForbiddenCall,
     Learner,
@@ -44,6 +43,7 @@ from annotated_transformer.course.grading.sandbox import (
     WorkerPool,
     unreadable,
 )
+from annotated_transformer.layout import EXERCISES_DIR, VARIANTS_DIR, chapter_test_files
 from annotated_transformer.parts import has_reference
 
 TRUSTED = ("solutions",)  # the course's own sources; variants are trusted too

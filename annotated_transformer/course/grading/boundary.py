@@ -57,6 +57,18 @@ def unavailable() -> str | None:
     return None
 
 
+def describe(sandboxed: bool) -> str:
+    """What a report says about the boundary its grading ran in."""
+    if sandboxed:
+        version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True)
+        return (f"{version.stdout.strip() or 'bubblewrap'}: the code under test ran in its own "
+                f"PID, network and IPC namespaces, saw only what it needs, read-only, and was "
+                f"limited in CPU seconds")
+    why = unavailable() or "not asked for"
+    return (f"none ({why}): the code under test ran with the rights of the user who graded, "
+            f"limited in CPU seconds; this grade is feedback, not a grade to record")
+
+
 def _namespaces() -> list[str]:
     """bwrap and its namespaces. As root it needs no user namespace, and keeps only the
     capabilities the worker needs to become an unprivileged user before any learner code

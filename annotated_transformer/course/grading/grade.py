@@ -18,8 +18,11 @@ the report (``--seed N`` repeats a run), so that an answer hard-coded for some i
 fails. With ``--verify-manifest``, every report also names the files that
 decide the grade (tests, grader, pytest settings) that differ from the course's
 (see :mod:`annotated_transformer.course.grading.manifest`); grading runs all the same. With
-``--workflow-file``, every report names the sha256 of the workflow file a CI job ran
-beside the course's copy, and says ``WORKFLOW CHANGED`` when they differ. Every message
+``--submission-root``, every report also says which of the submission's workflow files
+differ from the course's (``WORKFLOW CHANGED``): GitHub runs the learner's copy, so a
+learner's CI grade is advisory. Your code runs in a separate process inside bubblewrap where
+it can start (the report names the boundary; ``--sandbox none`` grades without it), limited
+in CPU seconds (``--timeout``), so a busy machine costs it nothing. Every message
 in a report is cut to ``MESSAGE_LIMIT`` characters, with a marker saying how much went.
 
 An exercise that does not pass and builds on an earlier one that does not pass either (its
@@ -44,12 +47,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.layout import (
-    GRADED_DIR,
-    ROOT,
-    WORKFLOWS_DIR,
-    chapter_test_files,
-)
+from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut  # noqa: F401
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
@@ -60,10 +58,17 @@ from annotated_transformer.course.grading.report import (
     format_points,
     write_report,
 )
+from annotated_transformer.layout import (
+    GRADED_DIR,
+    ROOT,
+    WORKFLOWS_DIR,
+    chapter_test_files,
+)
 
+MAX_WORKFLOWS = 5_000  # the most workflow files of a submission looked at
 # The worst outcome of an exercise's tests names its status.
-PRIORITY = ("forbidden", "not implemented", "error", "timeout", "failed", "skipped", "passed",
-            "collected")
+PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "timeout", "failed",
+            "skipped", "passed", "collected")
 def file_sha256(path: Path) -> str | None:
     """The sha256 of a regular file (a symbolic link is not followed), else None."""
     try:
@@ -78,10 +83,22 @@ def file_sha256(path: Path) -> str | None:
         return None
 
 
-def check_workflow(path: Path, course_dir: Path = WORKFLOWS_DIR) -> WorkflowCheck:
-    """Compare the workflow file at ``path`` with the course's file of the same name."""
-    ran, course = file_sha256(path), file_sha256(course_dir / path.name)
-    return WorkflowCheck(str(path), ran, course, ran is None or ran != course)
+def workflow_changes(root: Path, course_dir: Path = WORKFLOWS_DIR) -> dict[str, str]:
+    """``{file name: "changed" | "added"}`` for the submission's workflow files (``root``'s
+    ``.github/workflows/*.yml``, as committed) that are not the course's copies: computed
+    from the files themselves, never from a path a workflow names."""
+    folder = root / ".github" / "workflows"
+    if os.path.islink(root / ".github") or os.path.islink(folder):
+        return {".github/workflows": "a symbolic link"}
+    if not folder.is_dir():
+        return {}
+    changes = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name)[:MAX_WORKFLOWS]:
+        if entry.name.endswith((".yml", ".yaml")):
+            ran, course = file_sha256(Path(entry.path)), file_sha256(course_dir / entry.name)
+            if ran is None or ran != course:
+                changes[entry.name] = "added" if course is None else "changed"
+    return changes
 
 
 def _pytest_command(files: list[Path], parts: str, report: Path,
@@ -101,13 +118,13 @@ def _pytest_command(files: list[Path], parts: str, report: Path,
 
 def run_tests(chapters: list[int] | None, parts: str, timeout: float = 20.0,
               extra_args: tuple[str, ...] = (), seed: int = 0,
-              sandbox_user: str | None = None, sandbox: str = "auto",
+              sandbox: str = "auto",
               exercises: list[str] | None = None) -> list[dict[str, Any]]:
     """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
 
     The tests run in that interpreter; the code under test only in the grading worker it
-    starts (``sandbox``: ``bubblewrap``, ``none`` or ``auto``, see grading.boundary; as
-    ``sandbox_user`` when given, else as nobody when the grader runs as root), which may use
+    starts (``sandbox``: ``bubblewrap``, ``none`` or ``auto``, see grading.boundary; as the
+    user nobody when the grader runs as root), which may use
     ``timeout`` CPU seconds a call (a test's ``cpu_seconds`` marker may give more). Every test
     starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
     command line draws a fresh one per run. With ``exercises``, only the graded tests of
@@ -123,8 +140,6 @@ def run_tests(chapters: list[int] | None, parts: str, timeout: float = 20.0,
         report = Path(tmp) / "report.json"
         worker = (f"--grade-seed={seed}", f"--grade-cpu-seconds={timeout:g}",
                   f"--grade-sandbox={sandbox}")
-        if sandbox_user:
-            worker += (f"--grade-user={sandbox_user}",)
         command = _pytest_command(list(files.values()), parts, report, (*worker, *extra_args))
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -158,17 +173,20 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
         tests = by_exercise[exercise]
         worst = min(tests, key=lambda r: PRIORITY.index(r["outcome"]))
+        printed = (worst.get("printed") if worst["outcome"] != "passed"
+                   else "".join(r.get("printed", "") for r in tests)[-2000:])
         rows.append(ExerciseResult(
             id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
             points=round(sum(r["points"] for r in tests if r["outcome"] == "passed"), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
             status=worst["outcome"], message=cut(worst["message"] or ""),
+            printed=printed or "",
         ))
     return rows
 
 
 def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
-          timeout: float = 60.0, seed: int = 0, sandbox_user: str | None = None,
+          timeout: float = 20.0, seed: int = 0, sandbox: str = "auto",
           cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
     """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
     their records and rows.
@@ -190,7 +208,7 @@ def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = 
                          f"{', '.join(declared.exercises())}")
     kept, keys = _reused(wanted, parts, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
-    options = {"timeout": timeout, "seed": seed, "sandbox_user": sandbox_user}
+    options = {"timeout": timeout, "seed": seed, "sandbox": sandbox}
     records = bounded(run_tests(None, parts, exercises=to_run, **options)) if to_run else []
     for exercise, entry in keys.items():
         if cache_dir is not None and exercise not in kept:
@@ -282,9 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cache", action="store_true",
                         help="always run the capstone, never reuse its result from an earlier "
                         "run with the same files (CI and re-grades pass this)")
-    parser.add_argument("--sandbox-user", metavar="USER",
-                        help="run the code under test as USER (e.g. nobody), to whom the course "
-                        "and the reports are read-only; the grader must run as root")
+    parser.add_argument("--sandbox", choices=("auto", "bubblewrap", "none"), default="auto",
+                        help="the boundary your code runs in while graded: bubblewrap (its own "
+                        "processes, no network, only the files it needs, read-only), none, or "
+                        "auto (default: bubblewrap where it can start); the report says which")
+    parser.add_argument("--show-output", action="store_true",
+                        help="show what your code printed in every exercise (it is always "
+                        "shown, its last lines, under an exercise that did not pass)")
     parser.add_argument("--from-report", type=Path, metavar="PATH",
                         help="run nothing: read the JSON report that an earlier --json wrote "
                         "(with --exercise and --fail-under, one CI step per exercise)")
@@ -297,12 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="name, in every report, the grading files (tests, grader, pytest "
                         "settings) of --submission-root that differ from this manifest")
     parser.add_argument("--submission-root", type=Path, metavar="DIR",
-                        help="the learner's repository that --verify-manifest checks "
-                        "(default: the repository the grader runs from)")
-    parser.add_argument("--workflow-file", type=Path, metavar="PATH",
-                        help="in CI: the submission's copy of the workflow file the job ran "
-                        "(e.g. ../.github/workflows/grade.yml); every report names its sha256 "
-                        "beside the course's and says WORKFLOW CHANGED when they differ")
+                        help="the learner's repository that --verify-manifest checks, and "
+                        "whose .github/workflows every report compares with the course's "
+                        "(default: the repository the grader runs from; workflows unchecked)")
     parser.add_argument("--write-manifest", type=Path, metavar="PATH",
                         help="for course maintainers: write the manifest of this repository's "
                         "grading files to PATH (tests/graded/grading_manifest.json), grade nothing")
@@ -332,16 +351,6 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     """Refuse options that do not go together or make no sense; the chapters to grade."""
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
-    if args.sandbox_user:
-        import pwd
-
-        if os.geteuid() != 0:
-            parser.error("--sandbox-user needs the grader to run as root (it switches the "
-                         "worker to that user)")
-        try:
-            pwd.getpwnam(args.sandbox_user)
-        except KeyError:
-            parser.error(f"--sandbox-user: no user named {args.sandbox_user!r}")
     if args.exercise:
         bad = [e for e in args.exercise if not re.fullmatch(r"\d+\.\d+", e)]
         if bad:
@@ -354,9 +363,9 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
                         or args.fail_under is not None):
         parser.error("--points lists the points on offer; it takes --chapter, --exercise "
                      "and --json only")
-    if args.from_report and (args.verify_manifest or args.workflow_file):
-        parser.error("--verify-manifest and --workflow-file go with the grading run; its "
-                     "report keeps the result")
+    if args.from_report and args.verify_manifest:
+        parser.error("--verify-manifest goes with the grading run; its report keeps the "
+                     "result")
     if args.from_report and args.junit:
         parser.error("--junit needs the graded tests; a report read with --from-report "
                      "has only the exercises")
@@ -399,18 +408,33 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
 
     integrity = (_verify(args.verify_manifest, args.submission_root or ROOT, parser)
                  if args.verify_manifest else None)
-    workflow = check_workflow(args.workflow_file) if args.workflow_file else None
+    workflow = (WorkflowCheck(str(args.submission_root / ".github" / "workflows"),
+                              workflow_changes(args.submission_root))
+                if args.submission_root else None)
+    sandbox = _sandbox(args.sandbox, parser)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     try:
         records, rows = grade(chapters, args.parts, args.exercise, timeout=args.timeout,
-                              seed=seed, sandbox_user=args.sandbox_user,
+                              seed=seed, sandbox=sandbox,
                               cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
+    faults = [r for r in records if r["outcome"] == "grader error"]
+    if faults:  # no learner code ran: nothing to credit or blame
+        raise SystemExit(f"grade: {faults[0]['message']}")
     if args.exercise:
         records = [r for r in records if r["exercise"] in args.exercise]
     return Report(_only(rows, args.exercise, parser), args.parts, integrity, seed, workflow,
-                  records)
+                  records, boundary.describe(sandbox == "bubblewrap"), args.show_output)
+
+
+def _sandbox(wanted: str, parser: argparse.ArgumentParser) -> str:
+    """The boundary to grade in: ``bubblewrap`` or ``none`` (``auto``: bubblewrap where it
+    can start, else none, which the report says)."""
+    why = boundary.unavailable() if wanted != "none" else None
+    if wanted == "bubblewrap" and why:
+        parser.error(f"--sandbox bubblewrap: {why}")
+    return "none" if wanted == "none" or why else "bubblewrap"
 
 
 def _write(found: Report, args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
+from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
 

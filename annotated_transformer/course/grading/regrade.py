@@ -12,7 +12,11 @@ graded by the course's tests and grader, one submission after the other, every o
 same seed (drawn once, unless ``--seed``, and written to the gradebook). Nothing else of a
 submission runs: its tests, grader, workflows and committed reports are only compared with
 the course's, and each difference is a flag (see ``FLAGS``). A flag is a reason to look,
-not a verdict; the points come from the learner's exercise files alone.
+not a verdict; the points come from the learner's exercise files alone. The learners' code
+runs inside bubblewrap (see :mod:`~annotated_transformer.course.grading.boundary`): it sees
+its own exercise files and the grader's package and probes, read-only, and nothing else
+(not the course's reference or ``.git``, not the other submissions, not the gradebook), and
+nothing it starts outlives it. Where bubblewrap cannot start, ``--unsafe`` is needed.
 
 Writes ``DIR/gradebook.csv`` and ``DIR/gradebook.json``, one row per learner and exercise.
 A submission that cannot be cloned or graded gets one row with status ``error`` and 0
@@ -38,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import grade, manifest
+from annotated_transformer.course.grading import boundary, grade, manifest
 from annotated_transformer.course.grading.report import ExerciseResult, write_report
 from annotated_transformer.layout import (
     CHAPTER_FILE,
@@ -48,7 +52,6 @@ from annotated_transformer.layout import (
     PACKAGE_DIR,
     ROOT,
     TESTS_DIR,
-    WORKFLOWS_DIR,
     chapter_test_files,
     relative,
 )
@@ -232,13 +235,13 @@ def stage_grading_files(root: Path, dest: Path, who: Learner) -> None:
                     continue
                 seen += 1
                 path = Path(folder, name)
-                relative = path.relative_to(root)
+                inside = path.relative_to(root)
                 data = read_regular(path)
                 if isinstance(data, str):
-                    who.flag(data, relative.as_posix())
+                    who.flag(data, inside.as_posix())
                     continue
-                (dest / relative).parent.mkdir(parents=True, exist_ok=True)
-                (dest / relative).write_bytes(data)
+                (dest / inside).parent.mkdir(parents=True, exist_ok=True)
+                (dest / inside).write_bytes(data)
             if not recursive:
                 break
 
@@ -257,19 +260,9 @@ def check_tests(root: Path, expected: dict[str, Any], who: Learner) -> None:
 
 def check_workflows(root: Path, who: Learner) -> None:
     """Flag ``workflow-changed`` for each workflow file that is not the course's copy."""
-    folder = root / ".github" / "workflows"
-    if os.path.islink(root / ".github") or os.path.islink(folder):
-        who.flag("workflow-changed", ".github/workflows (a symbolic link)")
-        return
-    if not real_dir(folder):
-        return
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name)[:MAX_FILES]:
-        if not entry.name.endswith((".yml", ".yaml")):
-            continue
-        check = grade.check_workflow(Path(entry.path), WORKFLOWS_DIR)
-        if check.changed:
-            how = "added" if check.course_sha256 is None else "changed"
-            who.flag("workflow-changed", f".github/workflows/{entry.name} ({how})")
+    for name, how in grade.workflow_changes(root).items():
+        path = name if name.startswith(".github") else f".github/workflows/{name}"
+        who.flag("workflow-changed", f"{path} ({how})")
 
 
 def check_reports(root: Path, who: Learner) -> None:
@@ -289,7 +282,7 @@ def check_reports(root: Path, who: Learner) -> None:
 
 
 def grade_submission(who: Learner, chapters: list[int], seed: int,
-                     expected: dict[str, Any]) -> list[ExerciseResult]:
+                     expected: dict[str, Any], sandbox: str) -> list[ExerciseResult]:
     """Fetch, check and grade one submission; its rows (``who`` gets the flags)."""
     with tempfile.TemporaryDirectory(prefix="regrade-") as tmp:
         if is_git_url(who.source):
@@ -305,7 +298,11 @@ def grade_submission(who: Learner, chapters: list[int], seed: int,
         impl = Path(tmp) / "exercises"
         impl.mkdir()
         collect_exercises(root, chapters, impl, who)
-        return grade.grade(chapters, str(impl), seed=seed, cache_dir=None)[1]
+        rows = grade.grade(chapters, str(impl), seed=seed, cache_dir=None, sandbox=sandbox)[1]
+        fault = next((r for r in rows if r.status == "grader error"), None)
+        if fault is not None:  # not the learner's doing: no row of points from this run
+            raise RuntimeError(fault.message)
+        return rows
 
 
 def rows_for(who: Learner, results: list[ExerciseResult], seed: int) -> list[Row]:
@@ -326,7 +323,8 @@ def error_row(who: Learner, error: BaseException, seed: int, possible: float) ->
 
 
 def regrade(sources: list[str], names: list[str], chapters: list[int], seed: int,
-            expected: dict[str, Any]) -> tuple[list[Learner], list[Row]]:
+            expected: dict[str, Any], sandbox: str = "bubblewrap",
+            ) -> tuple[list[Learner], list[Row]]:
     """Grade every submission, one after the other; a failure costs only its own rows."""
     learners, rows = [], []
     possible: float | None = None
@@ -334,7 +332,7 @@ def regrade(sources: list[str], names: list[str], chapters: list[int], seed: int
         who = Learner(name, without_credentials(source))
         learners.append(who)
         try:
-            results = grade_submission(who, chapters, seed, expected)
+            results = grade_submission(who, chapters, seed, expected, sandbox)
             rows += rows_for(who, results, seed)
             possible = who.max_points
         except Exception as error:  # one submission must not stop the others
@@ -381,12 +379,13 @@ def gradebook_csv(rows: list[Row]) -> str:
 
 
 def gradebook_json(learners: list[Learner], rows: list[Row], chapters: list[int],
-                   seed: int) -> dict[str, Any]:
+                   seed: int, sandbox: str = "bubblewrap") -> dict[str, Any]:
     """The gradebook as JSON: the seed, the course, each learner's total and flags, the rows."""
     return {
         "seed": seed,
         "chapters": chapters,
         "course": {"root": str(ROOT), "commit": _course_commit()},
+        "sandbox": boundary.describe(sandbox == "bubblewrap"),
         "flags": FLAGS,
         "learners": [asdict(who) for who in learners],
         "rows": [asdict(row) for row in rows],
@@ -405,11 +404,11 @@ def _course_commit() -> str | None:
 
 
 def write_gradebook(out: Path, learners: list[Learner], rows: list[Row], chapters: list[int],
-                    seed: int) -> None:
+                    seed: int, sandbox: str = "bubblewrap") -> None:
     """Write ``gradebook.csv`` and ``gradebook.json`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     write_report(out / "gradebook.csv", gradebook_csv(rows))
-    data = gradebook_json(learners, rows, chapters, seed)
+    data = gradebook_json(learners, rows, chapters, seed, sandbox)
     write_report(out / "gradebook.json", json.dumps(data, indent=2) + "\n")
 
 
@@ -443,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--manifest", type=Path, default=MANIFEST, metavar="PATH",
                         help=f"the manifest of the grading files (default: the course's "
                         f"{relative(MANIFEST)})")
+    parser.add_argument("--unsafe", action="store_true",
+                        help="grade without the sandbox where bubblewrap cannot start: the "
+                        "learners' code then runs with your rights, and could read or change "
+                        "your files (default: refuse)")
     return parser
 
 
@@ -479,10 +482,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seed must be 0 or more, got {args.seed}")
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} is not a folder")
+    why = boundary.unavailable()
+    if why and not args.unsafe:
+        parser.error(f"regrade runs each learner's code in a sandbox, and bubblewrap cannot "
+                     f"start here: {why}. Install it (Debian/Ubuntu: apt-get install "
+                     f"bubblewrap), or pass --unsafe to grade without it (the learners' code "
+                     f"then runs with your rights)")
+    sandbox = "none" if why else "bubblewrap"
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    print(f"Re-grading {len(names)} submission(s), chapters {chapters}, seed {seed}", flush=True)
-    learners, rows = regrade(args.submissions, names, chapters, seed, expected)
-    write_gradebook(args.out, learners, rows, chapters, seed)
+    print(f"Re-grading {len(names)} submission(s), chapters {chapters}, seed {seed}, "
+          f"sandbox: {sandbox}", flush=True)
+    learners, rows = regrade(args.submissions, names, chapters, seed, expected, sandbox)
+    write_gradebook(args.out, learners, rows, chapters, seed, sandbox)
     print(f"Gradebook: {args.out / 'gradebook.csv'} and {args.out / 'gradebook.json'}")
     return 1 if any(who.status == "error" for who in learners) else 0
 

@@ -31,6 +31,7 @@ class ExerciseResult:
     max_points: float
     status: str
     message: str
+    printed: str = ""  # what the code under test printed in the test that names the status
 
 
 @dataclass
@@ -58,21 +59,26 @@ class Integrity:
 
 @dataclass
 class WorkflowCheck:
-    """The workflow file a CI job ran (the submission's copy) against the course's copy."""
+    """The submission's committed workflow files against the course's copies.
 
-    path: str  # as given to --workflow-file
-    sha256: str | None  # None: no regular file there
-    course_sha256: str | None  # the course's .github/workflows/<same name>; None: none
-    changed: bool
+    GitHub runs the submission's copy of a workflow: a learner can change what it does, so a
+    learner's CI grade is advisory, whatever this says; the instructor's re-grade is the
+    grade to trust."""
+
+    folder: str  # the submission's .github/workflows
+    changes: dict[str, str]  # {file name: "changed" | "added"}
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
 
     def lines(self) -> list[str]:
         """What every report says about it."""
-        if not self.changed:
-            return [f"Workflow: {self.path} is the course's (sha256 {self.sha256})."]
-        ran = f"sha256 {self.sha256}" if self.sha256 else "not a regular file"
-        course = (f"sha256 {self.course_sha256}" if self.course_sha256
-                  else "the course has no file of that name")
-        return [f"WORKFLOW CHANGED: {self.path} ({ran}) is not the course's copy ({course}).",
+        if not self.changes:
+            return [f"Workflows: {self.folder} holds the course's copies (a learner's CI is "
+                    f"advisory all the same: the instructor's re-grade is the grade to trust)."]
+        listed = cut(", ".join(f"{name} ({how})" for name, how in self.changes.items()))
+        return [f"WORKFLOW CHANGED: {listed} in {self.folder} differ from the course's.",
                 "GitHub ran the submission's copy: this run may not be the course's grading; "
                 "re-grade the submission to be sure."]
 
@@ -86,6 +92,21 @@ def _first_line(message: str) -> str:
     """A message's first line for a one-line report, without control characters."""
     lines = cut(message).splitlines()
     return _CONTROL.sub("\ufffd", lines[0]) if lines else ""
+
+
+def _folder(parts: str) -> str:
+    """The folder a ``--parts`` names (the learner's exercises/ included), "" for none."""
+    from annotated_transformer.layout import EXERCISES_DIR
+
+    if parts == "exercises":
+        return str(EXERCISES_DIR)
+    return str(Path(parts).resolve()) if parts not in ("solutions", "points") else ""
+
+
+def _last_lines(text: str, count: int = 5) -> list[str]:
+    """The last ``count`` lines of what was printed, each cut and without control codes."""
+    lines = [_CONTROL.sub("\ufffd", line[:200]) for line in text.rstrip().splitlines()]
+    return lines[-count:]
 
 
 def _points(value: float) -> str:
@@ -102,6 +123,8 @@ class Report:
     seed: int | None = None
     workflow: WorkflowCheck | None = None
     records: list[dict[str, Any]] | None = field(default=None, repr=False)  # the tests'
+    sandbox: str | None = None  # the boundary the code under test ran in (boundary.describe)
+    show_output: bool = False  # the table shows what every test printed, not only failing
 
     @property
     def points(self) -> float:
@@ -126,11 +149,16 @@ class Report:
                 f"with all tests passed")
 
     def _graded(self, markdown: bool = False) -> str:
+        folder = _folder(self.parts)
         where = f"`--parts {self.parts}`" if markdown else f"--parts {self.parts}"
+        where += f" ({folder})" if folder else ""
         if self.seed is None:
-            return f"Graded: {where}"
-        option = f"`--seed {self.seed}`" if markdown else f"--seed {self.seed}"
-        return f"Graded: {where}, random inputs from seed {self.seed} (the same again: {option})"
+            graded = f"Graded: {where}"
+        else:
+            option = f"`--seed {self.seed}`" if markdown else f"--seed {self.seed}"
+            graded = (f"Graded: {where}, random inputs from seed {self.seed} (the same again: "
+                      f"{option})")
+        return graded + (f"\nSandbox: {self.sandbox}" if self.sandbox else "")
 
     def table(self) -> str:
         """The table for the terminal: one line an exercise, what to look at, the total."""
@@ -142,6 +170,9 @@ class Report:
             lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
             if row.status != "passed" or row.message:
                 lines.append(f"{'':<5} -> {_first_line(row.message)}")
+            if row.printed and (row.status != "passed" or self.show_output):
+                lines += [f"{'':<5}    your code printed: {line}"
+                          for line in _last_lines(row.printed)]
         lines += ["", f"Total: {_points(self.points)}/{_points(self.max_points)} points "
                   f"({self._passed()})"]
         if self.integrity is not None:
@@ -168,9 +199,11 @@ class Report:
         return {
             "tampered": self.integrity.tampered if self.integrity else None,
             "integrity": asdict(self.integrity) if self.integrity else None,
-            "workflow": asdict(self.workflow) if self.workflow else None,
+            "workflow": ({**asdict(self.workflow), "changed": self.workflow.changed}
+                         if self.workflow else None),
             "parts": self.parts,
             "seed": self.seed,
+            "sandbox": self.sandbox,
             "exercises": [{**asdict(r), "message": cut(r.message)} for r in rows],
             "points": self.points,
             "max_points": self.max_points,
@@ -189,7 +222,8 @@ class Report:
         return cls(rows, data["parts" if "parts" in data else "impl"],
                    Integrity(**data["integrity"]) if data.get("integrity") else None,
                    data.get("seed"),
-                   WorkflowCheck(**data["workflow"]) if data.get("workflow") else None)
+                   WorkflowCheck(data["workflow"]["folder"], data["workflow"]["changes"])
+                   if data.get("workflow") else None, sandbox=data.get("sandbox"))
 
     def markdown(self) -> str:
         """The table as Markdown (for a CI job summary)."""
@@ -227,6 +261,9 @@ class Report:
                 suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
             case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
                                  classname=f"exercise {record['exercise']}")
+            if record.get("printed"):  # what the code under test printed in this test
+                ET.SubElement(case, "system-out").text = _NOT_XML.sub("\ufffd",
+                                                                      record["printed"])
             outcome = record["outcome"]
             if outcome == "skipped":
                 ET.SubElement(case, "skipped", message=record["message"])
@@ -244,8 +281,8 @@ class Report:
                 message = _NOT_XML.sub("\ufffd", cut(" ".join(integrity.lines())))
                 ET.SubElement(case, "failure", message=message, type="tampered")
         if workflow is not None:
-            case = ET.SubElement(suite, "testcase", name="the workflow is the course's",
-                                 classname=workflow.path)
+            case = ET.SubElement(suite, "testcase", name="the workflows are the course's",
+                                 classname=workflow.folder)
             if workflow.changed:
                 ET.SubElement(case, "failure", message=" ".join(workflow.lines()),
                               type="workflow-changed")

@@ -320,11 +320,10 @@ def torch_zero() -> Any:
 
 
 def main() -> int:
+    import faulthandler
     import json
 
     from annotated_transformer.course.grading import protocol
-
-    import faulthandler
 
     config = json.loads(sys.argv[-1])  # after the folder the grader put first on the path
     replies = os.fdopen(os.dup(1), "wb")
