@@ -10,6 +10,7 @@ import os
 import posixpath
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from functools import cache
@@ -21,7 +22,12 @@ import yaml
 
 from annotated_transformer.course.distribution import classroom, release
 from annotated_transformer.course.grading import grade
-from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
+from annotated_transformer.course.grading.report import (
+    ExerciseResult,
+    Integrity,
+    Report,
+    WorkflowCheck,
+)
 from annotated_transformer.layout import WORKFLOWS_DIR
 
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))
@@ -158,9 +164,9 @@ def written_reports(steps: list[dict]) -> dict[str, str]:
 
 
 def check_reference_removed(steps: list[dict]) -> list[str]:
-    """The course's checkout loses what a release leaves out (the answers) before it is
-    installed."""
-    wanted = {f".course/{path.rstrip('/')}" for path in release.ANSWERS}
+    """The course's checkout loses what a release leaves out (the answers) and its history
+    (whose objects hold them) before it is installed."""
+    wanted = {f".course/{path.rstrip('/')}" for path in (*release.ANSWERS, ".git")}
     for index, step in enumerate(steps):
         words = shlex.split(step_script(step).replace("\\\n", " "))
         if words[:2] == ["rm", "-rf"] and {w.rstrip("/") for w in words[2:]} == wanted:
@@ -198,9 +204,12 @@ def check_grading_step(steps: list[dict], workflow_name: str) -> list[str]:
             or str(args.submission_root) != "..":
         problems.append("the grading run does not check the submission against the "
                         "course's manifest")
-    if str(args.workflow_file) != f"../.github/workflows/{workflow_name}":
-        problems.append(f"the grading run does not pass --workflow-file "
-                        f"../.github/workflows/{workflow_name}")
+    if args.sandbox != "bubblewrap":
+        problems.append("the grading run does not insist on its sandbox (--sandbox bubblewrap)")
+    installs = [i for i, s in enumerate(steps) if "apt-get install" in step_script(s)
+                and "bubblewrap" in step_script(s)]
+    if not installs or installs[0] > steps.index(step):
+        problems.append("no step installs bubblewrap before the grading step")
     written = [report_path(command.workdir, getattr(args, kind))
                for kind in ("json", "junit", "markdown") if getattr(args, kind)]
     if any(posixpath.dirname(path) != PARTIAL for path in written):
@@ -257,7 +266,7 @@ def check_course_checkout(workflow: dict, job: dict, workflow_name: str) -> list
         problems.append("expected a checkout of the submission and one of the course")
     else:
         wanted = {"repository": "${{ env.COURSE_REPO }}", "ref": "${{ env.COURSE_REF }}",
-                  "path": ".course"}
+                  "path": ".course", "persist-credentials": False}
         if {k: course[0]["with"].get(k) for k in wanted} != wanted:
             problems.append(f"the course checkout is not {wanted}: {course[0]['with']}")
     python = [s for s in steps if s.get("uses") == "actions/setup-python@v5"]
@@ -358,10 +367,14 @@ def test_grade_workflow_check_catches_mistakes():
     with pytest.raises(AssertionError, match="rejects"):
         broken(replace("--junit", "--junit-xml"))
     assert any("manifest" in p for p in broken(replace("--verify-manifest", "--json")))
+    assert any("removes the reference" in p for p in broken(replace(".course/.git/ ", "")))
+    assert any("sandbox" in p for p in broken(replace("--sandbox bubblewrap", "--sandbox auto")))
+    assert any("installs bubblewrap" in p for p in broken(drop(
+        lambda s: "bubblewrap" in s.get("run", "") and "apt-get" in s.get("run", ""))))
+    assert any("course checkout" in p for p in broken(
+        lambda s: s.get("with", {}).get("repository") and s["with"].pop("persist-credentials")))
     assert any("as root" in p for p in broken(replace('sudo -E env "PATH=$PATH" ', "")))
     assert any("--no-cache" in p for p in broken(replace(" --no-cache", "")))
-    assert any("--workflow-file" in p for p in broken(replace(
-        "--workflow-file ../.github/workflows/grade.yml ", "")))
     # Reports in the submission: a committed grade.json could be what later steps read.
     problems = broken(replace('"$RUNNER_TEMP/grade/partial/grade.json"', "../grade.json"))
     assert any("names ../grade.json" in p for p in problems)
@@ -620,49 +633,46 @@ def test_a_huge_message_gives_small_reports():
     assert cut.endswith(f"[... cut: {5000 - kept} characters]")
 
 
-def test_the_workflow_file_is_named_in_every_report(tmp_path):
-    course = tmp_path / "course"
-    course.mkdir()
-    (course / "grade.yml").write_text("name: grade\n")
-    same, changed = tmp_path / "same" / "grade.yml", tmp_path / "changed" / "grade.yml"
-    for path, text in ((same, "name: grade\n"), (changed, "name: grade\n# edited\n")):
-        path.parent.mkdir()
-        path.write_text(text)
-    assert not grade.check_workflow(same, course).changed
-    check = grade.check_workflow(changed, course)
-    assert check.changed and check.sha256 != check.course_sha256 is not None
-    link = tmp_path / "link" / "grade.yml"
-    link.parent.mkdir()
-    link.symlink_to(same)
-    assert grade.check_workflow(link, course).sha256 is None, "a link is not followed"
-    assert grade.check_workflow(link, course).changed
-    added = grade.check_workflow(tmp_path / "same" / "grade.yml", tmp_path)
-    assert added.course_sha256 is None and added.changed, "a workflow the course lacks"
+def test_the_submission_s_workflows_are_named_in_every_report(tmp_path):
+    """What a report says of the workflows comes from the submission's committed files (no
+    path a workflow names): a changed, an added or a linked workflow is WORKFLOW CHANGED."""
+    same = tmp_path / "same"
+    shutil.copytree(WORKFLOWS_DIR, same / ".github" / "workflows")
+    assert grade.workflow_changes(same) == {}
+    changed = tmp_path / "changed"
+    shutil.copytree(WORKFLOWS_DIR, changed / ".github" / "workflows")
+    (changed / ".github/workflows/grade.yml").write_text("name: grade\n# edited\n")
+    (changed / ".github/workflows/mine.yml").write_text("name: mine\n")
+    assert grade.workflow_changes(changed) == {"grade.yml": "changed", "mine.yml": "added"}
+    linked = tmp_path / "linked" / ".github" / "workflows"
+    linked.mkdir(parents=True)
+    (linked / "grade.yml").symlink_to(WORKFLOWS_DIR / "grade.yml")
+    assert grade.workflow_changes(tmp_path / "linked") == {"grade.yml": "changed"}, (
+        "a link is not followed")
+    check = WorkflowCheck(str(changed / ".github/workflows"), grade.workflow_changes(changed))
     rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", "")]
     for text in (Report(rows, "x", workflow=check).table(),
                  Report(rows, "x", workflow=check).markdown(),
                  Report(rows, "x", workflow=check).score(),
                  Report([], "x", workflow=check, records=[]).junit()):
-        assert "WORKFLOW CHANGED" in text
-    assert "WORKFLOW CHANGED" not in Report(
-        rows, "x", workflow=grade.check_workflow(same, course)).score()
+        assert "WORKFLOW CHANGED" in text and "mine.yml" in text
+    unchanged = WorkflowCheck(str(same), {})
+    assert "WORKFLOW CHANGED" not in Report(rows, "x", workflow=unchanged).score()
+    assert "advisory" in Report(rows, "x", workflow=unchanged).table()
     # The JSON report keeps it, so that the later steps (--from-report) say it too.
     path = tmp_path / "grade.json"
     path.write_text(json.dumps(Report(rows, "x", workflow=check).to_json()))
     data = json.loads(path.read_text())["workflow"]
-    assert data == {"path": str(changed), "sha256": check.sha256,
-                    "course_sha256": check.course_sha256, "changed": True}
+    assert data["changed"] is True and data["changes"]["mine.yml"] == "added"
     done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
                            "--from-report", str(path), "--score"], capture_output=True,
                           text=True)
     assert done.returncode == 0 and "WORKFLOW CHANGED" in done.stdout
     usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
-                            "--from-report", str(path), "--workflow-file", str(same)],
+                            "--from-report", str(path), "--workflow-file", "grade.yml"],
                            capture_output=True, text=True)
-    assert usage.returncode == 2
+    assert usage.returncode == 2, "--workflow-file is gone: the grader reads the files itself"
 
 
 def test_the_course_workflows_are_the_course_s():
-    for path in (WORKFLOWS_DIR / "grade.yml", WORKFLOWS_DIR / "classroom.yml"):
-        check = grade.check_workflow(path)
-        assert not check.changed and check.sha256 == check.course_sha256
+    assert grade.workflow_changes(WORKFLOWS_DIR.parent.parent) == {}

@@ -44,8 +44,10 @@ HEADER = """\
 #
 # The course's own tests and grader, from COURSE_REPO at COURSE_REF, grade the learner's
 # exercises/: nothing else of the learner's repository is used (changes to its tests or
-# grader are named in the report as tampered, and so is this workflow file when it is not
-# the course's). Pin COURSE_REF (a repository or organization variable) to the tag or
+# grader are named in the report as tampered, and so are its workflow files that are not
+# the course's: GitHub runs the learner's copy of this file, so its points are advisory and
+# the instructor's re-grade is the grade to trust). The learner's code runs inside
+# bubblewrap. Pin COURSE_REF (a repository or organization variable) to the tag or
 # commit the assignment was made from. One grading run writes grade.json outside the
 # repository ($RUNNER_TEMP/grade) and marks it ok when the grader finished; each exercise
 # step then gives its points when that report says every test of the exercise passed (all
@@ -82,13 +84,16 @@ jobs:
           ref: ${{ env.COURSE_REF }}
           path: .course
           token: ${{ secrets.COURSE_TOKEN || github.token }}
-      # Grading needs the tests and the grader, never the answers: with the reference
-      # solutions (and the fast parts and graded variants built from them) gone from the
-      # disk, learner code that got past every other check still finds no answer to copy.
-      - name: Remove the reference from the course's checkout
+          persist-credentials: false
+      # Grading needs the tests and the grader, never the answers: the reference solutions
+      # (and the fast parts and graded variants built from them) and the course's history
+      # (whose objects hold them) leave the disk before anything of the learner's runs.
+      - name: Remove the reference and the course's history from its checkout
         run: |
-          rm -rf .course/solutions/ .course/annotated_transformer/fast_parts/ \\
+          rm -rf .course/.git/ .course/solutions/ .course/annotated_transformer/fast_parts/ \\
             .course/tests/variants/
+      - name: Install the sandbox (bubblewrap)
+        run: sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap
       - uses: actions/setup-python@v5
         with:
           python-version: "3.11"
@@ -100,8 +105,8 @@ jobs:
       # The reports go to $RUNNER_TEMP/grade (a grade.* committed in the repository is never
       # read): written under partial/, moved into place and marked ok only when the grader
       # exited 0 (without --fail-under, any other status, 1 included, is a crash). The grader
-      # runs as root because its sandboxed worker runs the learner's code as the unprivileged
-      # user nobody, which can then write neither the course nor the reports.
+      # runs as root: its worker runs the learner's code inside bubblewrap (its own PID and
+      # network namespaces, a read-only view of only the files it needs) as the user nobody.
       - name: Grade exercises/ with the course's tests (once, for every step below)
         id: grade
         working-directory: .course
@@ -109,13 +114,9 @@ jobs:
         shell: bash
         run: |
           mkdir -m 700 "$RUNNER_TEMP/grade" "$RUNNER_TEMP/grade/partial"
-          # nobody must be able to reach the course and exercises/ (to read, not to write).
-          dir="$GITHUB_WORKSPACE"
-          while [ "$dir" != / ]; do sudo chmod o+x "$dir"; dir="$(dirname "$dir")"; done
           sudo -E env "PATH=$PATH" python -m annotated_transformer grade --parts ../exercises \\
-            --sandbox-user nobody --no-cache \\
+            --sandbox bubblewrap --no-cache \\
             --verify-manifest tests/graded/grading_manifest.json --submission-root .. \\
-            --workflow-file ../.github/workflows/classroom.yml \\
             --json "$RUNNER_TEMP/grade/partial/grade.json" \\
             --markdown "$RUNNER_TEMP/grade/partial/grade.md"
           mv "$RUNNER_TEMP/grade/partial/grade.json" "$RUNNER_TEMP/grade/partial/grade.md" \\

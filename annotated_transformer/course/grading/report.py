@@ -189,7 +189,7 @@ class Report:
         if self.integrity and self.integrity.changes:
             score += f"; TAMPERED: {cut(', '.join(self.integrity.tampered))}"
         if self.workflow and self.workflow.changed:
-            score += f"; WORKFLOW CHANGED: {self.workflow.path}"
+            score += f"; WORKFLOW CHANGED: {cut(', '.join(self.workflow.changes))}"
         return score
 
     def to_json(self) -> dict[str, Any]:
