@@ -22,8 +22,23 @@ import variants
 CHAPTERS = sorted(grade.chapter_test_files())
 
 
-def test_the_reference_passes_every_graded_test():
-    rows = grade.summarize(grade.run_tests(None, "solutions"))
+@pytest.fixture
+def busy_machine():
+    """Two processes that keep both cores of a 2-core machine busy while a test runs."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
+@pytest.mark.slow
+def test_the_reference_passes_every_graded_test_on_a_busy_machine(tmp_path, busy_machine):
+    """The reference, as a learner's folder (in the sandbox where one can start), earns every
+    point while two other processes keep the cores busy: limits count CPU seconds."""
+    for path in stubs.SOLUTIONS_DIR.glob("ch*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    rows = grade.summarize(grade.run_tests(None, str(tmp_path)))
     assert {r.chapter for r in rows} == set(CHAPTERS)
     failing = [f"{r.id}: {r.status}: {r.message}" for r in rows if r.status != "passed"]
     assert not failing, failing
