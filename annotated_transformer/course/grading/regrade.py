@@ -232,13 +232,13 @@ def stage_grading_files(root: Path, dest: Path, who: Learner) -> None:
                     continue
                 seen += 1
                 path = Path(folder, name)
-                relative = path.relative_to(root)
+                here = path.relative_to(root)
                 data = read_regular(path)
                 if isinstance(data, str):
-                    who.flag(data, relative.as_posix())
+                    who.flag(data, here.as_posix())
                     continue
-                (dest / relative).parent.mkdir(parents=True, exist_ok=True)
-                (dest / relative).write_bytes(data)
+                (dest / here).parent.mkdir(parents=True, exist_ok=True)
+                (dest / here).write_bytes(data)
             if not recursive:
                 break
 
