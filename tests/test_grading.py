@@ -304,6 +304,8 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
     (root / "tests" / "graded" / "test_ch07_decoding.py").unlink()
     (root / "tests" / "variants" / "ch01.py").unlink()  # not graded: the course's own check
     (root / "tests" / "graded" / "test_ch09_bonus.py").write_text("CHAPTER = 9\n")
+    (root / "tests" / "graded" / "helpers.py").write_text("")  # the folder counts whole
+    (root / "tests" / "test_more_of_the_package.py").write_text("")  # not graded
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     (root / "setup.cfg").write_text("[metadata]\nname = x\n")  # no pytest settings: fine
     pyproject = root / "pyproject.toml"
@@ -311,9 +313,10 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
                                                        'testpaths = ["tests"]\nxfail_strict = 1'))
     assert manifest.verify(published, root) == {
         manifest.PYTEST_SETTINGS: "changed", "tests/pytest.ini": "added",
-        "tests/graded/test_ch09_bonus.py": "added", "tests/graded/test_ch07_decoding.py": "missing"}
+        "tests/graded/test_ch09_bonus.py": "added", "tests/graded/helpers.py": "added",
+        "tests/graded/test_ch07_decoding.py": "missing"}
     # Line endings do not count.
-    checks = root / "tests" / "checks.py"
+    checks = root / "tests" / "graded" / "checks.py"
     checks.write_bytes(checks.read_bytes().replace(b"\n", b"\r\n"))
     assert "tests/graded/checks.py" not in manifest.verify(published, root)
     ignored = Integrity("m.json", "../alice", {"tests/graded/checks.py": "changed"}, used=False)

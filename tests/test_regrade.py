@@ -163,7 +163,7 @@ def test_changed_grading_files_are_flagged(tmp_path):
     clean = course_copy(tmp_path / "clean")
     expected = manifest.compute(clean)
     root = course_copy(tmp_path / "sub", clean)
-    with (root / "tests" / "checks.py").open("a") as handle:
+    with (root / "tests" / "graded" / "checks.py").open("a") as handle:
         handle.write("# changed\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
     who = regrade.Learner("x", str(root))
