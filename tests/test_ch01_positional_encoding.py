@@ -147,7 +147,7 @@ def test_values_bounded(learner):
     assert pe.abs().max() <= 1.0 + 1e-6, "every entry of PE is a sine or a cosine, so |PE| <= 1"
 
 
-@pytest.mark.grade("1.1", points=1)
+@pytest.mark.grade("1.1", points=1, errors=True)
 @pytest.mark.parametrize("d_model", [7, 0, -4])
 def test_rejects_bad_d_model(learner, d_model):
     message = learner.raises("ValueError", table_of, max_len=10, d_model=d_model)
@@ -222,7 +222,7 @@ def test_dropout_after_the_sum_and_off_in_eval(learner):
                  hint="Dropout applies to the sum x + pe (kept entries scaled by 1/(1-p)).")
 
 
-@pytest.mark.grade("1.2", points=1)
+@pytest.mark.grade("1.2", points=1, errors=True)
 def test_too_long_sequence_names_both_lengths(learner):
     message = learner.raises("ValueError", positional_encoding_output, x=torch.zeros(1, 13, 8),
                              d_model=8, max_len=12)

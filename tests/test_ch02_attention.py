@@ -303,7 +303,7 @@ def test_gradients_match_pytorch(learner):
         assert_close(grad, want, f"the gradient with respect to {name}")
 
 
-@pytest.mark.grade("2.2", points=1)
+@pytest.mark.grade("2.2", points=1, errors=True)
 def test_mismatched_shapes_are_explained(learner):
     message = learner.raises("ValueError", attention_of, q=torch.randn(2, 3, 8),
                              k=torch.randn(2, 4, 6), v=torch.randn(2, 4, 6))

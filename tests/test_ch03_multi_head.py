@@ -210,7 +210,7 @@ def test_split_heads_accepts_non_contiguous_input(learner):
                  "split_heads of a non-contiguous tensor")
 
 
-@pytest.mark.grade("3.1", points=1)
+@pytest.mark.grade("3.1", points=1, errors=True)
 def test_split_heads_explains_indivisible_width(learner):
     message = learner.raises("ValueError", split_heads_of, x=torch.randn(2, 3, 10), heads=4)
     assert "10" in message and "4" in message, (
@@ -336,7 +336,7 @@ def test_dropout_on_the_weights_only_in_training(learner):
         f"(zero); {zeros:.0%} are. Pass dropout to the attention, applied to the weights.")
 
 
-@pytest.mark.grade("3.3", points=1)
+@pytest.mark.grade("3.3", points=1, errors=True)
 def test_bad_shapes_are_explained(learner):
     message = learner.raises("ValueError", new_module, d_model=10, heads=4)
     assert re.search("10|4", message), (

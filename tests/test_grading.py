@@ -434,3 +434,23 @@ def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
             rows[exercise].message)
     for exercise in ("1.1", "1.2", "1.3", "1.4", "3.1", "3.2", "4.1", "4.2", "4.3"):
         assert rows[exercise].status == "passed", (exercise, rows[exercise].message)
+
+
+def test_a_constant_error_earns_no_points(tmp_path):
+    """Every stub raising one ValueError whose text holds every word the tests of a clear
+    error look for: those tests pass, but they pay only with the behaviour, so 0 points."""
+    stubs.write_stubs(tmp_path)
+    words = "d_model 7 0 -4 10 4 13 12 d_k query key value Lk mask beam_size"
+    for path in tmp_path.glob("ch*.py"):
+        text = re.sub(r"raise NotImplementedError\(\"Exercise [^\"]*\"\)",
+                      f"raise ValueError({words!r})", path.read_text())
+        path.write_text(text)
+    graded = ["1.1", "1.2", "2.2", "3.1", "3.3", "7.1"]
+    records = grade.run_tests(None, str(tmp_path), exercises=graded)
+    assert {r["exercise"] for r in records if r.get("errors")} == set(graded)
+    assert any(r["outcome"] == "passed" for r in records if r.get("errors"))
+    rows = grade.summarize(records)
+    assert {r.id for r in rows} == set(graded)
+    for row in rows:
+        assert row.points == 0, f"{row.id}: {row.points} points for a constant ValueError"
+    assert any("count once the tests on good input pass" in r.message for r in rows)
