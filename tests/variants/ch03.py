@@ -207,3 +207,12 @@ class EinsumHeads(_Base):
         out, w = self.attend(q, k, v, mask, self.dropout)
         self.attention_weights = w.detach()
         return self.out_proj(torch.einsum("bhld->blhd", out).reshape(b, lq, d))
+
+
+@wrong("3.3", "MultiHeadAttention", "every projection initialised to zero (a constant output)",
+       says="all zeros at initialisation")
+class ZeroInitialised(EinsumHeads):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        for parameter in self.parameters():
+            nn.init.zeros_(parameter)

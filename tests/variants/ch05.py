@@ -124,13 +124,24 @@ class ClampFunctional(_FFN):
         return self.linear2(nn.functional.dropout(hidden, self.dropout.p, self.training))
 
 
+@wrong("5.2", "PositionwiseFeedForward", "both linears initialised to zero",
+       says="all zeros at initialisation")
+class ZeroInitialised(ClampFunctional):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        for parameter in self.parameters():
+            nn.init.zeros_(parameter)
+
+
 # ------------------------------------------------------------------ 5.3
 
 
 class _Residual(nn.Module):
     def __init__(self, d_model, dropout=0.0, norm_first=False):
+        from solutions.ch05_layers import LayerNorm  # the course's own (5.3 may not use PyTorch's)
+
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -291,3 +302,11 @@ class LoopOverSublayers(_Decoder):
         for residual, sublayer in zip(self.residuals, sublayers, strict=True):
             x = residual(x, sublayer)
         return x
+
+
+@wrong("5.4", "EncoderLayer", "every weight set to one constant", says="constant")
+class ConstantWeights(NamedSublayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        for parameter in self.parameters():
+            nn.init.constant_(parameter, 0.01)
