@@ -137,3 +137,35 @@ def check_initialisation(state: Mapping[str, Tensor], what: str) -> None:
             f"{what}: {name} [{fan_out}, {fan_in}] has standard deviation {std:.3g} at "
             f"initialisation, expected about {linear:.3g} (nn.Linear) to {xavier:.3g} "
             f"(Xavier): scale it as nn.Linear or nn.init.xavier_uniform_ does.")
+
+
+# The aten ops through which PyTorch computes an exercise's result, by family: a graded test
+# file's FORBIDDEN_OPS refuses them at PyTorch's dispatch level while the exercise's code
+# runs, whatever road reached them (a function, a module that contains the forbidden one
+# such as nn.Transformer's layers, a gradient or Jacobian by autograd or torch.func). An op
+# that PyTorch decomposes before dispatch (softmax.int, special_softmax) reaches the mode as
+# the op it decomposes into; the names are listed too, so that a PyTorch that stops
+# decomposing one is still refused.
+SOFTMAX_OPS = ("_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data",
+               "_log_softmax_backward_data", "_masked_softmax", "_masked_softmax_backward",
+               "_sparse_softmax", "_sparse_log_softmax", "_sparse_softmax_backward_data",
+               "_sparse_log_softmax_backward_data", "softmax", "log_softmax",
+               "special_softmax", "special_log_softmax")
+# softmax(x) is the gradient of logsumexp(x), and diag(p) - p p^T its Hessian.
+LOGSUMEXP_OPS = ("logsumexp", "special_logsumexp", "logcumsumexp", "_logcumsumexp")
+ATTENTION_OPS = ("_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_flash_attention_for_cpu_backward",
+                 "_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps",
+                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_cudnn_attention",
+                 "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
+                 "_native_multi_head_attention")
+# LayerNorm's own op and the group, batch, instance and RMS norm ops that could stand in.
+NORM_OPS = ("native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+            "native_group_norm_backward", "native_batch_norm", "native_batch_norm_backward",
+            "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+            "_native_batch_norm_legit_functional", "_batch_norm_with_update",
+            "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
+            "cudnn_batch_norm", "miopen_batch_norm", "_fused_rms_norm", "_fused_rms_norm_backward")
+# PyTorch's fused encoder layer (nn.TransformerEncoderLayer's inference fast path).
+LAYER_OPS = ("_transformer_encoder_layer_fwd",)

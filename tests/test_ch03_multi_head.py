@@ -21,6 +21,9 @@ import torch
 from torch import nn
 
 from checks import (
+    ATTENTION_OPS,
+    LOGSUMEXP_OPS,
+    SOFTMAX_OPS,
     assert_close,
     assert_tensor,
     check_initialisation,
@@ -38,16 +41,14 @@ EXERCISES = {
 # too): a failure there is named first (annotated_transformer.grading.dependencies).
 BUILDS_ON = {"3.3": ("2.2", "3.1", "3.2")}
 FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention",
-                     "multi_head_attention_forward", "TransformerEncoderLayer",
-                     "TransformerDecoderLayer")}
+                     "multi_head_attention_forward", "Transformer", "TransformerEncoder",
+                     "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer")}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs: the fused
-# attention of nn.MultiheadAttention and of F.scaled_dot_product_attention.
-FORBIDDEN_OPS = {"3.3": ("_native_multi_head_attention",
-                         "_scaled_dot_product_flash_attention_for_cpu",
-                         "_scaled_dot_product_attention_math",
-                         "_scaled_dot_product_efficient_attention",
-                         "_scaled_dot_product_flash_attention",
-                         "_scaled_dot_product_cudnn_attention", "_fused_sdp_choice")}
+# attention of nn.MultiheadAttention and of F.scaled_dot_product_attention, and the softmax
+# of its slow path (nn.MultiheadAttention with need_weights=True, reached by any road, e.g.
+# nn.Transformer(...).encoder.layers[0].self_attn). The attention of 3.3 is the learner's
+# own of Exercise 2.2.
+FORBIDDEN_OPS = {"3.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS)}
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 f64 = torch.float64
 

@@ -26,6 +26,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from checks import (
+    ATTENTION_OPS,
+    LAYER_OPS,
+    LOGSUMEXP_OPS,
+    NORM_OPS,
+    SOFTMAX_OPS,
     assert_close,
     assert_tensor,
     check_initialisation,
@@ -46,20 +51,18 @@ EXERCISES = {
 # too): a failure there is named first (annotated_transformer.grading.dependencies).
 BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
              "5.5": ("3.3", "5.1", "5.2", "5.3")}
-FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm"),
-             "5.4": ("TransformerEncoderLayer",),
-             "5.5": ("TransformerDecoderLayer",)}
-# The same, refused at PyTorch's dispatch level while the exercise's code runs: LayerNorm's
-# own op and the group, batch and instance norm ops that could stand in for it; PyTorch's
-# fused encoder layer and multi-head attention (the inference fast path).
-NORM_OPS = ("native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-            "native_group_norm_backward", "native_batch_norm", "native_batch_norm_backward",
-            "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-            "_native_batch_norm_legit_functional", "_batch_norm_with_update",
-            "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
-            "cudnn_batch_norm", "miopen_batch_norm")
-LAYER_OPS = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
-FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.4": LAYER_OPS, "5.5": LAYER_OPS}
+TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
+                "TransformerEncoderLayer", "TransformerDecoderLayer")
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", *TRANSFORMERS),
+             "5.4": TRANSFORMERS, "5.5": TRANSFORMERS}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
+# through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms
+# that could stand in for it (5.3's norm is the learner's LayerNorm of 5.1); in a layer,
+# also PyTorch's attention (fused or by its softmax) and its fused encoder layer, so that
+# nn.TransformerEncoderLayer, nn.TransformerDecoderLayer or nn.Transformer's parts, in
+# train or eval mode, are refused. A layer's attention is the learner's own of 3.3.
+LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORM_OPS)
+FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY}
 f64 = torch.float64
 
 
