@@ -53,7 +53,9 @@ BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
              "5.5": ("3.3", "5.1", "5.2", "5.3")}
 TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
                 "TransformerEncoderLayer", "TransformerDecoderLayer")
-FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", *TRANSFORMERS),
+# rms_norm decomposes into the ops an honest answer uses: only its name can be refused.
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm", "RMSNorm",
+                     *TRANSFORMERS),
              "5.4": TRANSFORMERS, "5.5": TRANSFORMERS}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
 # through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms

@@ -737,3 +737,22 @@ def test_violations_are_frozen_records():
     with pytest.raises(FrozenInstanceError):
         violation.line = 4
     assert CHAPTER_FILE.match("ch02_attention.py")
+
+
+@pytest.mark.parametrize(("chapter", "code", "exercises"), [
+    (2, "import torch\n\ndef f(x):\n    return torch.logsumexp(x, -1)\n", {"2.1", "2.2", "2.3"}),
+    (2, "import torch\n\ndef f(p):\n    return torch.func.jacrev(torch.exp)(p)\n", {"2.3"}),
+    (3, "from torch import nn\n\nlayer = nn.Transformer(8, 2).encoder.layers[0]\n", {"3.3"}),
+    (4, "from torch import nn\n\nmask = nn.Transformer.generate_square_subsequent_mask(3)\n",
+     {"4.2"}),
+    (5, "import torch.nn.functional as F\n\ndef f(x):\n    return F.rms_norm(x, (4,))\n",
+     {"5.1"}),
+    (5, "from torch import nn\n\nlayer = nn.TransformerEncoderLayer(8, 2)\n",
+     {"5.1", "5.4", "5.5"}),
+], ids=["logsumexp", "jacrev", "nn.Transformer", "PyTorch's causal mask", "rms_norm",
+        "PyTorch's encoder layer"])
+def test_pytorchs_other_roads_to_a_result_are_refused_by_name(chapter, code, exercises):
+    """The graded tests' forbidden names cover the roads the dispatch level cannot tell
+    from an honest answer (a causal mask, rms_norm) and name the others early."""
+    found = check_source(code, f"exercises/ch{chapter:02d}_x.py", real_forbidden()[chapter])
+    assert {v.exercise for v in found} == exercises, found
