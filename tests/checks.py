@@ -71,8 +71,8 @@ def assert_close(
 def trusted_state(shapes: Mapping[str, Sequence[int]]) -> dict[str, Tensor]:
     """Random float64 weights with the state-dict names and shapes of ``shapes``, drawn from
     PyTorch's generator (seeded by the test): a matrix ``[out, in]`` from N(0, 1/in), a
-    norm's ``weight`` around 1, any other vector (biases) from N(0, 0.5^2). No value is 0
-    and no two entries are equal, so no weight can make the expected output trivial."""
+    norm's ``weight`` around 1, any other vector (biases) from N(0, 0.5^2): distinct random
+    values, so that no weight makes the expected output trivial and their order matters."""
     state = {}
     for name, shape in shapes.items():
         if len(shape) == 2:
