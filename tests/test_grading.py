@@ -175,6 +175,26 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
     assert rows["2.3"].status == "passed", "the rest is graded as usual"
 
 
+def test_a_namespace_merged_by_update_wrapper_is_refused(tmp_path):
+    """The exercise module's namespace widened by ``functools.update_wrapper`` (attribute
+    names as strings), then a module it never imported (``os``) used by name: the file is
+    never run, and every exercise of its chapter is forbidden."""
+    reference = stubs.SOLUTIONS_DIR / "ch02_attention.py"
+    text = reference.read_text()
+    start = text.index("    # BEGIN SOLUTION 2.1")
+    end = text.index("    # END SOLUTION", start)
+    attack = ("import functools\n\n\ndef _anchor():\n    pass\n\n\n"
+              "functools.update_wrapper(_anchor, torch.cuda.is_available, assigned=(),\n"
+              "                         updated=('__glo' + 'bals__',))\n")
+    body = ("    os.environ.get('HOME')\n"
+            "    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)\n")
+    (tmp_path / reference.name).write_text(text[:start] + body + text[end:] + attack)
+    rows = {r.id: r for r in grade.summarize(grade.run_tests([2], str(tmp_path)))}
+    assert {r.status for r in rows.values()} == {"forbidden"}, rows
+    assert all(r.points == 0 for r in rows.values())
+    assert "update_wrapper" in rows["2.1"].message or "`os`" in rows["2.1"].message
+
+
 def test_one_exercise_from_an_earlier_report(tmp_path):
     """The GitHub Classroom steps: one exercise each, read from the one grading run's JSON."""
     rows = [grade.ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),

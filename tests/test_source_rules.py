@@ -750,8 +750,8 @@ def test_violations_are_frozen_records():
      {"5.1"}),
     (5, "from torch import nn\n\nlayer = nn.TransformerEncoderLayer(8, 2)\n",
      {"5.1", "5.4", "5.5"}),
-], ids=["logsumexp", "jacrev", "autograd.grad", "nn.Transformer", "PyTorch's causal mask", "rms_norm",
-        "PyTorch's encoder layer"])
+], ids=["logsumexp", "jacrev", "autograd.grad", "nn.Transformer", "PyTorch's causal mask",
+        "rms_norm", "PyTorch's encoder layer"])
 def test_pytorchs_other_roads_to_a_result_are_refused_by_name(chapter, code, exercises):
     """The graded tests' forbidden names cover the roads the dispatch level cannot tell
     from an honest answer (a causal mask, rms_norm) and name the others early."""
