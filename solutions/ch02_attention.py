@@ -27,7 +27,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     same value and never overflows (``exp(1000)`` is ``inf`` in float64). A slice whose
     entries are all ``-inf`` (a query with nothing to attend to) gives all zeros, not NaN.
     Same shape and dtype as ``x``. May not call ``torch.softmax``, ``F.softmax`` or
-    ``Tensor.softmax``.
+    ``Tensor.softmax``, nor ``torch.logsumexp`` (softmax is its gradient).
 
     Hint: ``x.amax(dim, keepdim=True)`` is ``-inf`` on an all ``-inf`` slice, and
     ``-inf - (-inf)`` is NaN: replace such a maximum by 0 before subtracting.
@@ -58,7 +58,8 @@ def scaled_dot_product_attention(
     applied to the weights before they multiply ``value``, and the weights returned
     are those that did. Raises ``ValueError`` when ``query`` and ``key`` disagree on
     ``d_k`` or ``key`` and ``value`` on ``Lk``. May not call
-    ``F.scaled_dot_product_attention`` or a PyTorch softmax: use Exercise 2.1.
+    ``F.scaled_dot_product_attention``, a PyTorch softmax or ``torch.logsumexp``: use
+    Exercise 2.1.
 
     Hint: ``key.transpose(-2, -1)`` turns ``[..., Lk, d_k]`` into ``[..., d_k, Lk]``;
     ``torch.where(mask, scores, -inf)`` masks and broadcasts in one step.
@@ -87,7 +88,9 @@ def softmax_jacobian(p: Tensor) -> Tensor:
     With ``p = softmax(z)``, ``d p_i / d z_j = p_i (delta_ij - p_j)``, that is
     ``J = diag(p) - p p^T`` for every vector of the batch. When one ``p_i`` is close to
     1 (a saturated softmax) every entry of ``J`` is close to 0: no gradient reaches
-    the scores.
+    the scores. May not call a PyTorch softmax or ``torch.logsumexp`` (``J`` is its
+    Hessian), nor compute ``J`` by autograd (``torch.autograd.functional.jacobian``,
+    ``torch.func.jacrev``): build it from ``p``.
 
     Hint: ``torch.diag_embed(p)`` builds ``diag(p)`` batched; ``p.unsqueeze(-1) *
     p.unsqueeze(-2)`` is the outer product ``p p^T``.

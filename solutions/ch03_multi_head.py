@@ -71,7 +71,8 @@ class MultiHeadAttention(nn.Module):
     After each forward, ``self.attention_weights`` holds the weights, detached,
     ``[B, H, Lq, Lk]``. A mask is boolean, ``True`` = allowed, 4-D ``[B or 1, 1 or H,
     Lq or 1, Lk]`` or 2-D ``[Lq, Lk]``; anything else raises ``ValueError``. May not use
-    ``nn.MultiheadAttention`` or ``F.scaled_dot_product_attention``.
+    ``nn.MultiheadAttention`` (nor ``nn.Transformer`` and its layers, which hold one),
+    ``F.scaled_dot_product_attention`` or a PyTorch softmax: attend with Exercise 2.2.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,

@@ -84,7 +84,7 @@ class PositionwiseFeedForward(nn.Module):
 class ResidualConnection(nn.Module):
     """Exercise 5.3: a sublayer with its residual connection, dropout and LayerNorm.
 
-    Holds ``norm`` (a :class:`LayerNorm`, Exercise 5.1) and a dropout.
+    Holds ``norm`` (a :class:`LayerNorm`, Exercise 5.1, not PyTorch's) and a dropout.
     ``forward(x, sublayer)`` calls ``sublayer`` once and returns
 
     - post-LN (``norm_first=False``, the paper): ``norm(x + dropout(sublayer(x)))``;
@@ -117,7 +117,8 @@ class EncoderLayer(nn.Module):
     then the feed-forward's). ``forward(x [B, L, D], mask=None) -> [B, L, D]``; ``mask``
     (``True`` = allowed, e.g. the source padding mask ``[B, 1, 1, L]``) goes to the
     self-attention. Matches ``nn.TransformerEncoderLayer`` (ReLU, ``batch_first=True``,
-    the same ``norm_first``) with equal weights; may not use it.
+    the same ``norm_first``) with equal weights; may not use it, ``nn.Transformer``'s
+    parts or PyTorch's attention, softmax or norms: build it from your own parts.
 
     Hint: a residual connection takes the sublayer as a function of one tensor:
     ``lambda y: self.self_attn(y, y, y, mask)``.
@@ -152,7 +153,8 @@ class DecoderLayer(nn.Module):
     self-attention over ``x`` with ``tgt_mask`` (causal and padding, ``[B, 1, Lt, Lt]``);
     cross-attention with queries from the decoder (``x``) and keys and values from the
     encoder's ``memory``, with ``src_mask`` (the source padding, ``[B, 1, 1, Ls]``).
-    Matches ``nn.TransformerDecoderLayer`` likewise; may not use it.
+    Matches ``nn.TransformerDecoderLayer`` likewise; may not use it, ``nn.Transformer``'s
+    parts or PyTorch's attention, softmax or norms.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,

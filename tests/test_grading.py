@@ -192,6 +192,26 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
     assert rows["2.3"].status == "passed", "the rest is graded as usual"
 
 
+def test_a_namespace_merged_by_update_wrapper_is_refused(tmp_path):
+    """The exercise module's namespace widened by ``functools.update_wrapper`` (attribute
+    names as strings), then a module it never imported (``os``) used by name: the file is
+    never run, and every exercise of its chapter is forbidden."""
+    reference = stubs.SOLUTIONS_DIR / "ch02_attention.py"
+    text = reference.read_text()
+    start = text.index("    # BEGIN SOLUTION 2.1")
+    end = text.index("    # END SOLUTION", start)
+    attack = ("import functools\n\n\ndef _anchor():\n    pass\n\n\n"
+              "functools.update_wrapper(_anchor, torch.cuda.is_available, assigned=(),\n"
+              "                         updated=('__glo' + 'bals__',))\n")
+    body = ("    os.environ.get('HOME')\n"
+            "    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)\n")
+    (tmp_path / reference.name).write_text(text[:start] + body + text[end:] + attack)
+    rows = {r.id: r for r in grade.summarize(grade.run_tests([2], str(tmp_path)))}
+    assert {r.status for r in rows.values()} == {"forbidden"}, rows
+    assert all(r.points == 0 for r in rows.values())
+    assert "update_wrapper" in rows["2.1"].message or "`os`" in rows["2.1"].message
+
+
 def test_one_exercise_from_an_earlier_report(tmp_path):
     """The GitHub Classroom steps: one exercise each, read from the one grading run's JSON."""
     rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
@@ -454,3 +474,23 @@ def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
             rows[exercise].message)
     for exercise in ("1.1", "1.2", "1.3", "1.4", "3.1", "3.2", "4.1", "4.2", "4.3"):
         assert rows[exercise].status == "passed", (exercise, rows[exercise].message)
+
+
+def test_a_constant_error_earns_no_points(tmp_path):
+    """Every stub raising one ValueError whose text holds every word the tests of a clear
+    error look for: those tests pass, but they pay only with the behaviour, so 0 points."""
+    stubs.write_stubs(tmp_path)
+    words = "d_model 7 0 -4 10 4 13 12 d_k query key value Lk mask beam_size"
+    for path in tmp_path.glob("ch*.py"):
+        text = re.sub(r"raise NotImplementedError\(\"Exercise [^\"]*\"\)",
+                      f"raise ValueError({words!r})", path.read_text())
+        path.write_text(text)
+    graded = ["1.1", "1.2", "2.2", "3.1", "3.3", "7.1"]
+    records = grade.run_tests(None, str(tmp_path), exercises=graded)
+    assert {r["exercise"] for r in records if r.get("errors")} == set(graded)
+    assert any(r["outcome"] == "passed" for r in records if r.get("errors"))
+    rows = grade.summarize(records)
+    assert {r.id for r in rows} == set(graded)
+    for row in rows:
+        assert row.points == 0, f"{row.id}: {row.points} points for a constant ValueError"
+    assert any("count once the tests on good input pass" in r.message for r in rows)

@@ -250,6 +250,26 @@ BAD = [
      "isinstance"),
     ("numpy internals", "import numpy as np\nf = np.lib.stride_tricks.as_strided\n", 2, None,
      "`np.lib`"),
+    # update_wrapper(f, g, updated=("__globals__",)) merges g's module namespace into the
+    # exercise module, the attribute's name spelled as a string; what it brings in (os,
+    # importlib) is then used by a name the file never binds.
+    ("update_wrapper merges a module's namespace",
+     "import functools\nimport torch\n\ndef f():\n    pass\n\n"
+     "functools.update_wrapper(f, torch.cuda.is_available, assigned=(),\n"
+     "                         updated=('__glo' + 'bals__',))\n", 7, None,
+     "copies attributes by name"),
+    ("update_wrapper imported", "from functools import update_wrapper\n", 1, None,
+     "copies attributes by name"),
+    ("wraps with updated=", "import functools\n\ndef f(g):\n"
+     "    return functools.wraps(g, updated=('__globals__',))\n", 4, None,
+     "this use of `wraps` is not allowed"),
+    ("wraps with its other arguments by position", "from functools import wraps\n\n"
+     "def f(g, h):\n    return wraps(g, (), ('__globals__',))(h)\n", 4, None,
+     "this use of `wraps` is not allowed"),
+    ("wraps handed on", "from functools import partial, wraps\nw = partial(wraps, assigned=())\n",
+     2, None, "this use of `wraps` is not allowed"),
+    ("a name from nowhere", "def softmax(x, dim=-1):\n    os.system('true')\n    return x\n", 2,
+     None, "`os` is used but never defined"),
 ]
 
 
@@ -271,7 +291,7 @@ def test_messages_are_one_short_line(code):
 
 
 def test_a_forbidden_name_counts_for_every_exercise_that_lists_it():
-    found = check("import torch\ny = torch.softmax(x)\n",
+    found = check("import torch\ny = torch.softmax(torch.zeros(2))\n",
                   {"2.1": ("softmax",), "2.2": ("softmax",)})
     assert sorted(v.exercise for v in found) == ["2.1", "2.2"]
     assert all(v.line == 2 for v in found)
@@ -356,7 +376,7 @@ GOOD = [
     ("own attributes", "import torch\n\nclass A:\n    def __init__(self):\n"
      "        self.queue = []\n        self.softmax_scale = 1.0\n\ndef f():\n"
      "    w = torch.zeros(3)\n    w.requires_grad = True\n    w[0] = 1.0\n"
-     "    b = Box()\n    b.x = 1\n"),
+     "    b = A()\n    b.x = 1\n"),
     ("grad modes and errors", "import torch\n\n@torch.no_grad()\ndef f(x):\n"
      "    with torch.set_grad_enabled(False), torch.inference_mode():\n        pass\n"
      "    try:\n        pass\n    except (ValueError, Exception) as error:\n"
@@ -365,13 +385,16 @@ GOOD = [
     ("dataclass", "from dataclasses import dataclass, field\n\n@dataclass(frozen=True)\n"
      "class Hyp:\n    score: float\n    tokens: list = field(default_factory=list)\n\n"
      "    def __post_init__(self):\n        pass\n"),
-    ("keyword that is not forbidden", "import torch.nn.functional as F\n"
-     "loss = F.cross_entropy(x, y, ignore_index=0, reduction='sum')\n"),
+    ("keyword that is not forbidden", "import torch.nn.functional as F\n\n"
+     "def loss(x, y):\n    return F.cross_entropy(x, y, ignore_index=0, reduction='sum')\n"),
     ("a string annotation naming a type", "from torch import Tensor\n\n"
      "def f(x: 'Tensor', y: 'list[int] | None' = None) -> 'Tensor':\n    return x\n"),
     ("match statements", "def f(x):\n    match x:\n        case (a, b):\n            return a\n"
      "        case {'k': v, **rest}:\n            return v\n        case int(n) if n > 0:\n"
      "            return n\n        case _:\n            return None\n"),
+    ("functools.wraps as a decorator", "import functools\nfrom functools import wraps\n\n"
+     "def deco(g):\n    @functools.wraps(g)\n    def inner(*a):\n        return g(*a)\n\n"
+     "    @wraps(g)\n    def other(*a):\n        return g(*a)\n\n    return inner, other\n"),
     ("a docstring that names what is not allowed", "def f():\n"
      "    \"\"\"Do not call torch.softmax, open() or eval here; see torch.ops.\"\"\"\n"),
 ]
@@ -496,19 +519,17 @@ def test_every_right_variant_is_found():
                          ids=[name for name, _, _ in RIGHT_VARIANTS])
 def test_every_right_variant_passes_as_a_learner_file(name, chapter, source):
     compile(source, name, "exec")  # the file we built is Python
-    exercise = next(v.exercise for v in variants.for_chapter(chapter) if v.name == name)
     found = check_source(source, f"exercises/ch{chapter:02d}_{name}.py",
                          real_forbidden().get(chapter, {}))
-    # Its own exercise and the file as a whole pass. Another exercise's forbidden name in the
-    # variants module's shared helper is charged to that exercise (see the next test).
-    assert [v for v in found if v.exercise in (None, exercise)] == []
-    assert {v.exercise for v in found} <= ({"5.1"} if name == "BranchFirst" else set())
+    assert found == []  # the whole file passes, for every exercise of its chapter
 
 
 def test_a_forbidden_name_in_a_helper_is_charged_to_its_exercise():
-    """BranchFirst (5.3) inherits a helper that builds ``nn.LayerNorm``: in a learner's
-    chapter 5 file that is PyTorch's LayerNorm, which 5.1 asks the learner to write."""
-    [source] = [s for name, _, s in RIGHT_VARIANTS if name == "BranchFirst"]
+    """A residual connection whose helper builds ``nn.LayerNorm``: in a learner's chapter 5
+    file that is PyTorch's LayerNorm, which 5.1 asks the learner to write."""
+    source = ("from torch import nn\n\n\nclass Residual(nn.Module):\n"
+              "    def __init__(self, d_model):\n        super().__init__()\n"
+              "        self.norm = nn.LayerNorm(d_model)\n")
     found = check_source(source, "exercises/ch05_layers.py", real_forbidden()[5])
     assert [(v.exercise, "`nn.LayerNorm`" in v.message) for v in found] == [("5.1", True)]
 
@@ -619,7 +640,7 @@ def test_every_file_of_the_folder_is_read_and_keyed_by_chapter(tmp_path):
     (folder / "sub").mkdir(parents=True)
     (folder / "__init__.py").write_text("")
     (folder / "ch01_positional_encoding.py").write_text("import math\n")
-    (folder / "ch02_attention.py").write_text("import torch\ny = torch.softmax(x)\n")
+    (folder / "ch02_attention.py").write_text("import torch\ny = torch.softmax(torch.ones(2))\n")
     # A helper no chapter file even imports: still read, since any file could import it.
     (folder / "helper.py").write_text("import os\n")
     (folder / "sub" / "deep.py").write_text("from torch import nn\nz = nn.Softmax()\n")
@@ -716,3 +737,23 @@ def test_violations_are_frozen_records():
     with pytest.raises(FrozenInstanceError):
         violation.line = 4
     assert CHAPTER_FILE.match("ch02_attention.py")
+
+
+@pytest.mark.parametrize(("chapter", "code", "exercises"), [
+    (2, "import torch\n\ndef f(x):\n    return torch.logsumexp(x, -1)\n", {"2.1", "2.2"}),
+    (2, "import torch\n\ndef f(p):\n    return torch.func.jacrev(torch.exp)(p)\n", {"2.3"}),
+    (2, "import torch\n\ndef f(z):\n    return torch.autograd.grad(z.exp().sum(), z)\n", {"2.3"}),
+    (3, "from torch import nn\n\nlayer = nn.Transformer(8, 2).encoder.layers[0]\n", {"3.3"}),
+    (4, "from torch import nn\n\nmask = nn.Transformer.generate_square_subsequent_mask(3)\n",
+     {"4.2"}),
+    (5, "import torch.nn.functional as F\n\ndef f(x):\n    return F.rms_norm(x, (4,))\n",
+     {"5.1"}),
+    (5, "from torch import nn\n\nlayer = nn.TransformerEncoderLayer(8, 2)\n",
+     {"5.1", "5.4", "5.5"}),
+], ids=["logsumexp", "jacrev", "autograd.grad", "nn.Transformer", "PyTorch's causal mask",
+        "rms_norm", "PyTorch's encoder layer"])
+def test_pytorchs_other_roads_to_a_result_are_refused_by_name(chapter, code, exercises):
+    """The graded tests' forbidden names cover the roads the dispatch level cannot tell
+    from an honest answer (a causal mask, rms_norm) and name the others early."""
+    found = check_source(code, f"exercises/ch{chapter:02d}_x.py", real_forbidden()[chapter])
+    assert {v.exercise for v in found} == exercises, found

@@ -1,12 +1,20 @@
-"""Assertions whose failure message tells a learner what to look at.
+"""Assertions whose failure message tells a learner what to look at, and the grader's own
+weights for a learner's module.
 
 The grader shows the first line of a failed assertion's message, so every
 message starts with what was expected and what came back.
+
+Where an exercise is a module, the expected values never come from the learner's weights:
+the test draws its own (:func:`trusted_state`, from the test's seed), the probe loads them
+into the learner's module (:func:`load_trusted`, strict, once the names and shapes are the
+contract's) and PyTorch's twin computes with the same. Whether the learner's own
+initialisation is sensible is a separate, small check (:func:`check_initialisation`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -58,3 +66,106 @@ def assert_close(
             f"{got[index].item():.6g}, expected {want[index].item():.6g} "
             f"(largest error {error.max().item():.3g}). {hint}".strip()
         )
+
+
+def trusted_state(shapes: Mapping[str, Sequence[int]]) -> dict[str, Tensor]:
+    """Random float64 weights with the state-dict names and shapes of ``shapes``, drawn from
+    PyTorch's generator (seeded by the test): a matrix ``[out, in]`` from N(0, 1/in), a
+    norm's ``weight`` around 1, any other vector (biases) from N(0, 0.5^2): distinct random
+    values, so that no weight makes the expected output trivial and their order matters."""
+    state = {}
+    for name, shape in shapes.items():
+        if len(shape) == 2:
+            value = torch.randn(*shape, dtype=torch.float64) / math.sqrt(shape[1])
+        elif "norm" in name and name.endswith("weight"):
+            value = 1 + 0.3 * torch.randn(*shape, dtype=torch.float64)
+        else:
+            value = 0.5 * torch.randn(*shape, dtype=torch.float64)
+        state[name] = value
+    return state
+
+
+def load_trusted(module: torch.nn.Module, state: Mapping[str, Tensor]) -> dict[str, list[int]]:
+    """(In the worker.) Load the grader's ``state`` into the learner's ``module`` (strict)
+    when the module's state-dict names and shapes are those of ``state``; return the
+    module's own ``{name: shape}``, which the grader checks first (:func:`check_names`)."""
+    own = {name: list(value.shape) for name, value in module.state_dict().items()}
+    if own == {name: list(value.shape) for name, value in state.items()}:
+        module.load_state_dict(dict(state), strict=True)
+    return own
+
+
+def check_names(own: Mapping[str, Sequence[int]], state: Mapping[str, Tensor], what: str,
+                hint: str = "") -> None:
+    """The learner's state-dict names and shapes (``own``, from :func:`load_trusted`) are
+    the contract's (those of ``state``), or a message naming what differs."""
+    missing = sorted(set(state) - set(own))
+    extra = sorted(set(own) - set(state))
+    assert not missing and not extra, (
+        f"{what}'s state dict should hold exactly {sorted(state)}; "
+        + (f"it has no {', '.join(missing)}" if missing else "")
+        + ("; " if missing and extra else "")
+        + (f"it also has {', '.join(extra)}" if extra else "") + (f". {hint}" if hint else ""))
+    for name, value in state.items():
+        assert list(own[name]) == list(value.shape), (
+            f"{what}: {name} should have shape {list(value.shape)}, but it has shape "
+            f"{list(own[name])}")
+
+
+def check_initialisation(state: Mapping[str, Tensor], what: str) -> None:
+    """Every weight matrix of a freshly built module (``state``, its state dict) is random
+    at a sensible scale: not all zeros, not constant, and a standard deviation within a
+    factor 10 of nn.Linear's default, U(-1/sqrt(in), 1/sqrt(in)), or Xavier's,
+    sqrt(2 / (in + out)) (both pass)."""
+    for name, value in state.items():
+        if value.dim() != 2 or not name.endswith("weight"):
+            continue
+        fan_out, fan_in = value.shape
+        weight = value.detach().double()
+        assert weight.abs().max() > 0, (
+            f"{what}: {name} is all zeros at initialisation: every output is then the same "
+            f"and no gradient tells the rows apart. Keep nn.Linear's own initialisation (or "
+            f"use nn.init.xavier_uniform_).")
+        std = weight.std().item()
+        assert std > 0, (
+            f"{what}: {name} is constant ({weight.flatten()[0].item():.3g}) at "
+            f"initialisation: its rows cannot learn different things. Keep nn.Linear's own "
+            f"initialisation (or use nn.init.xavier_uniform_).")
+        linear, xavier = 1 / math.sqrt(3 * fan_in), math.sqrt(2 / (fan_in + fan_out))
+        low, high = min(linear, xavier) / 10, max(linear, xavier) * 10
+        assert low <= std <= high, (
+            f"{what}: {name} [{fan_out}, {fan_in}] has standard deviation {std:.3g} at "
+            f"initialisation, expected about {linear:.3g} (nn.Linear) to {xavier:.3g} "
+            f"(Xavier): scale it as nn.Linear or nn.init.xavier_uniform_ does.")
+
+
+# The aten ops through which PyTorch computes an exercise's result, by family: a graded test
+# file's FORBIDDEN_OPS refuses them at PyTorch's dispatch level while the exercise's code
+# runs, whatever road reached them (a function, a module that contains the forbidden one
+# such as nn.Transformer's layers, a gradient or Jacobian by autograd or torch.func). An op
+# that PyTorch decomposes before dispatch (softmax.int, special_softmax) reaches the mode as
+# the op it decomposes into; the names are listed too, so that a PyTorch that stops
+# decomposing one is still refused.
+SOFTMAX_OPS = ("_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data",
+               "_log_softmax_backward_data", "_masked_softmax", "_masked_softmax_backward",
+               "_sparse_softmax", "_sparse_log_softmax", "_sparse_softmax_backward_data",
+               "_sparse_log_softmax_backward_data", "softmax", "log_softmax",
+               "special_softmax", "special_log_softmax")
+# softmax(x) is the gradient of logsumexp(x), and diag(p) - p p^T its Hessian.
+LOGSUMEXP_OPS = ("logsumexp", "special_logsumexp", "logcumsumexp", "_logcumsumexp")
+ATTENTION_OPS = ("_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_flash_attention_for_cpu_backward",
+                 "_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps",
+                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_cudnn_attention",
+                 "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
+                 "_native_multi_head_attention")
+# LayerNorm's own op and the group, batch, instance and RMS norm ops that could stand in.
+NORM_OPS = ("native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+            "native_group_norm_backward", "native_batch_norm", "native_batch_norm_backward",
+            "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+            "_native_batch_norm_legit_functional", "_batch_norm_with_update",
+            "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
+            "cudnn_batch_norm", "miopen_batch_norm", "_fused_rms_norm", "_fused_rms_norm_backward")
+# PyTorch's fused encoder layer (nn.TransformerEncoderLayer's inference fast path).
+LAYER_OPS = ("_transformer_encoder_layer_fwd",)

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from checks import assert_close, assert_tensor
+from checks import assert_close, assert_tensor, check_names, load_trusted, trusted_state
 
 CHAPTER = 1
 EXERCISES = {
@@ -73,9 +73,14 @@ def pe_buffer_after_to(impl):
     return {"dtype": dtype, "device": device}
 
 
-def embedding_output(impl, vocab_size, d_model, tokens):
+def embedding_output(impl, vocab_size, d_model, tokens, state):
+    """TokenEmbedding with the grader's table ``state`` (when its state-dict names and shapes
+    are the contract's): its output and its own state-dict names and shapes."""
     module = impl.TokenEmbedding(vocab_size, d_model).double()
-    return {"output": module(tokens), "state": module.state_dict()}
+    names = load_trusted(module, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    return {"output": module(tokens), "names": names}
 
 
 def embedding_structure(impl, tokens):
@@ -147,7 +152,7 @@ def test_values_bounded(learner):
     assert pe.abs().max() <= 1.0 + 1e-6, "every entry of PE is a sine or a cosine, so |PE| <= 1"
 
 
-@pytest.mark.grade("1.1", points=1)
+@pytest.mark.grade("1.1", points=1, errors=True)
 @pytest.mark.parametrize("d_model", [7, 0, -4])
 def test_rejects_bad_d_model(learner, d_model):
     message = learner.raises("ValueError", table_of, max_len=10, d_model=d_model)
@@ -222,7 +227,7 @@ def test_dropout_after_the_sum_and_off_in_eval(learner):
                  hint="Dropout applies to the sum x + pe (kept entries scaled by 1/(1-p)).")
 
 
-@pytest.mark.grade("1.2", points=1)
+@pytest.mark.grade("1.2", points=1, errors=True)
 def test_too_long_sequence_names_both_lengths(learner):
     message = learner.raises("ValueError", positional_encoding_output, x=torch.zeros(1, 13, 8),
                              d_model=8, max_len=12)
@@ -238,12 +243,12 @@ def test_too_long_sequence_names_both_lengths(learner):
 @pytest.mark.parametrize("d_model", [4, 64])
 def test_lookup_scaled_by_sqrt_d_model(learner, d_model):
     tokens = torch.randint(0, 11, (3, 7))
-    result = learner.run(embedding_output, vocab_size=11, d_model=d_model, tokens=tokens)
-    weight = result["state"].get("embedding.weight")
-    assert isinstance(weight, torch.Tensor), (
-        "TokenEmbedding should hold its table as self.embedding = nn.Embedding(vocab_size, "
-        f"d_model); its state_dict has {list(result['state'])}")
-    assert_tensor(weight, "embedding.weight", shape=(11, d_model))
+    state = trusted_state({"embedding.weight": (11, d_model)})
+    weight = state["embedding.weight"]
+    result = learner.run(embedding_output, vocab_size=11, d_model=d_model, tokens=tokens,
+                         state=state)
+    check_names(result["names"], state, "TokenEmbedding", hint="Hold the table as "
+                "self.embedding = nn.Embedding(vocab_size, d_model).")
     assert_close(result["output"], weight[tokens] * math.sqrt(d_model), "TokenEmbedding(tokens)",
                  hint="The paper multiplies the embedding by sqrt(d_model).")
 

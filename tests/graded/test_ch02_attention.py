@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from checks import assert_close, assert_tensor
+from checks import ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor
 
 CHAPTER = 2
 EXERCISES = {
@@ -31,15 +31,18 @@ BUILDS_ON = {"2.2": ("2.1",)}
 # What each exercise may not use: the op it asks the learner to write (see the docstrings).
 SOFTMAX_NAMES = ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax",
                  "gumbel_softmax")
-FORBIDDEN = {"2.1": SOFTMAX_NAMES, "2.2": (*SOFTMAX_NAMES, "scaled_dot_product_attention")}
-# The same, refused at PyTorch's dispatch level while the exercise's code runs.
-SOFTMAX_OPS = ("_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data")
-FORBIDDEN_OPS = {"2.1": SOFTMAX_OPS,
-                 "2.2": (*SOFTMAX_OPS, "_scaled_dot_product_flash_attention_for_cpu",
-                         "_scaled_dot_product_attention_math",
-                         "_scaled_dot_product_efficient_attention",
-                         "_scaled_dot_product_flash_attention",
-                         "_scaled_dot_product_cudnn_attention", "_fused_sdp_choice")}
+# 2.3 builds J from p: autograd would compute it from a softmax (dispatch cannot tell the
+# learner's own softmax differentiated by autograd from a formula, so only names refuse it).
+JACOBIAN_NAMES = ("jacobian", "jacrev", "jacfwd", "hessian", "vjp", "jvp", "grad", "backward")
+FORBIDDEN = {"2.1": (*SOFTMAX_NAMES, "logsumexp"),
+             "2.2": (*SOFTMAX_NAMES, "logsumexp", "scaled_dot_product_attention"),
+             "2.3": JACOBIAN_NAMES}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
+# through which PyTorch computes the result (checks.py): softmax by any name, logsumexp (whose
+# gradient is the softmax and whose Hessian is 2.3's Jacobian), the fused attention.
+FORBIDDEN_OPS = {"2.1": (*SOFTMAX_OPS, *LOGSUMEXP_OPS),
+                 "2.2": (*SOFTMAX_OPS, *LOGSUMEXP_OPS, *ATTENTION_OPS),
+                 "2.3": (*SOFTMAX_OPS, *LOGSUMEXP_OPS)}
 f64 = torch.float64
 
 
@@ -303,7 +306,7 @@ def test_gradients_match_pytorch(learner):
         assert_close(grad, want, f"the gradient with respect to {name}")
 
 
-@pytest.mark.grade("2.2", points=1)
+@pytest.mark.grade("2.2", points=1, errors=True)
 def test_mismatched_shapes_are_explained(learner):
     message = learner.raises("ValueError", attention_of, q=torch.randn(2, 3, 8),
                              k=torch.randn(2, 4, 6), v=torch.randn(2, 4, 6))

@@ -1,12 +1,15 @@
 """Graded tests of chapter 3: splitting into heads, merging them, multi-head attention.
 
 Reference: ``torch.nn.MultiheadAttention(batch_first=True)`` with the same weights, in
-float64. PyTorch's masks are True where attention is *blocked*: the tests translate.
+float64. PyTorch's masks are True where attention is *blocked*: the tests translate. The
+weights are the grader's own (``checks.trusted_state``), loaded into the learner's module
+by its state-dict names (the contract: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``);
+the learner's own initialisation is checked on its own.
 
 The functions above the tests (``split_heads_of``, ``attention_module_run``, ...) are
 *probes*: they run in the grading worker, with ``impl`` the chapter module under test, and
 return plain data. Everything else runs in the grader, which never imports the code under
-test: it loads the weights a probe returns into PyTorch's own module and compares.
+test: it loads the weights it sends the probe into PyTorch's own module and compares.
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ import pytest
 import torch
 from torch import nn
 
-from checks import assert_close, assert_tensor
+from checks import (
+    ATTENTION_OPS,
+    LOGSUMEXP_OPS,
+    SOFTMAX_OPS,
+    assert_close,
+    assert_tensor,
+    check_initialisation,
+    load_trusted,
+    trusted_state,
+)
 
 CHAPTER = 3
 EXERCISES = {
@@ -29,16 +41,14 @@ EXERCISES = {
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"3.3": ("2.2", "3.1", "3.2")}
 FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention",
-                     "multi_head_attention_forward", "TransformerEncoderLayer",
-                     "TransformerDecoderLayer")}
+                     "multi_head_attention_forward", "Transformer", "TransformerEncoder",
+                     "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer")}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs: the fused
-# attention of nn.MultiheadAttention and of F.scaled_dot_product_attention.
-FORBIDDEN_OPS = {"3.3": ("_native_multi_head_attention",
-                         "_scaled_dot_product_flash_attention_for_cpu",
-                         "_scaled_dot_product_attention_math",
-                         "_scaled_dot_product_efficient_attention",
-                         "_scaled_dot_product_flash_attention",
-                         "_scaled_dot_product_cudnn_attention", "_fused_sdp_choice")}
+# attention of nn.MultiheadAttention and of F.scaled_dot_product_attention, and the softmax
+# of its slow path (nn.MultiheadAttention with need_weights=True, reached by any road, e.g.
+# nn.Transformer(...).encoder.layers[0].self_attn). The attention of 3.3 is the learner's
+# own of Exercise 2.2.
+FORBIDDEN_OPS = {"3.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS)}
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 f64 = torch.float64
 
@@ -78,17 +88,28 @@ def new_module(impl, d_model, heads):
 
 
 def attention_module_run(impl, query, key, value, d_model, heads, bias=True, mask=None,
-                         double=True):
-    """A fresh MultiHeadAttention's weights, its output and its attention weights."""
+                         double=True, state=None):
+    """A fresh MultiHeadAttention with the grader's weights ``state`` (when given and its
+    names and shapes are the contract's), its output and its attention weights; the
+    names and shapes of its own state dict."""
     module = impl.MultiHeadAttention(d_model, heads, bias=bias)
     if double:
         module = module.double()
     linear = {proj: isinstance(getattr(module, proj, None), nn.Linear) for proj in PROJECTIONS}
-    state = dict(module.state_dict())
+    names = ({n: list(v.shape) for n, v in module.state_dict().items()} if state is None
+             else load_trusted(module, state))
+    result = {"linear": linear, "names": names}
+    if state is not None and names != {n: list(v.shape) for n, v in state.items()}:
+        return result  # the grader names what differs
     output = module(query, key, value) if mask is None else module(query, key, value, mask=mask)
     weights = getattr(module, "attention_weights", None)
-    return {"linear": linear, "state": state, "output": sent(output), "weights": sent(weights),
+    return {**result, "output": sent(output), "weights": sent(weights),
             "weights_require_grad": bool(getattr(weights, "requires_grad", False))}
+
+
+def fresh_state(impl, d_model, heads):
+    """The state dict of a MultiHeadAttention as its constructor initialises it."""
+    return dict(impl.MultiHeadAttention(d_model, heads).state_dict())
 
 
 def parameter_names(impl, d_model, heads, bias):
@@ -124,15 +145,20 @@ def tensor(value, name, shape=None):
     return assert_tensor(value, name, shape=shape)
 
 
-def pytorch_twin(result, d_model=16, heads=4, bias=True):
-    """PyTorch's nn.MultiheadAttention with the weights of the learner's module (float64).
+def trusted_weights(d_model=16, bias=True):
+    """The grader's weights for MultiHeadAttention(d_model, heads, bias=bias)."""
+    suffixes = ("weight", "bias") if bias else ("weight",)
+    return trusted_state({f"{p}.{w}": (d_model, d_model) if w == "weight" else (d_model,)
+                          for p in PROJECTIONS for w in suffixes})
 
-    The parameter names come first: a missing projection is named, before any output is
-    compared."""
-    state, names = result["state"], sorted(result["state"])
+
+def check_names(result, state, d_model=16, bias=True):
+    """The learner's module holds the contract's projections (names and shapes), each an
+    nn.Linear: a missing projection is named, before any output is compared."""
+    own, names = result["names"], sorted(result["names"])
     suffixes = ("weight", "bias") if bias else ("weight",)
     for proj in PROJECTIONS:
-        present = result["linear"][proj] and all(f"{proj}.{w}" in state for w in suffixes)
+        present = result["linear"][proj] and all(f"{proj}.{w}" in own for w in suffixes)
         if proj == "out_proj":
             assert present, (
                 f"MultiHeadAttention should hold out_proj, an nn.Linear(d_model, d_model) "
@@ -141,9 +167,17 @@ def pytorch_twin(result, d_model=16, heads=4, bias=True):
             assert present, (
                 f"MultiHeadAttention should hold {proj} = nn.Linear(d_model, d_model); its "
                 f"parameters are {names}")
-        assert tuple(state[f"{proj}.weight"].shape) == (d_model, d_model), (
+        assert tuple(own[f"{proj}.weight"]) == (d_model, d_model), (
             f"{proj}.weight should have shape [{d_model}, {d_model}] (nn.Linear(d_model, "
-            f"d_model)), but it has shape {list(state[f'{proj}.weight'].shape)}")
+            f"d_model)), but it has shape {list(own[f'{proj}.weight'])}")
+    extra = sorted(set(own) - set(state))
+    assert not extra, (
+        f"MultiHeadAttention's state dict should hold only {sorted(state)}; it also has "
+        f"{', '.join(extra)}")
+
+
+def pytorch_twin(state, d_model=16, heads=4, bias=True):
+    """PyTorch's nn.MultiheadAttention with the weights ``state`` (float64)."""
     theirs = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True).double()
     with torch.no_grad():
         theirs.in_proj_weight.copy_(torch.cat([state[f"{p}.weight"] for p in PROJECTIONS[:3]]))
@@ -154,31 +188,31 @@ def pytorch_twin(result, d_model=16, heads=4, bias=True):
     return theirs
 
 
-def mistaken_outputs(result, query, memory, bias):
+def mistaken_outputs(state, query, memory, bias):
     """``{what went wrong: the output it gives}`` for the plausible mistakes of 3.3, computed
-    by PyTorch's module with the learner's weights (a table of the mistakes told apart)."""
+    by PyTorch's module with the same weights (a table of the mistakes told apart)."""
     found = {}
-    without_out = pytorch_twin(result, bias=bias)
+    without_out = pytorch_twin(state, bias=bias)
     with torch.no_grad():
         without_out.out_proj.weight.copy_(torch.eye(without_out.embed_dim, dtype=f64))
         if bias:
             without_out.out_proj.bias.zero_()
     found["This is the output without out_proj: apply out_proj to the merged heads (the "
           "last step)."] = without_out
-    state = dict(result["state"])
+    state = dict(state)
     state["v_proj.weight"] = state["k_proj.weight"]
     if bias:
         state["v_proj.bias"] = state["k_proj.bias"]
     found["This is the output with the values projected by k_proj: project value with "
-          "v_proj."] = pytorch_twin({**result, "state": state}, bias=bias)
+          "v_proj."] = pytorch_twin(state, bias=bias)
     with torch.no_grad():
         return {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
 
 
-def named_mistake(output, result, query, memory, bias, hint):
+def named_mistake(output, state, query, memory, bias, hint):
     """The message of the known mistake whose output ``output`` is, else ``hint``."""
     if isinstance(output, torch.Tensor):
-        for mistake, mistaken in mistaken_outputs(result, query, memory, bias).items():
+        for mistake, mistaken in mistaken_outputs(state, query, memory, bias).items():
             if output.shape == mistaken.shape and torch.allclose(output.double(), mistaken,
                                                                  atol=1e-6, rtol=1e-5):
                 return mistake
@@ -210,7 +244,7 @@ def test_split_heads_accepts_non_contiguous_input(learner):
                  "split_heads of a non-contiguous tensor")
 
 
-@pytest.mark.grade("3.1", points=1)
+@pytest.mark.grade("3.1", points=1, errors=True)
 def test_split_heads_explains_indivisible_width(learner):
     message = learner.raises("ValueError", split_heads_of, x=torch.randn(2, 3, 10), heads=4)
     assert "10" in message and "4" in message, (
@@ -241,22 +275,24 @@ def test_merge_inverts_split_both_ways(learner):
 # ---------------------------------------------------------------- 3.3 MultiHeadAttention
 
 
-@pytest.mark.grade("3.3", points=3)
+@pytest.mark.grade("3.3", points=2)
 @pytest.mark.parametrize("lq, lk", [(5, 5), (4, 7)], ids=["self", "cross"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_matches_pytorch(learner, lq, lk, bias):
     query = torch.randn(3, lq, 16, dtype=f64)
     memory = query if lq == lk else torch.randn(3, lk, 16, dtype=f64)
+    state = trusted_weights(bias=bias)
     result = learner.run(attention_module_run, query=query, key=memory, value=memory,
-                         d_model=16, heads=4, bias=bias)
-    theirs = pytorch_twin(result, bias=bias)
+                         d_model=16, heads=4, bias=bias, state=state)
+    check_names(result, state, bias=bias)
+    theirs = pytorch_twin(state, bias=bias)
     expected, weights = theirs(query, memory, memory, average_attn_weights=False)
     out = tensor(result["output"], "MultiHeadAttention(query, key, value)")
     hint = ("Project, split into heads, attend, merge, then out_proj. Are query, key and "
             "value each projected by their own layer?")
     if out.shape == expected.shape and not torch.allclose(out.double(), expected, atol=1e-6,
                                                           rtol=1e-5):
-        hint = named_mistake(out, result, query, memory, bias, hint)
+        hint = named_mistake(out, state, query, memory, bias, hint)
     assert_close(out, expected, "MultiHeadAttention(query, key, value)", hint=hint)
     tensor(result["weights"], "attention_weights", shape=(3, 4, lq, lk))
     assert_close(result["weights"], weights, "attention_weights (one map per head)")
@@ -278,9 +314,11 @@ def test_masks_match_pytorch(learner, kind):
         mask = torch.rand(2, 4, 6, 6) > 0.5
         mask[..., 0] = True
         blocked = {"attn_mask": ~mask.reshape(8, 6, 6)}
+    state = trusted_weights()
     result = learner.run(attention_module_run, query=x, key=x, value=x, d_model=16, heads=4,
-                         mask=mask)
-    expected, _ = pytorch_twin(result)(x, x, x, **blocked)
+                         mask=mask, state=state)
+    check_names(result, state)
+    expected, _ = pytorch_twin(state)(x, x, x, **blocked)
     out = tensor(result["output"], f"MultiHeadAttention with a {kind} mask")
     assert_close(out, expected, f"MultiHeadAttention with a {kind} mask",
                  hint="Pass the mask on to the attention of 2.2 unchanged: it broadcasts over "
@@ -297,6 +335,11 @@ def test_weights_rows_sum_to_one(learner):
         "attention_weights should be detached (weights.detach())")
     assert torch.allclose(weights.sum(-1), torch.ones(2, 2, 5)), (
         "each row of attention_weights should sum to 1 over the keys")
+
+
+@pytest.mark.grade("3.3", points=1)
+def test_own_initialisation_is_random_at_a_sensible_scale(learner):
+    check_initialisation(learner.run(fresh_state, d_model=16, heads=4), "MultiHeadAttention")
 
 
 @pytest.mark.grade("3.3", points=1)
@@ -336,7 +379,7 @@ def test_dropout_on_the_weights_only_in_training(learner):
         f"(zero); {zeros:.0%} are. Pass dropout to the attention, applied to the weights.")
 
 
-@pytest.mark.grade("3.3", points=1)
+@pytest.mark.grade("3.3", points=1, errors=True)
 def test_bad_shapes_are_explained(learner):
     message = learner.raises("ValueError", new_module, d_model=10, heads=4)
     assert re.search("10|4", message), (

@@ -8,9 +8,12 @@ True where attention is *blocked*; the tests translate. The PyTorch layers run i
 
 The functions above the tests (``layer_norm_of``, ``encoder_layer_run``, ...) are *probes*:
 they run in the grading worker, with ``impl`` the chapter module under test, and return
-plain data (outputs, gradients, state dicts). Everything else runs in the grader, which
-never imports the code under test: it loads the state dicts the probes return into
-PyTorch's own modules and computes the expected values with them.
+plain data (outputs, gradients, state-dict names). Everything else runs in the grader, which
+never imports the code under test. The weights are the grader's own
+(``checks.trusted_state``, from the test's seed): a probe loads them into the learner's
+module by its state-dict names (the contract), and the grader loads the same into
+PyTorch's own modules to compute the expected values; the learner's own initialisation is
+checked on its own.
 """
 
 from __future__ import annotations
@@ -22,7 +25,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from checks import assert_close, assert_tensor
+from checks import (
+    ATTENTION_OPS,
+    LAYER_OPS,
+    LOGSUMEXP_OPS,
+    NORM_OPS,
+    SOFTMAX_OPS,
+    assert_close,
+    assert_tensor,
+    check_initialisation,
+    check_names,
+    load_trusted,
+    trusted_state,
+)
 
 CHAPTER = 5
 EXERCISES = {
@@ -36,20 +51,20 @@ EXERCISES = {
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
              "5.5": ("3.3", "5.1", "5.2", "5.3")}
-FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm"),
-             "5.4": ("TransformerEncoderLayer",),
-             "5.5": ("TransformerDecoderLayer",)}
-# The same, refused at PyTorch's dispatch level while the exercise's code runs: LayerNorm's
-# own op and the group, batch and instance norm ops that could stand in for it; PyTorch's
-# fused encoder layer and multi-head attention (the inference fast path).
-NORM_OPS = ("native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-            "native_group_norm_backward", "native_batch_norm", "native_batch_norm_backward",
-            "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-            "_native_batch_norm_legit_functional", "_batch_norm_with_update",
-            "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
-            "cudnn_batch_norm", "miopen_batch_norm")
-LAYER_OPS = ("_transformer_encoder_layer_fwd", "_native_multi_head_attention")
-FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.4": LAYER_OPS, "5.5": LAYER_OPS}
+TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
+                "TransformerEncoderLayer", "TransformerDecoderLayer")
+# rms_norm decomposes into the ops an honest answer uses: only its name can be refused.
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm", "RMSNorm",
+                     *TRANSFORMERS),
+             "5.4": TRANSFORMERS, "5.5": TRANSFORMERS}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
+# through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms
+# that could stand in for it (5.3's norm is the learner's LayerNorm of 5.1); in a layer,
+# also PyTorch's attention (fused or by its softmax) and its fused encoder layer, so that
+# nn.TransformerEncoderLayer, nn.TransformerDecoderLayer or nn.Transformer's parts, in
+# train or eval mode, are refused. A layer's attention is the learner's own of 3.3.
+LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORM_OPS)
+FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY}
 f64 = torch.float64
 
 
@@ -88,8 +103,9 @@ def layer_norm_of_batches(impl, x, other):
     return {"alone": module(x[:1]), "changed": module(other)}
 
 
-def feed_forward_run(impl, x, dropout=0.0):
-    """The linears' kinds and shapes, the state dict, and the output (eval and train mode)."""
+def feed_forward_run(impl, x, state, dropout=0.0):
+    """The linears' kinds and shapes, the state-dict names, and the output with the
+    grader's weights ``state`` (eval and train mode)."""
     module = impl.PositionwiseFeedForward(8, 32, dropout=dropout).double()
     linears = {}
     for name in ("linear1", "linear2"):
@@ -97,12 +113,19 @@ def feed_forward_run(impl, x, dropout=0.0):
         linears[name] = (list(layer.weight.shape) if isinstance(layer, nn.Linear) else None)
     if None in linears.values():
         return {"linears": linears}
+    names = load_trusted(module, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"linears": linears, "names": names}
     module.eval()
     evaluated = module(x)
     module.train()
     torch.manual_seed(5)
-    return {"linears": linears, "state": module.state_dict(), "eval": evaluated,
-            "train": module(x)}
+    return {"linears": linears, "names": names, "eval": evaluated, "train": module(x)}
+
+
+def fresh_state(impl, name, args):
+    """The state dict of ``impl.<name>(*args)`` as its constructor initialises it."""
+    return dict(getattr(impl, name)(*args).state_dict())
 
 
 class Counting(nn.Module):
@@ -118,24 +141,25 @@ class Counting(nn.Module):
         return self.linear(x)
 
 
-def residual_run(impl, x, norm_first, dropout=0.0, norm_weight=None):
-    """ResidualConnection around a Counting sublayer: outputs in eval mode and (with dropout)
-    in train mode, the number of calls, the sublayer's and the norm's weights."""
+def residual_run(impl, x, norm_first, norm, sublayer, dropout=0.0):
+    """ResidualConnection around a Counting sublayer, the norm and the sublayer holding the
+    grader's weights ``norm`` and ``sublayer``: outputs in eval mode and (with dropout) in
+    train mode, the number of calls."""
     module = impl.ResidualConnection(8, dropout=dropout, norm_first=norm_first).double()
     if not isinstance(getattr(module, "norm", None), nn.Module):
         return {"has_norm": False}
-    if norm_weight is not None:
-        with torch.no_grad():
-            module.norm.weight.copy_(norm_weight)
-    sublayer = Counting(8)
+    names = load_trusted(module.norm, norm)
+    if names != {n: list(v.shape) for n, v in norm.items()}:
+        return {"has_norm": True, "names": names}
+    weights, sublayer = sublayer, Counting(8)
+    sublayer.linear.load_state_dict(weights)
     module.eval()
     result = {"has_norm": True, "eval": module(x, sublayer), "calls": sublayer.calls}
     if dropout:
         module.train()
         torch.manual_seed(3)
         result["train"] = module(x, sublayer)
-    return {**result, "sublayer": sublayer.linear.state_dict(),
-            "norm": module.norm.state_dict()}
+    return {**result, "names": names}
 
 
 def layer_structure(layer, attentions, residuals):
@@ -145,13 +169,6 @@ def layer_structure(layer, attentions, residuals):
     found["residuals"] = len(stack) if isinstance(stack, nn.ModuleList) else None
     return found, all(found[name] for name in (*attentions, "feed_forward")) and (
         found["residuals"] == residuals)
-
-
-def set_norms(layer, norms):
-    with torch.no_grad():
-        for residual, (weight, bias) in zip(layer.residuals, norms, strict=True):
-            residual.norm.weight.copy_(weight)
-            residual.norm.bias.copy_(bias)
 
 
 SIZE_ERROR = re.compile(r"size|shape|match", re.IGNORECASE)
@@ -165,31 +182,36 @@ def size_error(error):
     return str(error)
 
 
-def encoder_layer_run(impl, x, norm_first, norms, mask=None):
-    """EncoderLayer(16, 4, 32) with the given norms, called as the package calls it:
-    ``layer(x, mask)``. Its structure, state dict and output."""
+def encoder_layer_run(impl, x, norm_first, state, mask=None):
+    """EncoderLayer(16, 4, 32) with the grader's weights ``state``, called as the package
+    calls it: ``layer(x, mask)``. Its structure, state-dict names and output."""
     layer = impl.EncoderLayer(16, 4, 32, norm_first=norm_first).double()
     structure, ok = layer_structure(layer, ("self_attn",), 2)
     if not ok:
         return {"structure": structure}
-    set_norms(layer, norms)
-    return {"structure": structure, "state": layer.state_dict(), "output": layer(x, mask)}
+    names = load_trusted(layer, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"structure": structure, "names": names}
+    return {"structure": structure, "names": names, "output": layer(x, mask)}
 
 
 def encoder_layer_output(impl, x):
     return impl.EncoderLayer(x.shape[-1], 2, 16)(x)
 
 
-def decoder_layer_run(impl, x, memory, norm_first, norms, src_mask=None, tgt_mask=None):
-    """DecoderLayer(16, 4, 32) with the given norms, called as the package calls it:
-    ``layer(x, memory, src_mask, tgt_mask)``. Its structure, state dict and output; for a
-    size mismatch, its message and whether the layer also fails without masks."""
+def decoder_layer_run(impl, x, memory, norm_first, state, src_mask=None, tgt_mask=None):
+    """DecoderLayer(16, 4, 32) with the grader's weights ``state``, called as the package
+    calls it: ``layer(x, memory, src_mask, tgt_mask)``. Its structure, state-dict names and
+    output; for a size mismatch, its message and whether the layer also fails without
+    masks."""
     layer = impl.DecoderLayer(16, 4, 32, norm_first=norm_first).double()
     structure, ok = layer_structure(layer, ("self_attn", "cross_attn"), 3)
     if not ok:
         return {"structure": structure}
-    set_norms(layer, norms)
-    result = {"structure": structure, "state": layer.state_dict()}
+    names = load_trusted(layer, state)
+    result = {"structure": structure, "names": names}
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return result
     return {**result, **decoder_call(layer, x, memory, src_mask, tgt_mask)}
 
 
@@ -291,26 +313,31 @@ def test_layer_norm_ignores_the_rest_of_the_batch(learner):
 # ---------------------------------------------------------------- 5.2 feed-forward
 
 
+FEED_FORWARD = {"linear1.weight": (32, 8), "linear1.bias": (32,), "linear2.weight": (8, 32),
+                "linear2.bias": (8,)}
+
+
 def linears_from(state):
-    """PyTorch's nn.Linear modules holding the learner's linear1 and linear2."""
+    """PyTorch's nn.Linear modules holding the weights ``state`` of linear1 and linear2."""
     linear1, linear2 = nn.Linear(8, 32).double(), nn.Linear(32, 8).double()
     for name, linear in (("linear1", linear1), ("linear2", linear2)):
         linear.load_state_dict({"weight": state[f"{name}.weight"], "bias": state[f"{name}.bias"]})
     return linear1, linear2
 
 
-def check_linears(result):
+def check_linears(result, state):
     for name, shape in (("linear1", [32, 8]), ("linear2", [8, 32])):
         assert result["linears"][name] == shape, (
             f"{name} should be an nn.Linear with weight of shape {shape}")
+    check_names(result["names"], state, "PositionwiseFeedForward")
 
 
-@pytest.mark.grade("5.2", points=3)
+@pytest.mark.grade("5.2", points=2)
 def test_feed_forward_formula(learner):
     x = torch.randn(2, 5, 8, dtype=f64)
-    result = learner.run(feed_forward_run, x=x)
-    check_linears(result)
-    state = result["state"]
+    state = trusted_state(FEED_FORWARD)
+    result = learner.run(feed_forward_run, x=x, state=state)
+    check_linears(result, state)
     hidden = F.relu(x @ state["linear1.weight"].T + state["linear1.bias"])
     expected = hidden @ state["linear2.weight"].T + state["linear2.bias"]
     assert_close(result["eval"], expected, "PositionwiseFeedForward(x)",
@@ -320,9 +347,10 @@ def test_feed_forward_formula(learner):
 @pytest.mark.grade("5.2", points=1)
 def test_feed_forward_dropout_on_the_hidden_layer(learner):
     x = torch.randn(2, 5, 8, dtype=f64)
-    result = learner.run(feed_forward_run, x=x, dropout=0.5)
-    check_linears(result)
-    linear1, linear2 = linears_from(result["state"])
+    state = trusted_state(FEED_FORWARD)
+    result = learner.run(feed_forward_run, x=x, state=state, dropout=0.5)
+    check_linears(result, state)
+    linear1, linear2 = linears_from(state)
     with torch.no_grad():
         hidden = F.relu(linear1(x))
         assert_close(result["eval"], linear2(hidden), "PositionwiseFeedForward in eval mode",
@@ -333,35 +361,47 @@ def test_feed_forward_dropout_on_the_hidden_layer(learner):
                  hint="Dropout goes between ReLU and linear2, on the [B, L, d_ff] activations.")
 
 
+@pytest.mark.grade("5.2", points=1)
+def test_feed_forward_own_initialisation(learner):
+    check_initialisation(learner.run(fresh_state, name="PositionwiseFeedForward", args=[8, 32]),
+                         "PositionwiseFeedForward")
+
+
 # ---------------------------------------------------------------- 5.3 residual connection
 
 
-def modules_from(result, d_model=8):
-    """PyTorch's LayerNorm and Linear holding the learner's norm and the Counting sublayer."""
+def residual_weights(d_model=8):
+    """The grader's weights for the residual's norm and for the sublayer."""
+    state = trusted_state({"norm.weight": (d_model,), "norm.bias": (d_model,),
+                           "linear.weight": (d_model, d_model), "linear.bias": (d_model,)})
+    return ({"weight": state["norm.weight"], "bias": state["norm.bias"]},
+            {"weight": state["linear.weight"], "bias": state["linear.bias"]})
+
+
+def modules_from(norm_state, sublayer_state, d_model=8):
+    """PyTorch's LayerNorm and Linear holding the weights of the norm and the sublayer."""
     norm, linear = nn.LayerNorm(d_model).double(), nn.Linear(d_model, d_model).double()
-    with torch.no_grad():
-        for name, value in result["norm"].items():
-            if name in ("weight", "bias"):
-                getattr(norm, name).copy_(value)
-    linear.load_state_dict(result["sublayer"])
+    norm.load_state_dict(norm_state)
+    linear.load_state_dict(sublayer_state)
     return norm, linear
 
 
-def check_has_norm(result):
+def check_has_norm(result, norm_state):
     assert result["has_norm"], "ResidualConnection should hold its LayerNorm as self.norm"
+    check_names(result["names"], norm_state, "ResidualConnection's norm",
+                hint="self.norm should be your LayerNorm of Exercise 5.1")
 
 
 @pytest.mark.grade("5.3", points=3)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_residual_connection_formula(learner, norm_first):
     x = torch.randn(2, 4, 8, dtype=f64)
-    weight = torch.linspace(0.5, 1.5, 8)
-    result = learner.run(residual_run, x=x, norm_first=norm_first, norm_weight=weight)
-    check_has_norm(result)
-    _, sublayer = modules_from(result)
-    norm = nn.LayerNorm(8).double()
+    norm_state, sublayer_state = residual_weights()
+    result = learner.run(residual_run, x=x, norm_first=norm_first, norm=norm_state,
+                         sublayer=sublayer_state)
+    check_has_norm(result, norm_state)
+    norm, sublayer = modules_from(norm_state, sublayer_state)
     with torch.no_grad():
-        norm.weight.copy_(weight)
         expected = x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
     placement = "x + sublayer(norm(x))" if norm_first else "norm(x + sublayer(x))"
     assert_close(result["eval"], expected, f"ResidualConnection(norm_first={norm_first})",
@@ -374,9 +414,11 @@ def test_residual_connection_formula(learner, norm_first):
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_residual_dropout_on_the_sublayer_output(learner, norm_first):
     x = torch.randn(2, 4, 8, dtype=f64)
-    result = learner.run(residual_run, x=x, norm_first=norm_first, dropout=0.5)
-    check_has_norm(result)
-    norm, sublayer = modules_from(result)
+    norm_state, sublayer_state = residual_weights()
+    result = learner.run(residual_run, x=x, norm_first=norm_first, norm=norm_state,
+                         sublayer=sublayer_state, dropout=0.5)
+    check_has_norm(result, norm_state)
+    norm, sublayer = modules_from(norm_state, sublayer_state)
     with torch.no_grad():
         clean = x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
         assert_close(result["eval"], clean, "ResidualConnection in eval mode (no dropout)")
@@ -392,10 +434,20 @@ def test_residual_dropout_on_the_sublayer_output(learner, norm_first):
 # ---------------------------------------------------------------- 5.4 and 5.5 layers
 
 
-def scrambled_norms(count, d_model=16):
-    """Distinct weights and biases for each residual's norm, so that their order matters."""
-    return [(torch.linspace(0.5, 1.5, d_model).roll(i), torch.linspace(-0.2, 0.2, d_model).roll(i))
-            for i in range(count)]
+def layer_weights(attentions, residuals, d_model=16, d_ff=32):
+    """The grader's weights for a layer (the contract's state-dict names): each attention's
+    four projections, the feed-forward network and each residual's norm, all distinct, so
+    that their order matters."""
+    shapes = {f"{attention}.{p}_proj.{kind}": (d_model, d_model) if kind == "weight"
+              else (d_model,) for attention in attentions for p in ("q", "k", "v", "out")
+              for kind in ("weight", "bias")}
+    shapes.update({"feed_forward.linear1.weight": (d_ff, d_model),
+                   "feed_forward.linear1.bias": (d_ff,),
+                   "feed_forward.linear2.weight": (d_model, d_ff),
+                   "feed_forward.linear2.bias": (d_model,)})
+    shapes.update({f"residuals.{i}.norm.{kind}": (d_model,) for i in range(residuals)
+                   for kind in ("weight", "bias")})
+    return trusted_state(shapes)
 
 
 def check_structure(structure, residuals):
@@ -406,16 +458,24 @@ def check_structure(structure, residuals):
         f"residuals should be an nn.ModuleList of {residuals} ResidualConnection")
 
 
-def load_into(theirs, state, attentions, residuals):
-    """Load the learner's state dict into PyTorch's layer: in_proj = cat(q, k, v),
-    norm{i + 1} from residuals[i].norm, linear1 and linear2 from feed_forward."""
-    mapped = {}
-    for ours, their in attentions:
+def check_layer_names(own, state, attentions, what):
+    """The learner's layer has the contract's state-dict names and shapes: a missing
+    projection of an attention is named as such, anything else by :func:`check_names`."""
+    for ours in attentions:
         names = [f"{ours}.{p}_proj.weight" for p in "qkv"] + [f"{ours}.out_proj.weight"]
-        missing = [name for name in names if name not in state]
+        missing = [name for name in names if name not in own]
         assert not missing, (
             f"{ours} should be Chapter 3's MultiHeadAttention (q_proj, k_proj, v_proj, "
             f"out_proj); the layer's state dict has no {missing[0]}")
+    check_names(own, state, what)
+
+
+def load_into(theirs, state, attentions, residuals):
+    """Load the weights ``state`` (the course's names) into PyTorch's layer: in_proj =
+    cat(q, k, v), norm{i + 1} from residuals[i].norm, linear1 and linear2 from
+    feed_forward."""
+    mapped = {}
+    for ours, their in attentions:
         for kind in ("weight", "bias"):
             mapped[f"{their}.in_proj_{kind}"] = torch.cat(
                 [state[f"{ours}.{p}_proj.{kind}"] for p in "qkv"])
@@ -430,7 +490,7 @@ def load_into(theirs, state, attentions, residuals):
     return theirs
 
 
-@pytest.mark.grade("5.4", points=4)
+@pytest.mark.grade("5.4", points=3)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 @pytest.mark.parametrize("masked", [False, True], ids=["no mask", "padding mask"])
 def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
@@ -438,12 +498,13 @@ def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
     lengths = torch.tensor([6, 4, 2])
     allowed = torch.arange(6) < lengths[:, None]  # [B, L]
     mask = allowed[:, None, None, :] if masked else None
-    result = learner.run(encoder_layer_run, x=x, norm_first=norm_first,
-                         norms=scrambled_norms(2), mask=mask)
+    state = layer_weights(["self_attn"], 2)
+    result = learner.run(encoder_layer_run, x=x, norm_first=norm_first, state=state, mask=mask)
     check_structure(result["structure"], 2)
+    check_layer_names(result["names"], state, ["self_attn"], "EncoderLayer")
     theirs = load_into(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
                                                   norm_first=norm_first).double(),
-                       result["state"], [("self_attn", "self_attn")], 2)
+                       state, [("self_attn", "self_attn")], 2)
     with torch.no_grad():
         expected = theirs(x, src_key_padding_mask=~allowed if masked else None)
     assert_close(result["output"], expected, f"EncoderLayer(norm_first={norm_first})"
@@ -468,7 +529,7 @@ def explain_size_error(result, call):
         "cross_attn(y, memory, memory, src_mask), whose output has x's length Lt.")
 
 
-@pytest.mark.grade("5.5", points=4)
+@pytest.mark.grade("5.5", points=3)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 @pytest.mark.parametrize("masked", [False, True], ids=["no masks", "causal and padding masks"])
 def test_decoder_layer_matches_pytorch(learner, norm_first, masked):
@@ -480,16 +541,17 @@ def test_decoder_layer_matches_pytorch(learner, norm_first, masked):
     if masked:
         masks = {"src_mask": source_allowed[:, None, None, :],
                  "tgt_mask": target_allowed[:, None, None, :] & causal}
+    state = layer_weights(["self_attn", "cross_attn"], 3)
     result = learner.run(decoder_layer_run, x=x, memory=memory, norm_first=norm_first,
-                         norms=scrambled_norms(3), **masks)
+                         state=state, **masks)
     check_structure(result["structure"], 3)
+    check_layer_names(result["names"], state, ["self_attn", "cross_attn"], "DecoderLayer")
     call = ("DecoderLayer(x [2, 5, 16], memory [2, 7, 16]"
             + (", src_mask [2, 1, 1, 7], tgt_mask [2, 1, 5, 5])" if masked else ")"))
     explain_size_error(result, call)
     theirs = load_into(nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
                                                   norm_first=norm_first).double(),
-                       result["state"], [("self_attn", "self_attn"),
-                                         ("cross_attn", "multihead_attn")], 3)
+                       state, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")], 3)
     with torch.no_grad():
         if masked:
             expected = theirs(x, memory, tgt_mask=~causal, tgt_key_padding_mask=~target_allowed,
@@ -521,3 +583,15 @@ def test_layers_keep_shape_and_dtype(learner):
     out = assert_tensor(learner.run(encoder_layer_output, x=torch.randn(2, 3, 8)),
                         "EncoderLayer(x)", shape=(2, 3, 8), dtype=torch.float32)
     assert not torch.isnan(out).any(), "NaN in the encoder layer's output"
+
+
+@pytest.mark.grade("5.4", points=1)
+def test_encoder_layer_own_initialisation(learner):
+    check_initialisation(learner.run(fresh_state, name="EncoderLayer", args=[16, 4, 32]),
+                         "EncoderLayer")
+
+
+@pytest.mark.grade("5.5", points=1)
+def test_decoder_layer_own_initialisation(learner):
+    check_initialisation(learner.run(fresh_state, name="DecoderLayer", args=[16, 4, 32]),
+                         "DecoderLayer")

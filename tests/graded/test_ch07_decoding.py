@@ -542,7 +542,7 @@ def test_output_format(learner):
         f"{as_rows([(EOS,), (5, 3, EOS)])}, got {out.tolist()}")
 
 
-@pytest.mark.grade("7.1", points=1)
+@pytest.mark.grade("7.1", points=1, errors=True)
 @pytest.mark.parametrize("beam_size", [0, -1])
 def test_a_beam_of_no_hypotheses_is_an_error(learner, beam_size):
     src = torch.tensor([[3, 4]])

@@ -43,10 +43,55 @@ def always_last_axis(x, dim=-1):
     return e / torch.where(s == 0, torch.ones_like(s), s)
 
 
-@right("2.1", "softmax", "logsumexp, then exp, zeros where the slice is empty")
-def via_logsumexp(x, dim=-1):
+@right("2.1", "softmax", "a log-sum-exp written out, then exp, zeros where the slice is empty")
+def via_own_logsumexp(x, dim=-1):
+    m = x.amax(dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    lse = m + torch.log(torch.exp(x - m).sum(dim, keepdim=True))
+    return torch.where(torch.isinf(lse), torch.zeros_like(x), torch.exp(x - lse))
+
+
+# PyTorch's own softmax by other roads: each is refused at the dispatch level (forbidden).
+
+
+@wrong("2.1", "softmax", "PyTorch's logsumexp: exp(x - logsumexp(x))", says="aten.logsumexp")
+def via_torch_logsumexp(x, dim=-1):
     lse = torch.logsumexp(x, dim=dim, keepdim=True)
     return torch.where(torch.isinf(lse), torch.zeros_like(x), torch.exp(x - lse))
+
+
+@wrong("2.1", "softmax", "the gradient of torch.logsumexp by autograd", says="aten.logsumexp")
+def gradient_of_logsumexp(x, dim=-1):
+    with torch.enable_grad():
+        z = x.detach().requires_grad_(True)
+        return torch.autograd.grad(torch.logsumexp(z, dim).sum(), z)[0]
+
+
+@wrong("2.1", "softmax", "the gradient of torch.logsumexp by torch.func", says="aten.logsumexp")
+def func_gradient_of_logsumexp(x, dim=-1):
+    moved = x.movedim(dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    grads = torch.func.vmap(torch.func.grad(lambda r: torch.logsumexp(r, -1)))(rows)
+    return grads.reshape(moved.shape).movedim(-1, dim)
+
+
+@wrong("2.1", "softmax", "torch.special.softmax", says="aten._softmax")
+def special_softmax(x, dim=-1):
+    return torch.special.softmax(x, dim).nan_to_num(nan=0.0)
+
+
+@wrong("2.1", "softmax", "torch.masked.softmax with every entry allowed", says="aten._softmax")
+def masked_softmax(x, dim=-1):
+    return torch.masked.softmax(x, dim, mask=torch.ones_like(x, dtype=torch.bool)).nan_to_num(
+        nan=0.0)
+
+
+@wrong("2.1", "softmax", "the probabilities of torch.distributions.Categorical",
+       says="may not use PyTorch's aten.")
+def categorical_probs(x, dim=-1):
+    moved = x.movedim(dim, -1)
+    return torch.distributions.Categorical(logits=moved, validate_args=False).probs.movedim(
+        -1, dim)
 
 
 @right("2.1", "softmax", "detached maximum and nan_to_num")
@@ -172,6 +217,34 @@ def finfo_min_then_zero_rows(q: Tensor, k: Tensor, v: Tensor, mask=None, dropout
     return torch.matmul(weights, v), weights
 
 
+@wrong("2.2", "scaled_dot_product_attention",
+       "the weights as the gradient of torch.logsumexp of the scores", says="aten.logsumexp")
+def weights_by_gradient(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.full_like(scores, NEG_INF))
+    with torch.enable_grad():
+        z = scores.detach().requires_grad_(True)
+        weights = torch.autograd.grad(torch.logsumexp(z, -1).sum(), z)[0].nan_to_num(nan=0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ v, weights
+
+
+@wrong("2.2", "scaled_dot_product_attention", "PyTorch's attention math through the functional "
+       "multi-head attention with identity projections", says="may not use PyTorch's aten.")
+def functional_multi_head(q, k, v, mask=None, dropout=None):
+    _checked(q, k, v)
+    d = q.size(-1)
+    eye = torch.eye(d, dtype=q.dtype)
+    flat = [t.reshape(-1, t.size(-2), t.size(-1)).transpose(0, 1) for t in (q, k, v)]
+    output, weights = torch.nn.functional.multi_head_attention_forward(
+        flat[0], flat[1], flat[2], d, 1, torch.cat([eye, eye, eye]), None, None, None, False,
+        0.0, eye, None, need_weights=True)
+    return output, weights
+
+
 # ------------------------------------------------------------------ 2.3
 
 
@@ -212,3 +285,20 @@ def fill_on_default_device(q, k, v, mask=None, dropout=None):
         scores = torch.where(mask, scores, torch.tensor(NEG_INF).expand(scores.shape).clone())
     weights = softmax(scores)
     return weights @ v, weights
+
+
+@wrong("2.3", "softmax_jacobian", "torch.autograd.functional.jacobian of torch.softmax at log p",
+       says="aten._softmax")
+def jacobian_of_torch_softmax(p):
+    rows = p.reshape(-1, p.size(-1))
+    jacobians = [torch.autograd.functional.jacobian(lambda z: torch.softmax(z, -1), row.log())
+                 for row in rows]
+    return torch.stack(jacobians).reshape(*p.shape, p.size(-1))
+
+
+@wrong("2.3", "softmax_jacobian", "the Hessian of torch.logsumexp by torch.func at log p",
+       says="aten.logsumexp")
+def hessian_of_logsumexp(p):
+    rows = p.reshape(-1, p.size(-1))
+    hessians = torch.func.vmap(torch.func.hessian(lambda z: torch.logsumexp(z, -1)))(rows.log())
+    return hessians.reshape(*p.shape, p.size(-1))

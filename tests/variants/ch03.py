@@ -207,3 +207,33 @@ class EinsumHeads(_Base):
         out, w = self.attend(q, k, v, mask, self.dropout)
         self.attention_weights = w.detach()
         return self.out_proj(torch.einsum("bhld->blhd", out).reshape(b, lq, d))
+
+
+@wrong("3.3", "MultiHeadAttention", "every projection initialised to zero (a constant output)",
+       says="all zeros at initialisation")
+class ZeroInitialised(EinsumHeads):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        for parameter in self.parameters():
+            nn.init.zeros_(parameter)
+
+
+@wrong("3.3", "MultiHeadAttention", "PyTorch's attention reached as nn.Transformer(...).encoder."
+       "layers[0].self_attn, called with need_weights=True (its slow path)",
+       says="may not use PyTorch's aten.")
+class TransformersOwnAttention(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        d, h = query.size(-1), self.num_heads
+        theirs = nn.Transformer(d, h, 1, 1, 4 * d, dropout=self.dropout.p, batch_first=True)
+        attention = theirs.encoder.layers[0].self_attn.to(query.dtype)
+        with torch.no_grad():
+            attention.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight,
+                                                      self.v_proj.weight]))
+            attention.out_proj.weight.copy_(self.out_proj.weight)
+        blocked = None if mask is None else ~mask.expand(query.size(0), h, query.size(1),
+                                                         key.size(1)).flatten(0, 1)
+        output, weights = attention(query, key, value, attn_mask=blocked, need_weights=True,
+                                    average_attn_weights=False)
+        self.attention_weights = weights.detach()
+        return output

@@ -124,13 +124,24 @@ class ClampFunctional(_FFN):
         return self.linear2(nn.functional.dropout(hidden, self.dropout.p, self.training))
 
 
+@wrong("5.2", "PositionwiseFeedForward", "both linears initialised to zero",
+       says="all zeros at initialisation")
+class ZeroInitialised(ClampFunctional):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        for parameter in self.parameters():
+            nn.init.zeros_(parameter)
+
+
 # ------------------------------------------------------------------ 5.3
 
 
 class _Residual(nn.Module):
     def __init__(self, d_model, dropout=0.0, norm_first=False):
+        from solutions.ch05_layers import LayerNorm  # the course's own (5.3 may not use PyTorch's)
+
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -291,3 +302,78 @@ class LoopOverSublayers(_Decoder):
         for residual, sublayer in zip(self.residuals, sublayers, strict=True):
             x = residual(x, sublayer)
         return x
+
+
+@wrong("5.4", "EncoderLayer", "every weight set to one constant", says="constant")
+class ConstantWeights(NamedSublayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, dropout, norm_first)
+        for parameter in self.parameters():
+            nn.init.constant_(parameter, 0.01)
+
+
+# PyTorch's own layers and norms by other roads: each is refused at the dispatch level.
+
+
+@wrong("5.1", "LayerNorm", "the norm of PyTorch's nn.TransformerEncoderLayer",
+       says="aten.native_layer_norm")
+class TransformersNorm(_LayerNorm):
+    def forward(self, x):
+        norm = nn.TransformerEncoderLayer(x.size(-1), 1, layer_norm_eps=self.eps).norm1
+        norm = norm.to(x.dtype)
+        with torch.no_grad():
+            norm.weight.copy_(self.weight)
+            norm.bias.copy_(self.bias)
+        return norm(x)
+
+
+@wrong("5.3", "ResidualConnection", "PyTorch's nn.LayerNorm instead of the LayerNorm of 5.1",
+       says="aten.native_layer_norm")
+class TorchLayerNorm(BranchFirst):
+    def __init__(self, d_model, dropout=0.0, norm_first=False):
+        super().__init__(d_model, dropout, norm_first)
+        self.norm = nn.LayerNorm(d_model)
+
+
+def _torch_layer(ours, theirs, attentions, residuals):
+    """PyTorch's layer ``theirs`` holding the weights of the layer ``ours``."""
+    state = ours.state_dict()
+    mapped = {}
+    for mine, their in attentions:
+        for kind in ("weight", "bias"):
+            mapped[f"{their}.in_proj_{kind}"] = torch.cat(
+                [state[f"{mine}.{p}_proj.{kind}"] for p in "qkv"])
+            mapped[f"{their}.out_proj.{kind}"] = state[f"{mine}.out_proj.{kind}"]
+    for i in range(residuals):
+        for kind in ("weight", "bias"):
+            mapped[f"norm{i + 1}.{kind}"] = state[f"residuals.{i}.norm.{kind}"]
+    for name in ("linear1", "linear2"):
+        for kind in ("weight", "bias"):
+            mapped[f"{name}.{kind}"] = state[f"feed_forward.{name}.{kind}"]
+    theirs.load_state_dict(mapped)
+    return theirs.to(state["feed_forward.linear1.weight"].dtype)
+
+
+@wrong("5.4", "EncoderLayer", "PyTorch's nn.TransformerEncoderLayer holding the layer's weights",
+       says="may not use PyTorch's aten.")
+class TorchEncoderLayer(NamedSublayer):
+    def forward(self, x, mask=None):
+        d = x.size(-1)
+        theirs = _torch_layer(self, nn.TransformerEncoderLayer(
+            d, self.self_attn.num_heads, self.feed_forward.linear1.out_features, dropout=0.0,
+            batch_first=True, norm_first=self.residuals[0].norm_first),
+            [("self_attn", "self_attn")], 2)
+        padding = None if mask is None else ~mask.reshape(x.size(0), -1)
+        return theirs(x, src_key_padding_mask=padding)
+
+
+@wrong("5.5", "DecoderLayer", "PyTorch's nn.TransformerDecoderLayer holding the layer's weights",
+       says="may not use PyTorch's aten.")
+class TorchDecoderLayer(LoopOverSublayers):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        d = x.size(-1)
+        theirs = _torch_layer(self, nn.TransformerDecoderLayer(
+            d, self.self_attn.num_heads, self.feed_forward.linear1.out_features, dropout=0.0,
+            batch_first=True, norm_first=self.residuals[0].norm_first),
+            [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")], 3)
+        return theirs(x, memory)

@@ -163,8 +163,16 @@ def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
     return summarize(records)
 
 
+WITHHELD = ("the {points:g} point(s) for a clear error on bad input count once the tests on "
+            "good input pass")
+
+
 def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
-    """One row an exercise: points earned, status from its worst test, that test's message."""
+    """One row an exercise: points earned, status from its worst test, that test's message.
+
+    A test of a clear error on bad input (``errors=True``) pays only when every other test
+    of its exercise passed: an exercise that raises one ``ValueError`` for everything earns
+    nothing."""
     by_exercise: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         if record["exercise"] is not None:
@@ -173,13 +181,20 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
         tests = by_exercise[exercise]
         worst = min(tests, key=lambda r: PRIORITY.index(r["outcome"]))
+        behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
+        paid = [r for r in tests if r["outcome"] == "passed" and (behaves or not r.get("errors"))]
+        withheld = sum(r["points"] for r in tests if r["outcome"] == "passed") - sum(
+            r["points"] for r in paid)
+        message = cut(worst["message"] or "")
+        if withheld > 1e-9:
+            message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
         printed = (worst.get("printed") if worst["outcome"] != "passed"
                    else "".join(r.get("printed", "") for r in tests)[-2000:])
         rows.append(ExerciseResult(
             id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
-            points=round(sum(r["points"] for r in tests if r["outcome"] == "passed"), 2),
+            points=round(sum(r["points"] for r in paid), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
-            status=worst["outcome"], message=cut(worst["message"] or ""),
+            status=worst["outcome"], message=message,
             printed=printed or "",
         ))
     return rows

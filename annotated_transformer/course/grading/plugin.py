@@ -1,8 +1,9 @@
 """A pytest plugin that records every graded test's outcome for the grader.
 
 Loaded by :mod:`annotated_transformer.course.grading.grade` with ``-p``; writes one JSON record a
-test (``--grade-report PATH``): its exercise, points, the parts it ran against
-(``--parts``), its outcome and the first message a learner should read.
+test (``--grade-report PATH``): its exercise, points, whether it checks an error on bad input
+(``errors=True`` on its ``grade`` marker), the parts it ran against (``--parts``), its
+outcome and the first message a learner should read.
 """
 
 from __future__ import annotations
@@ -161,6 +162,8 @@ class GradeRecorder:
             "chapter": int(exercise.split(".")[0]),
             "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
             "points": share,
+            # A test of a clear error on bad input pays only with the behaviour (grade.summarize).
+            "errors": bool(marker.kwargs.get("errors", False)),
             "parts": _parts_of(item),
             "outcome": outcome,
             "message": message,

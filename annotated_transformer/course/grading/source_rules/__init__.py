@@ -19,8 +19,12 @@ of anything but ``self``/``cls``; banned attribute names (:data:`BANNED_ATTRIBUT
 standard library's module names that PyTorch re-exports, ``torch.os``); special methods by an
 allow-list (:data:`ALLOWED_DUNDER_METHODS`); no metaclass and no Tensor subclass; ``super``
 only as ``super().method``; ``str.format`` only on a literal without attribute fields; no
-assignment or ``del`` on an imported module or class or a name that hands one on; and the
-exercise's forbidden names (attributes, imported names and keywords) anywhere in the file.
+assignment or ``del`` on an imported module or class or a name that hands one on; no
+``functools.update_wrapper`` and ``functools.wraps`` with its one argument only (their
+other arguments copy attributes named by strings, a module's namespace among them); every
+name the file uses is a built-in or bound in the file (a name from nowhere was put in the
+namespace by code the rules cannot see); and the exercise's forbidden names (attributes,
+imported names and keywords) anywhere in the file.
 
 This is the third layer of the grader's defences (issue 17). It reads code and runs nothing,
 so it stops the plain and the cleverly spelled ways; it cannot follow values through

@@ -31,6 +31,8 @@ class AttributeRules(CheckerBase):
             self.check_attribute_name(node, name, code, base)
         if name in ("format", "format_map"):
             self.check_format(node)
+        if name == "wraps":
+            self.check_wraps(node)
         if self._through_parts(base):
             if name in PARTS_OWN:
                 self.add(node, f"`{code}` is not allowed in an exercise file: take a part by "

@@ -178,3 +178,14 @@ class CheckerBase:
                 self.add(node, f"`{code}` is not allowed: exercise {exercise} asks you to "
                                f"write {name} yourself; call your own function or "
                                f"`active_parts().{name}`", exercise)
+
+    def check_wraps(self, node: ast.AST) -> None:
+        """``functools.wraps(function)`` only, with one argument: its ``assigned`` and
+        ``updated`` copy attributes by name, a module's namespace among them."""
+        call = self.parent.get(id(node))
+        plain = (isinstance(call, ast.Call) and call.func is node and len(call.args) == 1
+                 and not isinstance(call.args[0], ast.Starred) and not call.keywords)
+        if not plain:
+            self.add(node, "this use of `wraps` is not allowed in an exercise file: write "
+                           "`@functools.wraps(function)` (its other arguments copy attributes "
+                           "by name, a module's namespace among them)")

@@ -8,6 +8,7 @@ from annotated_transformer.course.grading.source_rules.base import CheckerBase
 from annotated_transformer.course.grading.source_rules.rules import (
     ALLOWED_IMPORTS,
     BANNED_BUILTINS,
+    BUILTIN_NAMES,
     FROM_ONLY,
     SELF_NAMES,
     is_dunder,
@@ -59,8 +60,13 @@ class NameRules(CheckerBase):
     # -------------------------------------------------------------- names
 
     def check_name(self, node: ast.Name) -> None:
-        """Built-ins that escape the rules, dunder names, and ``super``/``object`` misuse."""
+        """Built-ins that escape the rules, dunder names, ``super``/``object`` misuse, names
+        the file never binds, and ``wraps`` beyond its plain use."""
         name = node.id
+        if isinstance(node.ctx, ast.Load) and not is_dunder(name):
+            self.check_free_name(node)
+        if name == "wraps" and name in self.imported:
+            self.check_wraps(node)
         if is_dunder(name):
             self.check_dunder_name(node)
         elif name in BANNED_BUILTINS and isinstance(node.ctx, ast.Load):
@@ -80,6 +86,16 @@ class NameRules(CheckerBase):
                 self.add(node, f"`{snippet(parent)}` is not allowed in an exercise file: "
                                f"`object`'s methods bypass a class's own; call the method "
                                f"on your object")
+
+    def check_free_name(self, node: ast.Name) -> None:
+        """A name must be a built-in or bound somewhere in the file (imported, assigned, a
+        parameter, a def): ``os`` used but never imported can only come from code that
+        changed the module's namespace behind the rules (``functools.update_wrapper(f, g,
+        updated=("__globals__",))``)."""
+        if node.id not in BUILTIN_NAMES and node.id not in self.all_bound:
+            self.add(node, f"`{node.id}` is used but never defined in this file: import it, "
+                           f"assign it or take it as a parameter (a name from nowhere is "
+                           f"not allowed in an exercise file)")
 
     def check_dunder_name(self, node: ast.Name) -> None:
         """``__all__`` at module level and the ``__name__ == "__main__"`` guard only:

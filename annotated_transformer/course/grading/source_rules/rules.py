@@ -1,6 +1,7 @@
 """The rules, as data, each with its reason: what an exercise file may import and name."""
 from __future__ import annotations
 
+import builtins
 import sys
 from dataclasses import fields
 
@@ -100,6 +101,9 @@ _BANNED_GROUPS = {
         "cr_origin ag_frame ag_code ag_await f_back f_globals f_locals f_builtins f_code "
         "f_trace f_lasti tb_frame tb_next tb_lasti co_code co_consts co_names"),
     "loads chapters from a source other than the grader's": "reference learner with_chapter",
+    # update_wrapper(f, g, updated=("__globals__",)) merges g's module namespace into f's.
+    "copies attributes by name from one object to another (a module's namespace among them)": (
+        "update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES"),
 }
 BANNED_ATTRIBUTES = {name: reason for reason, names in _BANNED_GROUPS.items()
                      for name in names.split()}
@@ -163,6 +167,9 @@ BANNED_DUNDER_METHODS = {
 BANNED_BASES = ("Tensor", "Parameter", "Buffer")
 
 SELF_NAMES = frozenset({"self", "cls"})
+# The names Python provides in every module; any other name a file uses, it must bind itself
+# (a name from nowhere was put in the module's namespace by code the rules cannot see).
+BUILTIN_NAMES = frozenset(dir(builtins))
 # Thirty times the largest solution file: more is not an exercise, and reading it (about
 # 10 microseconds a byte) must not make the grader wait.
 MAX_SOURCE_BYTES = 250_000
