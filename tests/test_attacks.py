@@ -244,7 +244,8 @@ def test_the_workflow_s_own_grading_step(course, listener, honest_grade, workflo
                              [report, temp / "grade" / "grade.md"], port)
     bin_dir = workspace / "bin"
     bin_dir.mkdir()
-    for name, text in (("sudo", FAKE_SUDO), ("python", f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')):
+    python = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    for name, text in (("sudo", FAKE_SUDO), ("python", python)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     data = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())

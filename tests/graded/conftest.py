@@ -66,12 +66,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default 0; the grader draws a fresh one per run and reports it)",
     )
     parser.addoption(
-        "--grade-user",
-        default=None,
-        help="run the code under test as this user (e.g. nobody; the grader must run as "
-        "root): the course and the reports are then read-only to it",
-    )
-    parser.addoption(
         "--grade-cpu-seconds",
         type=float,
         default=20.0,
@@ -140,8 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """In a grading run (``--grade-report``), start the first source's worker now: it
     imports PyTorch while this process collects the tests, which import it too (this module
     does not). The others start when first needed, one at a time."""
-    pool = WorkerPool(_learner_dir, _blocked, user=config.getoption("--grade-user"),
-                      sandboxed=_sandboxed(config))
+    pool = WorkerPool(_learner_dir, _blocked, sandboxed=_sandboxed(config))
     config.stash[POOL] = pool
     first = config.getoption("--parts").split(",")[0]
     if config.getoption("--grade-report", None) and not config.option.collectonly and first:
