@@ -91,9 +91,7 @@ def connect(port):
 
 
 def look_up_reference(x):
-    """The reference by import, with the worker's import guard removed first."""
-    import sys
-    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_Unreachable"]
+    """The reference by import."""
     import solutions.ch02_attention as reference
     return reference.__file__
 

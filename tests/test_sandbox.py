@@ -127,23 +127,6 @@ def through_aten(x):
     return torch.ops.aten._softmax(x, -1, False)
 
 
-def patches_torch(x):
-    torch.allclose = lambda *args, **kwargs: True
-    return x
-
-
-def imports_dynamo(x):
-    import torch._dynamo  # PyTorch itself imports it when first needed (torch.compile, ...)
-    return x
-
-
-def wraps_manual_seed(x):
-    import functools
-
-    torch.manual_seed = functools.wraps(torch.manual_seed)(lambda seed: None)
-    return x
-
-
 def writes(path):
     with open(path, "w") as handle:
         handle.write("z" * 64 * 2**20)
@@ -270,7 +253,7 @@ def test_only_the_stubs_own_error_means_not_implemented(pool, folder):
 
 
 def test_the_reference_is_out_of_reach(pool, folder):
-    with pytest.raises(LearnerRaised, match="not available while your code is graded"):
+    with pytest.raises(LearnerRaised, match="No module named 'solutions'"):
         learner(pool, folder).run(call, name="reaches_reference", x=X)
     # The course's own parts registry answers with the learner's folder, whatever is asked.
     where = learner(pool, folder).run(call, name="reaches_reference_through_parts", x=X)
@@ -281,22 +264,6 @@ def test_the_reference_is_out_of_reach(pool, folder):
 def test_a_forbidden_op_is_refused_whatever_name_reached_it(pool, folder, name):
     with pytest.raises(ForbiddenCall, match="aten._softmax"):
         learner(pool, folder, forbid_ops=("_softmax",)).run(call, name=name, x=X)
-
-
-def test_replacing_a_torch_function_is_reported_and_changes_nothing_here(pool, folder):
-    allclose = torch.allclose
-    with pytest.raises(ForbiddenCall, match="torch.allclose"):
-        learner(pool, folder).run(call, name="patches_torch", x=X)
-    assert torch.allclose is allclose
-    assert not torch.allclose(torch.zeros(1), torch.ones(1))
-
-
-def test_pytorch_wrapping_its_own_function_is_not_a_replacement(pool, folder):
-    """torch._dynamo, imported when first needed, wraps torch.manual_seed: not the learner's
-    doing. A wrapper of the learner's own, even one that says it wraps it, is reported."""
-    assert learner(pool, folder).run(call, name="imports_dynamo", x=X).shape == X.shape
-    with pytest.raises(ForbiddenCall, match="torch.manual_seed"):
-        learner(pool, folder).run(call, name="wraps_manual_seed", x=X)
 
 
 def test_files_written_stay_small(pool, folder):

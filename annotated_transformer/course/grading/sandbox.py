@@ -38,8 +38,6 @@ from annotated_transformer.layout import (
 )
 
 OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
-# Packages a learner's code must not import while it is graded: they hold answers.
-UNREACHABLE = ["solutions", "annotated_transformer.fast_parts", "variants"]
 DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
 START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the tests
 BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
@@ -149,7 +147,6 @@ class WorkerProcess:
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
                   "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
-                  "unreachable": UNREACHABLE,
                   "user": user, "memory_bytes": memory_bytes}
         argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
@@ -378,11 +375,9 @@ class Learner:
         if reply.get("ok"):
             return reply.get("value")
         kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
-        if kind == "tampered":  # nothing that worker computes can be trusted any more
-            self.pool.discard(self.source)
         if kind == "blocked" and unreadable(message):  # a file that does not parse
             raise LearnerRaised(["SyntaxError"], message, "")
-        if kind in ("forbidden", "tampered", "blocked"):
+        if kind in ("forbidden", "blocked"):
             raise ForbiddenCall(message)
         types = [str(t) for t in reply.get("types", [])][:20]
         if reply.get("stub") and "NotImplementedError" in types:
