@@ -30,9 +30,10 @@ def add_translation_options(p) -> None:
                    help="--task translation: leave out training pairs longer than N tokens "
                    "(default 256)")
     p.add_argument("--model", choices=tuple(MODEL_SIZES),
-                   help="the model's size: small (2 layers of 64), or the paper's base or "
-                   "big (Table 3, with label smoothing 0.1) (default: the recipe's; "
-                   "translation: base)")
+                   help="the model's size: small (2 layers of 64), cpu (3 layers of 256; "
+                   "with --task translation, the whole CPU run: vocabulary, batches, "
+                   "schedule), or the paper's base or big (Table 3, with label smoothing "
+                   "0.1) (default: the recipe's; translation: base)")
     p.add_argument("--warmup", type=int, metavar="STEPS",
                    help="steps of the learning rate's warmup (default: the recipe's)")
     p.add_argument("--keep-last", type=int, metavar="N",
@@ -40,9 +41,10 @@ def add_translation_options(p) -> None:
                    "`average`")
 
 
-def translation_task_options(args) -> dict:
+def translation_task_options(args, vocab_size: int | None = None) -> dict:
     """``make_task``'s options for ``--task translation`` from ``args`` (``{}`` for another
-    task, after checking that no translation option was given to it)."""
+    task, after checking that no translation option was given to it); ``vocab_size``: the
+    recipe's, unless ``--vocab-size`` is given."""
     given = {name: getattr(args, name) for name in
              ("dataset", "dataset_config", "source_lang", "target_lang", "vocab_size",
               "max_length") if getattr(args, name) is not None}
@@ -59,7 +61,8 @@ def translation_task_options(args) -> dict:
     for name in ("vocab_size", "max_length"):
         if given.get(name) is not None and given[name] < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    return {"dataset": None, **given}
+    recipe = {"vocab_size": vocab_size} if vocab_size is not None else {}
+    return {"dataset": None, **recipe, **given}
 
 
 def reuse_saved_vocabulary(args, task) -> None:
