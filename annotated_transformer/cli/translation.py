@@ -15,8 +15,10 @@ def add_translation_options(p) -> None:
     from annotated_transformer.recipes import MODEL_SIZES
 
     p.add_argument("--dataset", metavar="NAME_OR_PATH",
-                   help="--task translation: a Hugging Face hub dataset (bentrevett/multi30k, "
-                   "wmt/wmt14), a .jsonl or .tsv file, or a folder of train/validation/test files")
+                   help="--task translation: multi30k (the hub's copy), a Hugging Face hub "
+                   "dataset (wmt/wmt14, ...), a .jsonl or .tsv file, a folder of "
+                   "train/validation/test files, or Multi30k's raw folder (data/task1/raw: "
+                   "train.de.gz, train.en.gz, val.*, test_2016_flickr.*)")
     p.add_argument("--dataset-config", metavar="NAME",
                    help="--task translation: the hub dataset's config (wmt/wmt14: de-en)")
     p.add_argument("--source-lang", metavar="LANG",
