@@ -26,6 +26,7 @@ class Recipe:
 
     model: dict = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
+    parts: str | None = None  # the parts it trains with unless told (None: the reference)
 
     def model_config(self, task: Task) -> TransformerConfig:
         """The model for ``task``: its vocabulary, positions for its longest sequence."""
@@ -112,7 +113,7 @@ CPU_TRANSLATION = TranslationRecipe(
     train=TrainConfig(steps=1500, lr_factor=0.5, warmup_steps=400, decay="linear",
                       label_smoothing=PAPER_LABEL_SMOOTHING, max_tokens=4096,
                       eval_every=100, eval_size=100),
-    vocab_size=8000)
+    vocab_size=8000, parts="fast")  # the reference's function on fused kernels
 
 RECIPES: dict[str, Recipe] = {
     # One layer each way suffices to copy: decoder position i attends to source position i.

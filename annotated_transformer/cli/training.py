@@ -29,8 +29,9 @@ def add_train(sub) -> None:
                    help="--task tsv: a vocabulary of characters (default) or of words")
     p.add_argument("--out", required=True, type=Path,
                    help="folder for checkpoint.pt and metrics.jsonl")
-    p.add_argument("--parts", default="solutions",
-                   help="solutions (default; yours in a student release), exercises "
+    p.add_argument("--parts",
+                   help="solutions (default, or the recipe's: --model cpu trains with "
+                   "fast; yours in a student release), exercises "
                    "(yours), fast (fused kernels) or a "
                    "folder of chNN_*.py")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
@@ -99,6 +100,18 @@ def resized(recipe, args):
         raise UsageError(f"--d-model and --heads (or --model's): {error}") from None
 
 
+def recipe_parts(recipe) -> str:
+    """The parts a recipe trains with unless ``--parts`` says otherwise: its own (the
+    fast ones compute the reference's function), or the reference where those are not
+    there (a student release has no fast parts)."""
+    wanted = getattr(recipe, "parts", None) or "solutions"
+    try:
+        parse_parts(wanted)
+    except UsageError:
+        return "solutions"
+    return wanted
+
+
 def run_train(args) -> int:
     from annotated_transformer.recipes import RECIPES
     from annotated_transformer.train import Runtime, train
@@ -128,7 +141,7 @@ def run_train(args) -> int:
     if args.max_tokens is not None and args.max_tokens < longest:
         raise UsageError(f"--max-tokens {args.max_tokens} is smaller than the longest sequence "
                          f"of --task {args.task} ({longest} tokens)")
-    parts = parse_parts(args.parts)
+    parts = parse_parts(args.parts or recipe_parts(recipe))
     if args.lr_factor is not None and not args.lr_factor > 0:
         raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
     config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,

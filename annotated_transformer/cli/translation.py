@@ -85,6 +85,9 @@ def add_decoding_options(p, evaluate: bool) -> None:
         p.add_argument("--greedy", action="store_true", help="translation: --beam 1")
     p.add_argument("--alpha", type=float, default=0.6,
                    help="translation: the beam's length penalty exponent (default 0.6)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="translation: recompute every prefix at each step instead of keeping "
+                   "each layer's keys and values (the same tokens, slower)")
     p.add_argument("--extra-len", type=int, default=50,
                    help="translation: an output's tokens at most its input's plus this "
                    "(default 50)")
@@ -96,7 +99,8 @@ def decoding_of(args):
 
     beam = 1 if getattr(args, "greedy", False) else (args.beam if args.beam is not None else 4)
     try:
-        return Decoding(beam_size=beam, alpha=args.alpha, extra_len=args.extra_len)
+        return Decoding(beam_size=beam, alpha=args.alpha, extra_len=args.extra_len,
+                        cache=not args.no_cache)
     except ValueError as error:
         raise UsageError(str(error)) from None
 
