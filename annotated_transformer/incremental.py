@@ -268,8 +268,9 @@ class DecoderCache:
 @contextlib.contextmanager
 def cached(model: nn.Module, enabled: bool = True) -> Iterator[DecoderCache | None]:
     """Within this block ``model.decode`` is incremental (a :class:`DecoderCache`); with
-    ``enabled=False``, nothing changes (the whole prefix is recomputed)."""
-    if not enabled:
+    ``enabled=False``, or for a model that does not say what its decoder is made of
+    (``incremental_parts``), nothing changes (the whole prefix is recomputed)."""
+    if not enabled or not hasattr(model, "incremental_parts"):  # e.g. nn.Transformer's
         yield None
         return
     cache = DecoderCache(model)
