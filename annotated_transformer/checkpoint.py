@@ -64,11 +64,21 @@ def save_training(path: Path, model: Model, task: Task, config, step: int, optim
     })
 
 
-def export(state: dict, path: Path) -> None:
+def export(state: dict, path: Path, dtype: torch.dtype | None = None) -> None:
     """A checkpoint without what only resuming needs (optimizer, schedule, random states):
-    a third of the size, enough to evaluate, decode and draw attention."""
-    save(path, {k: v for k, v in state.items()
-                if k not in ("optimizer", "scheduler", "rng")})
+    a third of the size, enough to evaluate, decode and draw attention. ``dtype``
+    (``torch.float16``): the parameters stored in it, half the size again (buffers such
+    as the positional table stay as they are); a model built from it computes in float32
+    as usual, with the weights rounded to 11 significant bits."""
+    kept = {k: v for k, v in state.items() if k not in ("optimizer", "scheduler", "rng")}
+    if dtype is not None:
+        with torch.device("meta"):
+            model = MODELS[state["kind"]](TransformerConfig(**state["model_config"]),
+                                          parts=Parts.reference())
+        parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+        kept["model"] = {name: t.to(dtype) if name in parameters else t
+                         for name, t in kept["model"].items()}
+    save(path, kept)
 
 
 def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:

@@ -193,6 +193,29 @@ def test_export_keeps_what_evaluation_needs(capsys, tmp_path, copy_run):
     assert status == 2 and "exported without its optimizer" in err
 
 
+def test_export_half_stores_float16_and_rebuilds_a_float32_model(capsys, tmp_path, copy_run):
+    from annotated_transformer import checkpoint
+
+    full, half = tmp_path / "full.pt", tmp_path / "half.pt"
+    assert run(capsys, "export", "--checkpoint", copy_run / "checkpoint.pt", "--out", full)[0] == 0
+    assert run(capsys, "export", "--checkpoint", copy_run / "checkpoint.pt", "--out", half,
+               "--half")[0] == 0
+    state = checkpoint.load(half)
+    original = checkpoint.load(full)["model"]
+    model = checkpoint.build_model(state)
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    assert parameters and parameters < set(state["model"])  # the positional table is a buffer
+    for name, tensor in model.state_dict().items():
+        assert state["model"][name].dtype == (torch.float16 if name in parameters
+                                              else original[name].dtype)
+        assert tensor.dtype == original[name].dtype  # float32 again, rounded to float16
+        rounded = original[name].half() if name in parameters else original[name]
+        torch.testing.assert_close(tensor, rounded.to(tensor.dtype), rtol=0, atol=0)
+    status, out, _ = run(capsys, "evaluate", "--checkpoint", half, "--json", "--size", "20",
+                         "--device", "cpu")
+    assert status == 0 and json.loads(out)["num_examples"] == 20
+
+
 @pytest.mark.parametrize("task", ["dates", "addition"])
 def test_bf16_autocast_trains_on_the_cpu(capsys, tmp_path, task):
     """The same code path as on a GPU with --precision bf16 (autocast, masks in bf16)."""
