@@ -76,8 +76,9 @@ def export(state: dict, path: Path, dtype: torch.dtype | None = None) -> None:
             model = MODELS[state["kind"]](TransformerConfig(**state["model_config"]),
                                           parts=Parts.reference())
         parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-        kept["model"] = {name: t.to(dtype) if name in parameters else t
-                         for name, t in kept["model"].items()}
+        converted: dict[int, torch.Tensor] = {}  # a tied matrix stays one tensor
+        kept["model"] = {name: converted.setdefault(t.data_ptr(), t.to(dtype))
+                         if name in parameters else t for name, t in kept["model"].items()}
     save(path, kept)
 
 

@@ -205,6 +205,9 @@ def test_export_half_stores_float16_and_rebuilds_a_float32_model(capsys, tmp_pat
     model = checkpoint.build_model(state)
     parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
     assert parameters and parameters < set(state["model"])  # the positional table is a buffer
+    tied = {state["model"][name].data_ptr() for name in ("src_embed.tokens.embedding.weight",
+                                                         "generator.weight")}
+    assert len(tied) == 1, "the tied matrix is stored once"
     for name, tensor in model.state_dict().items():
         assert state["model"][name].dtype == (torch.float16 if name in parameters
                                               else original[name].dtype)
