@@ -66,11 +66,15 @@ def row_groups(*tensors: Tensor | None) -> Tensor:
     return torch.unique(torch.cat(columns, dim=1), dim=0, return_inverse=True)[1]
 
 
-def find_parents(previous: Tensor, new: Tensor) -> Tensor | None:
+IDENTITY = slice(None)  # the parents of rows that kept their places (greedy decoding)
+
+
+def find_parents(previous: Tensor, new: Tensor) -> Tensor | slice | None:
     """For each row of ``new [N, 1 + t0]`` (a group id, then tokens), a row of
-    ``previous [M, 1 + t0]`` equal to it; ``None`` when a row has none."""
+    ``previous [M, 1 + t0]`` equal to it (:data:`IDENTITY` when every row is where it
+    was); ``None`` when a row has none."""
     if previous.shape == new.shape and torch.equal(previous, new):
-        return torch.arange(new.size(0), device=new.device)  # greedy: the same rows
+        return IDENTITY  # greedy: the same rows, nothing to gather
     inverse = torch.unique(torch.cat([previous, new]), dim=0, return_inverse=True)[1]
     first = torch.full((int(inverse.max()) + 1,), -1, dtype=torch.long, device=new.device)
     first.scatter_(0, inverse[:previous.size(0)],
@@ -94,7 +98,8 @@ def causal_rows(mask: Tensor | None, start: int, length: int) -> Tensor | None:
         return mask
     if bool(torch.triu(square.bool(), diagonal=1).any()):
         raise NotCacheable("the target mask lets a position see a later one")
-    return mask[start:] if mask.dim() == 2 else mask[..., start:, :]
+    rows = mask[start:] if mask.dim() == 2 else mask[..., start:, :]
+    return None if bool(rows.all()) else rows  # all allowed: the same as no mask
 
 
 class Attention:
@@ -213,7 +218,7 @@ class DecoderCache:
         if parents is None:
             hidden = self.run_layers(embedded, rows, None, None)
         else:
-            keys = [k[parents] for k in self.keys]
+            keys = [k[parents] for k in self.keys]  # a view when IDENTITY
             values = [v[parents] for v in self.values]
             new = self.run_layers(embedded[:, start:], rows, keys, values)
             hidden = torch.cat([self.hidden[parents], new], dim=1)

@@ -102,6 +102,7 @@ def test_a_cached_step_equals_the_whole_prefix_in_float64():
 def test_rows_are_matched_to_their_parents_within_their_source():
     previous = torch.tensor([[0, 1, 5], [0, 1, 6], [1, 1, 5], [1, 1, 7]])
     new = torch.tensor([[0, 1, 6], [0, 1, 6], [1, 1, 7], [1, 1, 5]])
+    assert find_parents(previous, previous.clone()) == slice(None)  # greedy: in place
     parents = find_parents(previous, new)
     assert parents.tolist() == [1, 1, 3, 2]
     assert torch.equal(previous[parents], new)
