@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                         "its test split, without and with the decoder's cache")
     parser.add_argument("--dataset", help="--decoding: the corpus (default: the "
                         "checkpoint's), e.g. Multi30k's data/task1/raw folder")
+    parser.add_argument("--sentences", type=int, metavar="N",
+                        help="--decoding: only the first N sentences (default: all)")
     parser.add_argument("--shapes", help="the throughput's shapes, comma-separated "
                         f"(default: all of {', '.join(s.name for s in SHAPES)})")
     args = parser.parse_args(argv)
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if shapes and not set(shapes) <= {s.name for s in SHAPES}:
         parser.error(f"--shapes: choose among {', '.join(s.name for s in SHAPES)}, got "
                      f"{args.shapes!r}")
+    if args.sentences is not None and args.sentences < 1:
+        parser.error("--sentences must be at least 1")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
     longest = max(CopyTask().max_source_len, CopyTask().max_target_len)
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         try:
-            result = decoding(args.decoding, args.dataset)
+            result = decoding(args.decoding, args.dataset, size=args.sentences)
         except (CheckpointError, DataError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
