@@ -20,6 +20,8 @@ import re
 import shutil
 from pathlib import Path
 
+import torch
+
 from annotated_transformer import checkpoint
 from annotated_transformer.checkpoint import CheckpointError
 
@@ -66,6 +68,11 @@ def average_checkpoints(paths: list[Path]) -> dict:
     if len(paths) < 2:
         raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}")
     states = [checkpoint.load(path) for path in paths]
+    for path, state in zip(paths, states, strict=True):
+        if state.get("scales") or any(t.dtype in (torch.float16, torch.int8)
+                                      for t in state["model"].values()):
+            raise CheckpointError(f"{path} was exported with smaller weights (export "
+                                  f"--weights): average the training checkpoints instead")
     first = states[0]
     for path, state in zip(paths[1:], states[1:], strict=True):
         different = [key for key in ("kind", "model_config", "task", "vocab")

@@ -64,11 +64,65 @@ def save_training(path: Path, model: Model, task: Task, config, step: int, optim
     })
 
 
-def export(state: dict, path: Path) -> None:
+WEIGHTS = ("float32", "float16", "int8")
+
+
+def export(state: dict, path: Path, weights: str = "float32") -> None:
     """A checkpoint without what only resuming needs (optimizer, schedule, random states):
-    a third of the size, enough to evaluate, decode and draw attention."""
-    save(path, {k: v for k, v in state.items()
-                if k not in ("optimizer", "scheduler", "rng")})
+    a third of the size, enough to evaluate, decode and draw attention.
+
+    ``weights``: how the parameters are stored (buffers such as the positional table stay
+    as they are; a model built from the file computes in float32 as usual):
+    ``float16`` halves the size, each weight rounded to 11 significant bits; ``int8``
+    quarters it: each row ``w`` of a matrix becomes ``round(w / s)`` in ``[-127, 127]``
+    with its scale ``s = max|w| / 127`` (an error of at most ``s / 2`` per weight), and
+    vectors (biases, norms) go to float16. A tied matrix stays one tensor."""
+    if weights not in WEIGHTS:
+        raise CheckpointError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    kept = {k: v for k, v in state.items() if k not in ("optimizer", "scheduler", "rng")}
+    if weights != "float32":
+        kept["model"], kept["scales"] = compress(kept["model"], parameter_names(state),
+                                                 weights)
+    save(path, kept)
+
+
+def parameter_names(state: dict) -> set[str]:
+    """The state dict's names that are parameters (tied ones under every name)."""
+    with torch.device("meta"):
+        model = MODELS[state["kind"]](TransformerConfig(**state["model_config"]),
+                                      parts=Parts.reference())
+    return {name for name, _ in model.named_parameters(remove_duplicate=False)}
+
+
+def compress(weights: dict, parameters: set[str], kind: str
+             ) -> tuple[dict, dict[str, torch.Tensor]]:
+    """``weights`` with its parameters stored as ``kind`` (see :func:`export`), and the
+    int8 matrices' row scales by name."""
+    stored, scales, first = {}, {}, {}
+    for name, tensor in weights.items():
+        if name not in parameters:
+            stored[name] = tensor
+            continue
+        seen = first.setdefault(tensor.data_ptr(), name)
+        if seen != name:  # tied: the same stored tensor under this name too
+            stored[name] = stored[seen]
+            if seen in scales:
+                scales[name] = scales[seen]
+        elif kind == "int8" and tensor.dim() == 2:
+            scale = tensor.abs().amax(dim=1).float().clamp_min(1e-30) / 127  # [rows]
+            stored[name] = torch.round(tensor / scale[:, None]).to(torch.int8)
+            scales[name] = scale
+        else:
+            stored[name] = tensor.to(torch.float16)
+    return stored, scales
+
+
+def model_weights(state: dict) -> dict:
+    """The state dict of the checkpoint's model, int8 matrices multiplied back by their
+    row scales (float16 ones are cast when loaded)."""
+    scales = state.get("scales") or {}
+    return {name: tensor.float() * scales[name][:, None] if name in scales else tensor
+            for name, tensor in state["model"].items()}
 
 
 def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
@@ -118,7 +172,7 @@ def build_model(state: dict, parts: Parts | None = None,
                       {int(c): s for c, s in state["parts"]["chapters"].items()})
     model = MODELS[state["kind"]](config, parts=parts)
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(model_weights(state))
     except RuntimeError as error:
         raise CheckpointError(f"the checkpoint's weights do not fit the model built from "
                               f"{parts.describe()}: {str(error).splitlines()[0]}") from None

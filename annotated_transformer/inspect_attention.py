@@ -44,12 +44,15 @@ def _labels(task: Task, ids: list[int]) -> list[str]:
 
 
 @torch.no_grad()
-def attention_maps(model: Model, task: Task, text: str) -> AttentionMaps:
-    """Decode ``text`` and collect every head's attention (see the module docstring)."""
+def attention_maps(model: Model, task: Task, text: str, max_len: int | None = None
+                   ) -> AttentionMaps:
+    """Decode ``text`` greedily (at most ``max_len`` tokens, default the task's longest
+    target; a translation checkpoint's task without its corpus needs it given) and
+    collect every head's attention (see the module docstring)."""
     device = next(model.parameters()).device
     model.eval()
     src = pad_rows([task.source_ids(text)]).to(device)
-    output = model.generate(src, task.max_target_len)[0].tolist()  # greedy
+    output = model.generate(src, max_len or task.max_target_len)[0].tolist()  # greedy
     if EOS in output:
         output = output[: output.index(EOS) + 1]
     source_ids, output_ids, weights = model.read_attention(src, torch.tensor([output],

@@ -37,6 +37,7 @@ class Decoding:
     alpha: float = 0.6  # the length penalty's exponent
     extra_len: int = 50  # an output has at most its input's tokens + extra_len
     batch_size: int = 64  # sentences decoded together
+    cache: bool = True  # keep each layer's keys and values between steps (the same tokens)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -63,7 +64,8 @@ def translate_texts(model: nn.Module, task: Task, texts: list[str],
         # BOS, then at most (source tokens + extra_len) tokens, within the model's positions
         max_len = min(src.size(1) + decoding.extra_len + 1, model.config.max_len)
         beam = None if decoding.beam_size == 1 else decoding.beam_size
-        ids = model.generate(src, max_len, beam, length_penalty=decoding.alpha)
+        ids = model.generate(src, max_len, beam, length_penalty=decoding.alpha,
+                             cache=decoding.cache)
         for i, row in zip(chunk, ids.tolist(), strict=True):
             outputs[i] = task.vocab.decode(row)
     return outputs

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.vocab import BOS, EOS, PAD
+from annotated_transformer.incremental import cached
 from annotated_transformer.parts import Parts, active_parts
 from annotated_transformer.sampling import complete
 from annotated_transformer.teacher_forcing import ModelBatch, language_model_batch
@@ -188,6 +189,7 @@ class EncoderDecoder(Model):
         self.encoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        self.decoder_cache = None  # set while generate decodes incrementally
         self._init_weights()
         if c.tie_embeddings:  # Press & Wolf (2017), section 3.4 of the paper
             shared = self.src_embed.tokens.embedding.weight
@@ -208,7 +210,21 @@ class EncoderDecoder(Model):
 
     def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                tgt_mask: Tensor | None) -> Tensor:
-        """``memory [B, Ls, D]``, ``tgt [B, Lt]`` -> ``hidden [B, Lt, D]``."""
+        """``memory [B, Ls, D]``, ``tgt [B, Lt]`` -> ``hidden [B, Lt, D]``: the decoder on
+        the whole target (:meth:`full_decode`), or, while :meth:`generate` decodes with
+        a cache, only its new positions (:mod:`~annotated_transformer.incremental`)."""
+        if self.decoder_cache is not None:
+            return self.decoder_cache.decode(memory, src_mask, tgt, tgt_mask)
+        return self.full_decode(memory, src_mask, tgt, tgt_mask)
+
+    def incremental_parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module]:
+        """What a :class:`~annotated_transformer.incremental.DecoderCache` computes with:
+        the target's embedding, the decoder layers, the last norm."""
+        return self.tgt_embed, self.decoder_layers, self.decoder_norm
+
+    def full_decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+                    tgt_mask: Tensor | None) -> Tensor:
+        """The decoder on every position of ``tgt``."""
         x = self.tgt_embed(tgt)  # [B, Lt, D]
         for layer in self.decoder_layers:
             x = layer(x, memory, src_mask, tgt_mask)
@@ -247,17 +263,20 @@ class EncoderDecoder(Model):
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
                  generator: torch.Generator | None = None,
-                 length_penalty: float = 0.6) -> Tensor:
+                 length_penalty: float = 0.6, cache: bool = True) -> Tensor:
         """``src [B, Ls]`` -> outputs ``[B, <= max_len]`` starting with BOS: chapter 6's
         ``greedy_decode``, or chapter 7's ``beam_search`` with ``beam_size`` beams and
-        ``length_penalty`` (the paper's alpha), from this model's parts."""
+        ``length_penalty`` (the paper's alpha), from this model's parts; with ``cache``,
+        each layer's keys and values are kept between steps (the same tokens, faster:
+        :mod:`~annotated_transformer.incremental`)."""
         self.check_decoding(beam_size, temperature, top_k)
         parts = self.parts
         src_mask = parts.padding_mask(src, PAD)
-        if beam_size is None:
-            return parts.greedy_decode(self, src, src_mask, max_len, BOS, EOS, PAD)
-        return parts.beam_search(self, src, src_mask, max_len, BOS, EOS, PAD,
-                                 beam_size=beam_size, length_penalty=length_penalty)
+        with cached(self, cache):
+            if beam_size is None:
+                return parts.greedy_decode(self, src, src_mask, max_len, BOS, EOS, PAD)
+            return parts.beam_search(self, src, src_mask, max_len, BOS, EOS, PAD,
+                                     beam_size=beam_size, length_penalty=length_penalty)
 
     @torch.no_grad()
     def read_attention(self, src: Tensor, output: Tensor
@@ -318,6 +337,10 @@ class DecoderOnlyTransformer(Model):
     kind = "decoder-only"
     decoder_only = True
 
+    def incremental_parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module]:
+        """The embedding, the layers and the last norm (no cross-attention)."""
+        return self.embed, self.layers, self.norm
+
     @staticmethod
     def longest_sequence(max_source_len: int, max_target_len: int) -> int:
         """The prompt and the answer are one sequence: their lengths add up."""
@@ -343,13 +366,14 @@ class DecoderOnlyTransformer(Model):
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
                  generator: torch.Generator | None = None,
-                 length_penalty: float = 0.6) -> Tensor:
+                 length_penalty: float = 0.6, cache: bool = True) -> Tensor:
         """The continuations ``[B, <= max_len]`` of the prompts ``src [B, Lp]``, EOS
         included (:func:`~annotated_transformer.sampling.complete`): greedy when
         ``temperature`` is 0, otherwise sampled over the ``top_k`` likeliest tokens
-        (``length_penalty`` scores beams, which this kind refuses)."""
+        (``length_penalty`` scores beams, which this kind refuses); ``cache``: keys and
+        values kept between steps (:mod:`~annotated_transformer.incremental`)."""
         self.check_decoding(beam_size, temperature, top_k)
-        return complete(self, src, max_len, temperature, top_k, generator)
+        return complete(self, src, max_len, temperature, top_k, generator, cache=cache)
 
     @torch.no_grad()
     def read_attention(self, src: Tensor, output: Tensor

@@ -4,8 +4,10 @@ Each toy task's was measured on a 2-core CPU; the measurements are in the book (
 Performance page's table of the tasks' recipes, and Chapter 7). After Noam's warmup the rate
 decays linearly to zero: on every task measured, Noam's own decay left the accuracy short of
 100%. ``python -m annotated_transformer train --task NAME`` uses it unless told otherwise.
-``--model small|base|big`` replaces the recipe's model by one of :data:`MODEL_SIZES` (base
-and big: the paper's Table 3, with its label smoothing).
+``--model small|cpu|base|big`` replaces the recipe's model by one of :data:`MODEL_SIZES` (base
+and big: the paper's Table 3, with its label smoothing; for translation, ``cpu`` is a whole
+run, :data:`CPU_TRANSLATION`), and ``--layers``, ``--d-model``, ``--heads``, ``--d-ff`` and
+``--dropout`` change any of its sizes (:meth:`Recipe.resized`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Recipe:
 
     model: dict = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
+    parts: str | None = None  # the parts it trains with unless told (None: the reference)
 
     def model_config(self, task: Task) -> TransformerConfig:
         """The model for ``task``: its vocabulary, positions for its longest sequence."""
@@ -50,11 +53,35 @@ class Recipe:
             train = dataclasses.replace(train, label_smoothing=PAPER_LABEL_SMOOTHING)
         return dataclasses.replace(self, model=dict(MODEL_SIZES[size]), train=train)
 
+    def resized(self, **sizes) -> Recipe:
+        """This recipe with some of its model's sizes replaced (``num_layers``,
+        ``d_model``, ``num_heads``, ``d_ff``, ``dropout``; ``None``: keep the recipe's).
+        ``ValueError`` naming the size for an unknown name, a size below 1, a dropout
+        outside ``[0, 1)`` or ``d_model`` not divisible by ``num_heads``."""
+        unknown = set(sizes) - set(SIZE_NAMES)
+        if unknown:
+            raise ValueError(f"unknown model size(s) {', '.join(sorted(unknown))}: choose "
+                             f"among {', '.join(SIZE_NAMES)}")
+        given = {name: value for name, value in sizes.items() if value is not None}
+        for name, value in given.items():
+            if name == "dropout":
+                if not 0.0 <= value < 1.0:
+                    raise ValueError(f"dropout must be in [0, 1), got {value}")
+            elif value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        model = {**self.model, **given}
+        TransformerConfig.small(1, **model)  # d_model must be divisible by num_heads
+        return dataclasses.replace(self, model=model)
+
 
 # The paper's Table 3: N, d_model, d_ff, h, P_drop; post-LN. Label smoothing 0.1 for both.
 PAPER_LABEL_SMOOTHING = 0.1
+SIZE_NAMES = ("num_layers", "d_model", "num_heads", "d_ff", "dropout")
 MODEL_SIZES: dict[str, dict] = {
     "small": {},  # TransformerConfig.small: 2 layers, d_model 64, d_ff 256, 4 heads, pre-LN
+    # Between small and base: what a 2-core CPU trains on Multi30k in half an hour.
+    "cpu": dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4, dropout=0.1,
+                norm_first=True),
     "base": dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8, dropout=0.1,
                  norm_first=False),
     "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, dropout=0.3,
@@ -68,12 +95,25 @@ class TranslationRecipe(Recipe):
     output may run ``extra_len`` tokens beyond its input (section 6.1: input length + 50)."""
 
     extra_len: int = 50
+    vocab_size: int = 8000  # the shared BPE vocabulary's tokens
+
+    def with_model(self, size: str) -> Recipe:
+        """``cpu``: the whole CPU run (:data:`CPU_TRANSLATION`), not only its model."""
+        return CPU_TRANSLATION if size == "cpu" else super().with_model(size)
 
     def model_config(self, task) -> TransformerConfig:
         return TransformerConfig.small(len(task.vocab),
                                        max_len=task.max_length + self.extra_len + 2,
                                        **self.model)
 
+
+# Multi30k on a 2-core CPU in at most 30 minutes (measured: the book's Performance page).
+CPU_TRANSLATION = TranslationRecipe(
+    model=dict(MODEL_SIZES["cpu"]),
+    train=TrainConfig(steps=1500, lr_factor=0.5, warmup_steps=400, decay="linear",
+                      label_smoothing=PAPER_LABEL_SMOOTHING, max_tokens=4096,
+                      eval_every=100, eval_size=100),
+    vocab_size=8000, parts="fast")  # the reference's function on fused kernels
 
 RECIPES: dict[str, Recipe] = {
     # One layer each way suffices to copy: decoder position i attends to source position i.

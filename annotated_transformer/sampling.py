@@ -35,22 +35,29 @@ def pick_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = Non
 
 @torch.no_grad()
 def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature: float = 0.0,
-             top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
+             top_k: int | None = None, generator: torch.Generator | None = None,
+             cache: bool = True) -> Tensor:
     """Continue each prompt of ``prompt [B, Lp]`` (BOS first, padded on the right with PAD)
     until EOS or ``max_new_tokens``; returns the continuations ``[B, <= max_new_tokens]``,
     EOS included, PAD after it.
 
     Rows of different lengths decode together: while a row is still inside its prompt,
-    its next token is the prompt's, not the model's. The whole prefix is re-run at every
-    step with the causal mask (no cache; the sequences here are short).
+    its next token is the prompt's, not the model's. With ``cache``, each step computes
+    only the new position (:class:`~annotated_transformer.incremental.DecoderCache`);
+    without, the whole prefix is re-run at every step with the causal mask.
     """
+    from annotated_transformer.incremental import DecoderCache
+
+    incremental = DecoderCache(model) if cache else None
     causal_mask = model.parts.causal_mask
     lengths = (prompt != PAD).sum(dim=1)  # [B]
     batch, width = prompt.shape
     ys = prompt[:, :1]
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
     for t in range(1, width + max_new_tokens):
-        logits = model(ys, causal_mask(ys.size(1), device=ys.device))[:, -1]  # [B, V]
+        mask = causal_mask(ys.size(1), device=ys.device)
+        logits = (incremental.next_logits(ys, mask) if incremental  # [B, V]
+                  else model(ys, mask)[:, -1])
         token = pick_token(logits, temperature, top_k, generator)
         in_prompt = t < lengths
         forced = prompt[:, t] if t < width else torch.full_like(token, PAD)

@@ -61,7 +61,7 @@ def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
     assert {"environment", "quick", "rounds", "ceiling", "throughput", "attention",
             "copy_task", "cuda", "goals", "seconds"} <= set(report)
     assert report["quick"] is True and report["ceiling"]["gflops"] > 0
-    assert set(report["throughput"]) == {"copy", "medium", "base"}
+    assert set(report["throughput"]) == {"copy", "medium", "base", "multi30k-cpu"}
     compiled = {f"{name}+compile" for name in CONTENDERS}
     for shape, entry in report["throughput"].items():
         expected = set(CONTENDERS) | (compiled if shape == "copy" else set())
@@ -139,3 +139,24 @@ def test_the_profile_times_every_phase_of_the_step(tmp_path, capsys):
         assert sum(p["phases_ms"].values()) <= 1.05 * p["step_ms"], "phases overlap"
         assert any(op["name"] in ("aten::mm", "aten::addmm") for op in p["operators"])
     assert "forward and loss" in capsys.readouterr().out
+
+
+def test_the_decoding_section_times_both_ways_and_compares_them(tmp_path, capsys):
+    """Beam search with and without the cache on the committed translation checkpoint:
+    the same translations, both timed (no figure is asserted)."""
+    pytest.importorskip("tokenizers")
+    from pathlib import Path
+
+    from annotated_transformer.bench.decoding import decoding
+
+    chapters = Path(__file__).resolve().parents[1] / "chapters"
+    result = decoding(chapters / "checkpoints" / "tiny-de-en.pt",
+                      str(chapters / "data" / "tiny-de-en"), size=8)
+    assert result["identical"] is True and result["sentences"] == 8
+    assert result["cached"]["seconds"] > 0 and result["recomputed"]["seconds"] > 0
+    assert "identical translations" in capsys.readouterr().out
+    goals = check_goals({"throughput": {}, "environment": {"device": "cpu"},
+                         "decoding": result})
+    assert goals["beam4_test2016_within_20s_cpu"]["value"] == result["cached"]["seconds"]
+    status = main(["--decoding", str(tmp_path / "none.pt")])
+    assert status == 2 and "no such checkpoint" in capsys.readouterr().err

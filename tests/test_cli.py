@@ -193,6 +193,40 @@ def test_export_keeps_what_evaluation_needs(capsys, tmp_path, copy_run):
     assert status == 2 and "exported without its optimizer" in err
 
 
+@pytest.mark.parametrize("weights", ["float16", "int8"])
+def test_export_smaller_weights_rebuild_a_float32_model(capsys, tmp_path, copy_run, weights):
+    from annotated_transformer import checkpoint
+
+    full, small = tmp_path / "full.pt", tmp_path / f"{weights}.pt"
+    assert run(capsys, "export", "--checkpoint", copy_run / "checkpoint.pt", "--out", full)[0] == 0
+    assert run(capsys, "export", "--checkpoint", copy_run / "checkpoint.pt", "--out", small,
+               "--weights", weights)[0] == 0
+    state, original = checkpoint.load(small), checkpoint.load(full)["model"]
+    model = checkpoint.build_model(state)
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    assert parameters and parameters < set(state["model"])  # the positional table is a buffer
+    tied = {state["model"][name].data_ptr() for name in ("src_embed.tokens.embedding.weight",
+                                                         "generator.weight")}
+    assert len(tied) == 1, "the tied matrix is stored once"
+    for name, tensor in model.state_dict().items():
+        stored, before = state["model"][name], original[name]
+        assert tensor.dtype == before.dtype  # float32 again
+        if name not in parameters:
+            assert torch.equal(stored, before)
+        elif weights == "int8" and before.dim() == 2:
+            assert stored.dtype == torch.int8 and stored.abs().max() <= 127
+            scale = before.abs().amax(dim=1, keepdim=True) / 127
+            assert ((tensor - before).abs() <= scale / 2 + 1e-7).all()
+        else:
+            assert stored.dtype == torch.float16
+            torch.testing.assert_close(tensor, before.half().float(), rtol=0, atol=0)
+    status, out, _ = run(capsys, "evaluate", "--checkpoint", small, "--json", "--size", "20",
+                         "--device", "cpu")
+    assert status == 0 and json.loads(out)["num_examples"] == 20
+    status, _, err = run(capsys, "average", "--out", tmp_path / "avg.pt", small, full)
+    assert status == 2 and "average the training checkpoints" in err
+
+
 @pytest.mark.parametrize("task", ["dates", "addition"])
 def test_bf16_autocast_trains_on_the_cpu(capsys, tmp_path, task):
     """The same code path as on a GPU with --precision bf16 (autocast, masks in bf16)."""

@@ -29,6 +29,7 @@ LAYERS = {
     "annotated_transformer.fast_parts": 1,  # the reference on fused kernels
     "annotated_transformer.teacher_forcing": 1,  # a model's inputs and labels for a batch
     "annotated_transformer.sampling": 1,  # completing a prompt: greedy or sampled
+    "annotated_transformer.incremental": 1,  # decoding with the keys and values kept
     "annotated_transformer.model": 2,  # the models, built from parts
     "annotated_transformer.decode": 3,  # what runs a model: decoding, training, files
     "annotated_transformer.train": 3,

@@ -52,8 +52,8 @@ def run(quick: bool = False, rounds: int | None = None, device: str | None = Non
     if quick:  # the same, much smaller: only that the code runs
         selected = tuple(replace(s, num_layers=1, batch=4, length=8) for s in selected)
     steps = ({s.name: 1 for s in selected} if quick
-             else {"copy": 20, "medium": 2, "base": 2} if dev.type == "cpu"
-             else {"copy": 50, "medium": 20, "base": 20})
+             else {"copy": 20, "medium": 2, "base": 2, "multi30k-cpu": 2} if dev.type == "cpu"
+             else {"copy": 50, "medium": 20, "base": 20, "multi30k-cpu": 20})
     # Compiled too at the copy shape: on a CPU each compilation takes about a minute.
     # --quick compiles with the "eager" backend (tracing only, no code generated).
     report["throughput"] = throughput(selected, dev, rounds, steps, warmup=1 if quick else 3,
@@ -112,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="only profile the copy recipe's training step (reference and "
                         "fast parts): time per phase and per operator")
+    parser.add_argument("--decoding", type=Path, metavar="CHECKPOINT",
+                        help="only time a translation checkpoint's beam search (beam 4) over "
+                        "its test split, without and with the decoder's cache")
+    parser.add_argument("--dataset", help="--decoding: the corpus (default: the "
+                        "checkpoint's), e.g. Multi30k's data/task1/raw folder")
+    parser.add_argument("--sentences", type=int, metavar="N",
+                        help="--decoding: only the first N sentences (default: all)")
     parser.add_argument("--shapes", help="the throughput's shapes, comma-separated "
                         f"(default: all of {', '.join(s.name for s in SHAPES)})")
     args = parser.parse_args(argv)
@@ -119,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if shapes and not set(shapes) <= {s.name for s in SHAPES}:
         parser.error(f"--shapes: choose among {', '.join(s.name for s in SHAPES)}, got "
                      f"{args.shapes!r}")
+    if args.sentences is not None and args.sentences < 1:
+        parser.error("--sentences must be at least 1")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
     longest = max(CopyTask().max_source_len, CopyTask().max_target_len)
@@ -129,6 +138,24 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the benchmark compares the reference and the fast parts, which a "
               "student release leaves out; run it in the course's repository", file=sys.stderr)
         return 2
+    if args.decoding:
+        from annotated_transformer.bench.decoding import decoding
+        from annotated_transformer.checkpoint import CheckpointError
+        from annotated_transformer.data.tsv import DataError
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        try:
+            result = decoding(args.decoding, args.dataset, size=args.sentences)
+        except (CheckpointError, DataError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        result["environment"] = environment(torch.device("cpu"), torch.get_num_threads(),
+                                            " ".join([PROG, *argv]))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+        return 0
     if args.profile:
         if args.threads:
             torch.set_num_threads(args.threads)

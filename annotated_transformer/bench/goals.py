@@ -47,6 +47,13 @@ def goals(report: dict) -> dict:
             min(dates) if dates else None, 10.0, "{:.1f} s",
             "not measured (no run reached 100%)" if cuda else NO_GPU, at_most=True),
     }
+    result["fast_multi30k_cpu_at_least_1.3x"] = goal(
+        ratio("multi30k-cpu", "fast") if on_cpu else None, 1.3, "{:.2f}x",
+        cpu_note or "not measured (no multi30k-cpu shape in this run)")
+    decoding = report.get("decoding")
+    result["beam4_test2016_within_20s_cpu"] = goal(
+        decoding["cached"]["seconds"] if decoding and on_cpu else None, 20.0, "{:.1f} s",
+        cpu_note or "not measured (no --decoding CHECKPOINT)", at_most=True)
     earlier = {"fast_copy_at_least_1.3x": (ratio("copy", "fast"), 1.3, "{:.2f}x"),
                "fast_medium_at_least_1.05x": (ratio("medium", "fast"), 1.05, "{:.2f}x"),
                "fast_base_at_least_1.05x": (ratio("base", "fast"), 1.05, "{:.2f}x"),

@@ -20,12 +20,13 @@ class Shape:
     vocab: int
     batch: int
     length: int
+    norm_first: bool = False
 
     def config(self, dropout: float = 0.1) -> TransformerConfig:
         return TransformerConfig(self.vocab, self.vocab, num_layers=self.num_layers,
                                  d_model=self.d_model, d_ff=self.d_ff,
                                  num_heads=self.num_heads, dropout=dropout,
-                                 max_len=max(64, self.length + 1), norm_first=False)
+                                 max_len=max(64, self.length + 1), norm_first=self.norm_first)
 
     @property
     def tokens(self) -> int:
@@ -40,6 +41,11 @@ SHAPES = (
           length=64),
     Shape("base", d_model=512, num_heads=8, num_layers=6, d_ff=2048, vocab=1000, batch=16,
           length=32),
+    # The CPU recipe's model (recipes.CPU_TRANSLATION) on a batch like Multi30k's: at most
+    # 4,096 tokens a side, captions of about 16 BPE tokens (2,735 target tokens a step on
+    # average in its run).
+    Shape("multi30k-cpu", d_model=256, num_heads=4, num_layers=3, d_ff=1024, vocab=8000,
+          batch=170, length=16, norm_first=True),
 )
 
 

@@ -128,11 +128,15 @@ def add_export(sub) -> None:
     p = sub.add_parser("export", help="a smaller copy of a checkpoint, for evaluation only")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path, help="the file to write")
+    p.add_argument("--weights", choices=checkpoint.WEIGHTS, default="float32",
+                   help="how the weights are stored: float32 (default), float16 (half the "
+                   "size) or int8 (a quarter: each row scaled to [-127, 127]); the model "
+                   "computes in float32 either way")
     p.set_defaults(run=run_export)
 
 
 def run_export(args) -> int:
-    checkpoint.export(checkpoint.load(args.checkpoint), args.out)
+    checkpoint.export(checkpoint.load(args.checkpoint), args.out, args.weights)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
     return 0
 

@@ -29,8 +29,9 @@ def add_train(sub) -> None:
                    help="--task tsv: a vocabulary of characters (default) or of words")
     p.add_argument("--out", required=True, type=Path,
                    help="folder for checkpoint.pt and metrics.jsonl")
-    p.add_argument("--parts", default="solutions",
-                   help="solutions (default; yours in a student release), exercises "
+    p.add_argument("--parts",
+                   help="solutions (default, or the recipe's: --model cpu trains with "
+                   "fast; yours in a student release), exercises "
                    "(yours), fast (fused kernels) or a "
                    "folder of chNN_*.py")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
@@ -58,7 +59,57 @@ def add_train(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_translation_options(p)
+    add_size_options(p)
     p.set_defaults(run=run_train)
+
+
+# The model's sizes on the command line: flag -> TransformerConfig's field.
+SIZE_FLAGS = {"layers": "num_layers", "d_model": "d_model", "heads": "num_heads",
+              "d_ff": "d_ff", "dropout": "dropout"}
+
+
+def add_size_options(p) -> None:
+    """``--layers``, ``--d-model``, ``--heads``, ``--d-ff``, ``--dropout``: over ``--model``
+    (or the recipe's model), recorded in the checkpoint's model config."""
+    p.add_argument("--layers", type=int, metavar="N",
+                   help="encoder and decoder layers, each (default: --model's)")
+    p.add_argument("--d-model", type=int, metavar="D", help="the model's width (default: "
+                   "--model's); a multiple of --heads")
+    p.add_argument("--heads", type=int, metavar="H", help="attention heads (default: --model's)")
+    p.add_argument("--d-ff", type=int, metavar="N",
+                   help="the feed-forward layer's inner width (default: --model's)")
+    p.add_argument("--dropout", type=float, metavar="P",
+                   help="dropout probability in [0, 1) (default: --model's)")
+
+
+def resized(recipe, args):
+    """``recipe`` with the sizes given on the command line; :class:`UsageError` naming the
+    flag for a bad one."""
+    for flag in SIZE_FLAGS:
+        value, name = getattr(args, flag), f"--{flag.replace('_', '-')}"
+        if value is None:
+            continue
+        if flag == "dropout" and not 0.0 <= value < 1.0:
+            raise UsageError(f"--dropout must be in [0, 1), got {value}")
+        if flag != "dropout" and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    try:
+        return recipe.resized(**{field: getattr(args, flag)
+                                 for flag, field in SIZE_FLAGS.items()})
+    except ValueError as error:  # d_model not divisible by num_heads
+        raise UsageError(f"--d-model and --heads (or --model's): {error}") from None
+
+
+def recipe_parts(recipe) -> str:
+    """The parts a recipe trains with unless ``--parts`` says otherwise: its own (the
+    fast ones compute the reference's function), or the reference where those are not
+    there (a student release has no fast parts)."""
+    wanted = getattr(recipe, "parts", None) or "solutions"
+    try:
+        parse_parts(wanted)
+    except UsageError:
+        return "solutions"
+    return wanted
 
 
 def run_train(args) -> int:
@@ -68,7 +119,11 @@ def run_train(args) -> int:
     if args.task not in TASKS:
         raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
     options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
-    options = translation_task_options(args) or options  # --task translation's corpus
+    recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
+        args.model)  # --model small|cpu|base|big
+    recipe = resized(recipe, args)  # --layers, --d-model, --heads, --d-ff, --dropout
+    # --task translation's corpus, and its vocabulary's size (default: the recipe's)
+    options = translation_task_options(args, getattr(recipe, "vocab_size", None)) or options
     if args.data and args.task != "tsv":
         raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
     for name in ("steps", "batch_size", "eval_every", "eval_size", "threads", "max_tokens"):
@@ -86,9 +141,7 @@ def run_train(args) -> int:
     if args.max_tokens is not None and args.max_tokens < longest:
         raise UsageError(f"--max-tokens {args.max_tokens} is smaller than the longest sequence "
                          f"of --task {args.task} ({longest} tokens)")
-    parts = parse_parts(args.parts)
-    recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
-        args.model)  # --model small|base|big
+    parts = parse_parts(args.parts or recipe_parts(recipe))
     if args.lr_factor is not None and not args.lr_factor > 0:
         raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
     config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
@@ -110,7 +163,10 @@ def run_train(args) -> int:
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
-            print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters, "
+            c = model_config
+            print(f"task {args.task}, {sum(p.numel() for p in model.parameters()):,} parameters "
+                  f"({c.num_layers} layers, d_model {c.d_model}, {c.num_heads} heads, d_ff "
+                  f"{c.d_ff}, dropout {c.dropout}), "
                   f"parts from {parts.describe()}, {device}, {args.precision}"
                   f"{f', compiled ({args.compile})' if args.compile else ''}, "
                   f"{torch.get_num_threads()} "

@@ -15,8 +15,10 @@ def add_translation_options(p) -> None:
     from annotated_transformer.recipes import MODEL_SIZES
 
     p.add_argument("--dataset", metavar="NAME_OR_PATH",
-                   help="--task translation: a Hugging Face hub dataset (bentrevett/multi30k, "
-                   "wmt/wmt14), a .jsonl or .tsv file, or a folder of train/validation/test files")
+                   help="--task translation: multi30k (the hub's copy), a Hugging Face hub "
+                   "dataset (wmt/wmt14, ...), a .jsonl or .tsv file, a folder of "
+                   "train/validation/test files, or Multi30k's raw folder (data/task1/raw: "
+                   "train.de.gz, train.en.gz, val.*, test_2016_flickr.*)")
     p.add_argument("--dataset-config", metavar="NAME",
                    help="--task translation: the hub dataset's config (wmt/wmt14: de-en)")
     p.add_argument("--source-lang", metavar="LANG",
@@ -30,9 +32,10 @@ def add_translation_options(p) -> None:
                    help="--task translation: leave out training pairs longer than N tokens "
                    "(default 256)")
     p.add_argument("--model", choices=tuple(MODEL_SIZES),
-                   help="the model's size: small (2 layers of 64), or the paper's base or "
-                   "big (Table 3, with label smoothing 0.1) (default: the recipe's; "
-                   "translation: base)")
+                   help="the model's size: small (2 layers of 64), cpu (3 layers of 256; "
+                   "with --task translation, the whole CPU run: vocabulary, batches, "
+                   "schedule), or the paper's base or big (Table 3, with label smoothing "
+                   "0.1) (default: the recipe's; translation: base)")
     p.add_argument("--warmup", type=int, metavar="STEPS",
                    help="steps of the learning rate's warmup (default: the recipe's)")
     p.add_argument("--keep-last", type=int, metavar="N",
@@ -40,9 +43,10 @@ def add_translation_options(p) -> None:
                    "`average`")
 
 
-def translation_task_options(args) -> dict:
+def translation_task_options(args, vocab_size: int | None = None) -> dict:
     """``make_task``'s options for ``--task translation`` from ``args`` (``{}`` for another
-    task, after checking that no translation option was given to it)."""
+    task, after checking that no translation option was given to it); ``vocab_size``: the
+    recipe's, unless ``--vocab-size`` is given."""
     given = {name: getattr(args, name) for name in
              ("dataset", "dataset_config", "source_lang", "target_lang", "vocab_size",
               "max_length") if getattr(args, name) is not None}
@@ -59,7 +63,8 @@ def translation_task_options(args) -> dict:
     for name in ("vocab_size", "max_length"):
         if given.get(name) is not None and given[name] < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    return {"dataset": None, **given}
+    recipe = {"vocab_size": vocab_size} if vocab_size is not None else {}
+    return {"dataset": None, **recipe, **given}
 
 
 def reuse_saved_vocabulary(args, task) -> None:
@@ -80,6 +85,9 @@ def add_decoding_options(p, evaluate: bool) -> None:
         p.add_argument("--greedy", action="store_true", help="translation: --beam 1")
     p.add_argument("--alpha", type=float, default=0.6,
                    help="translation: the beam's length penalty exponent (default 0.6)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="translation: recompute every prefix at each step instead of keeping "
+                   "each layer's keys and values (the same tokens, slower)")
     p.add_argument("--extra-len", type=int, default=50,
                    help="translation: an output's tokens at most its input's plus this "
                    "(default 50)")
@@ -91,7 +99,8 @@ def decoding_of(args):
 
     beam = 1 if getattr(args, "greedy", False) else (args.beam if args.beam is not None else 4)
     try:
-        return Decoding(beam_size=beam, alpha=args.alpha, extra_len=args.extra_len)
+        return Decoding(beam_size=beam, alpha=args.alpha, extra_len=args.extra_len,
+                        cache=not args.no_cache)
     except ValueError as error:
         raise UsageError(str(error)) from None
 

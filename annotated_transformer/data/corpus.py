@@ -4,18 +4,26 @@
     load_corpus("wmt/wmt14", "en", "de", config="de-en") # a "translation" column of dicts
     load_corpus("data/", "de", "en")                     # train.jsonl, validation.jsonl, ...
     load_corpus("pairs.tsv", "de", "en")                 # source<TAB>target lines
+    load_corpus("multi30k", "de", "en")                  # the hub's copy of Multi30k
+    load_corpus("dataset/data/task1/raw", "de", "en")    # train.de.gz, train.en.gz, ...
 
 Hub datasets and local JSON lines are read by ``datasets.load_dataset`` (the hub's
 downloads are cached, by default under ``~/.cache/huggingface``); a row gives its pair
 either as one column per language (``{"de": ..., "en": ...}``) or as a ``translation``
 column holding such a dict. A local folder holds one file per split, named
 ``train``, ``validation`` (or ``valid``, ``dev``) and ``test``, each ``.jsonl`` or
-``.tsv``. A single local file is the training split; a tenth of its pairs, chosen by a
-hash of the source, is held out as both validation and test split.
+``.tsv``, or, as Multi30k's repository ships them, one file per split and language whose
+lines match up: ``train.de.gz`` and ``train.en.gz``, ``val.*`` and ``test_2016_flickr.*``
+(gzipped or not; :data:`LINE_ALIGNED`). A single local file is the training split; a tenth
+of its pairs, chosen by a hash of the source, is held out as both validation and test split.
+
+``multi30k`` names Multi30k (Elliott et al., 2016): the hub's copy when it can be reached,
+otherwise an error saying how to use a local copy of its repository's raw files.
 """
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from annotated_transformer.data.optional import require
@@ -29,6 +37,16 @@ SUFFIXES = (".jsonl", ".tsv")
 OFFLINE_HELP = ("without a network, use a local file (--dataset FILE.jsonl, FILE.tsv or a "
                 "folder of train/validation/test files), or a dataset already in the cache "
                 "(set HF_HUB_OFFLINE=1; HF_DATASETS_CACHE names the cache folder)")
+
+# Line-aligned files, one per language: the names each split's files may have (Multi30k's
+# repository: train, val and test_2016_flickr), with ``.LANG`` or ``.LANG.gz`` after them.
+LINE_ALIGNED = {"train": ("train",), "validation": ("val", "valid", "validation", "dev"),
+                "test": ("test_2016_flickr", "test")}
+MULTI30K_HUB = "bentrevett/multi30k"
+MULTI30K_HELP = ("Multi30k's own files work offline: clone its repository (git clone "
+                 "https://github.com/multi30k/dataset) and pass its raw folder, "
+                 "--dataset dataset/data/task1/raw (train.de.gz, train.en.gz, val.*, "
+                 "test_2016_flickr.*, read as they are)")
 
 Corpus = dict[str, list[Pair]]
 
@@ -47,7 +65,12 @@ def load_corpus(dataset: str, source_lang: str, target_lang: str,
     not in it, or an empty split."""
     if source_lang == target_lang:
         raise DataError(f"the source and target languages are both {source_lang!r}")
-    if is_local(dataset):
+    if dataset == "multi30k":
+        try:
+            corpus = load_hub(MULTI30K_HUB, None, source_lang, target_lang)
+        except DataError as error:
+            raise DataError(f"--dataset multi30k: {error}. {MULTI30K_HELP}") from None
+    elif is_local(dataset):
         corpus = load_local(Path(dataset).expanduser(), source_lang, target_lang)
     else:
         corpus = load_hub(dataset, config, source_lang, target_lang)
@@ -83,7 +106,11 @@ def load_local(path: Path, source_lang: str, target_lang: str) -> Corpus:
     if path.is_dir():
         files = {split: file for split in SPLITS if (file := split_file(path, split))}
         if "train" not in files:
-            raise DataError(f"{path}: no train.jsonl or train.tsv in this folder")
+            aligned = line_aligned_files(path, source_lang, target_lang)
+            if aligned:
+                return {split: read_line_aligned(*files) for split, files in aligned.items()}
+            raise DataError(f"{path}: no train.jsonl or train.tsv in this folder, nor "
+                            f"train.{source_lang}(.gz) with train.{target_lang}(.gz)")
         return {split: read_file(file, source_lang, target_lang)
                 for split, file in files.items()}
     if not path.is_file():
@@ -104,6 +131,45 @@ def split_file(folder: Path, split: str) -> Path | None:
             if (folder / f"{name}{suffix}").is_file():
                 return folder / f"{name}{suffix}"
     return None
+
+
+def line_aligned_files(folder: Path, source_lang: str, target_lang: str
+                       ) -> dict[str, tuple[Path, Path]]:
+    """Each split's ``(source file, target file)`` in ``folder`` (names of
+    :data:`LINE_ALIGNED`, the language after them, gzipped or not); ``{}`` when there is no
+    training pair of files. A split with only one language's file is an error."""
+    found = {}
+    for split, stems in LINE_ALIGNED.items():
+        for stem in stems:
+            pair = [next((folder / f"{stem}.{lang}{gz}" for gz in (".gz", "")
+                          if (folder / f"{stem}.{lang}{gz}").is_file()), None)
+                    for lang in (source_lang, target_lang)]
+            if pair[0] and pair[1]:
+                found[split] = tuple(pair)
+                break
+            if pair[0] or pair[1]:
+                missing = target_lang if pair[0] else source_lang
+                raise DataError(f"{folder}: {(pair[0] or pair[1]).name} has no "
+                                f"{stem}.{missing}(.gz) beside it")
+    return found if "train" in found else {}
+
+
+def read_line_aligned(source_file: Path, target_file: Path) -> list[Pair]:
+    """The pairs of two files whose line ``i`` are translations of each other (UTF-8,
+    gzipped when the name ends in ``.gz``); pairs with an empty side are dropped."""
+    def lines(path: Path) -> list[str]:
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rt", encoding="utf-8") as file:
+                return file.read().splitlines()
+        except (OSError, UnicodeDecodeError, EOFError) as error:
+            raise DataError(f"{path}: not readable as UTF-8 text ({error})") from None
+    sources, targets = lines(source_file), lines(target_file)
+    if len(sources) != len(targets):
+        raise DataError(f"{source_file} has {len(sources)} lines but {target_file} has "
+                        f"{len(targets)}: line-aligned files must have one line per pair")
+    return [(s.strip(), t.strip()) for s, t in zip(sources, targets, strict=True)
+            if s.strip() and t.strip()]
 
 
 def read_file(path: Path, source_lang: str, target_lang: str) -> list[Pair]:
