@@ -20,7 +20,6 @@ from annotated_transformer.model import (
     TransformerConfig,
     build_embeddings,
 )
-from annotated_transformer.train import model_batch
 
 
 def test_names_resolve_to_their_chapter_and_source():
@@ -200,14 +199,14 @@ def test_the_batch_builder_uses_the_models_masks(marked):
     src, tgt = tokens([[5, 6, 7, 0]]), tokens([[1, 5, 6, 2]])
     config = TransformerConfig.small(11, num_layers=1)
     calls(marked, 4)
-    batch = model_batch(EncoderDecoder(config, parts=marked), src, tgt)
+    batch = EncoderDecoder(config, parts=marked).teacher_forcing(src, tgt)
     assert {"padding_mask", "target_mask"} <= set(calls(marked, 4))
     expected = Parts.reference().make_batch(src, tgt, 0)
     assert torch.equal(batch.args[2], expected.src_mask)
     assert torch.equal(batch.args[3], expected.tgt_mask)
-    model_batch(DecoderOnlyTransformer(config, parts=marked), src, tgt)
+    DecoderOnlyTransformer(config, parts=marked).teacher_forcing(src, tgt)
     assert "target_mask" in calls(marked, 4)
-    model_batch(EncoderDecoder(config), src, tgt)
+    EncoderDecoder(config).teacher_forcing(src, tgt)
     assert calls(marked, 4) == [], "a model of the reference parts uses the reference masks"
 
 
