@@ -1,4 +1,10 @@
-"""Decoding: from a trained model to text.
+"""Decoding: from a trained model to text, text in and text out.
+
+It is a module of its own because it is the one place that joins both sides: a model
+(:mod:`~annotated_transformer.model`) knows token ids only, a task
+(:mod:`~annotated_transformer.data`) knows how texts become ids and back. The
+``translate`` command, chapter 7 and the tests call :func:`translate`; it sits above both
+(layer 3), beside training, which joins them the same way.
 
 Every model decodes with its own ``generate``
 (:meth:`~annotated_transformer.model.Model.generate`):

@@ -36,7 +36,7 @@ from annotated_transformer.data.vocab import BOS, EOS, PAD
 from annotated_transformer.incremental import cached
 from annotated_transformer.parts import Parts, active_parts
 from annotated_transformer.sampling import complete
-from annotated_transformer.teacher_forcing import ModelBatch, language_model_batch
+from annotated_transformer.teacher_forcing import LabelledInputs, language_model_batch
 
 
 def build_embeddings(
@@ -126,11 +126,11 @@ class Model(nn.Module, metaclass=ABCMeta):
         """The most positions a sequence of this kind needs, for a task's longest pair."""
 
     @abstractmethod
-    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> ModelBatch:
+    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> LabelledInputs:
         """``src [B, Ls]`` and ``tgt [B, Lt]`` of a task (on their device) as this model
         reads them in training: its forward pass's arguments and the labels."""
 
-    def loss(self, batch: ModelBatch, loss_fn: nn.Module, net: nn.Module | None = None
+    def loss(self, batch: LabelledInputs, loss_fn: nn.Module, net: nn.Module | None = None
              ) -> Tensor:
         """The mean of ``loss_fn`` over the scored labels of ``batch`` (a scalar on its
         device): logits ``[B, L, V]`` against labels ``[B, L]``, flattened to ``[B*L, V]``
@@ -243,12 +243,12 @@ class EncoderDecoder(Model):
         """The source and the target have positions of their own: the longer of the two."""
         return max(max_source_len, max_target_len)
 
-    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> ModelBatch:
+    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> LabelledInputs:
         """Chapter 6's ``make_batch`` of this model's parts: ``args = (src, tgt_input,
         src_mask, tgt_mask)``, ``labels = tgt_labels`` (the target shifted by one)."""
         parts = self.parts
         batch = parts.make_batch(src, tgt, PAD)
-        return ModelBatch((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
+        return LabelledInputs((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
                           batch.tgt_labels)
 
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
@@ -346,14 +346,14 @@ class DecoderOnlyTransformer(Model):
         """The prompt and the answer are one sequence: their lengths add up."""
         return max_source_len + max_target_len
 
-    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> ModelBatch:
+    def teacher_forcing(self, src: Tensor, tgt: Tensor) -> LabelledInputs:
         """The prompt ``src`` and the answer ``tgt`` joined
         (:func:`~annotated_transformer.teacher_forcing.language_model_batch`): ``args =
         (tokens, mask)`` with chapter 4's ``target_mask``, ``labels`` the next tokens with
         the prompt's set to PAD (only the answer is scored)."""
         parts = self.parts
         inputs, labels = language_model_batch(src, tgt)
-        return ModelBatch((inputs, parts.target_mask(inputs, PAD)), labels)
+        return LabelledInputs((inputs, parts.target_mask(inputs, PAD)), labels)
 
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
                        top_k: int | None = None) -> None:

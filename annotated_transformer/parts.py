@@ -69,9 +69,11 @@ from typing import Any, SupportsIndex
 import torch
 
 from annotated_transformer import student_release
-from annotated_transformer.layout import CHAPTER_FILE
+from annotated_transformer.layout import CHAPTER_FILE, EXERCISES_DIR, SOLUTIONS_DIR
 
-PACKAGES = ("solutions", "exercises")
+# The course's folders of chapter files, imported as packages of these names from the
+# repository (never installed: ``pyproject.toml`` installs ``annotated_transformer`` alone).
+PACKAGES = {"solutions": SOLUTIONS_DIR, "exercises": EXERCISES_DIR}
 NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
 class SourcePolicy:
     """The one hook of the parts registry: a process-wide rule about sources that a tool
@@ -80,7 +82,8 @@ class SourcePolicy:
     The grading worker installs one (:mod:`annotated_transformer.course.grading.confinement`)
     so that every source means the learner's folder and the chapter files that broke the
     rules are never imported. With none installed, a source means what it names (and, in a
-    student release, the reference means ``exercises``: :mod:`annotated_transformer.student_release`).
+    student release, the reference means ``exercises``:
+    :mod:`annotated_transformer.student_release`).
     """
 
     def only_source(self) -> str | None:
@@ -109,8 +112,7 @@ def install_policy(policy: SourcePolicy) -> None:
 def has_reference() -> bool:
     """Whether the reference solutions are here (False in a student release and in a
     grading worker)."""
-    return (_POLICY[0].only_source() is None
-            and importlib.util.find_spec("solutions") is not None)
+    return _POLICY[0].only_source() is None and SOLUTIONS_DIR.is_dir()
 
 
 def _resolve(source: str) -> str:
@@ -126,9 +128,16 @@ def _resolve(source: str) -> str:
 
 def _source_dir(source: str) -> Path:
     """The folder that holds a source's chapter files."""
-    if source in PACKAGES or source in NAMED:
-        spec = importlib.util.find_spec(NAMED.get(source, source))
-        if spec is None and source in NAMED and not has_reference():
+    if source in PACKAGES:
+        if not PACKAGES[source].is_dir():
+            raise ModuleNotFoundError(
+                f"this copy of the course has no {source}/ folder beside "
+                f"annotated_transformer/ (install the course with `pip install -e .` from "
+                f"the repository root)")
+        return PACKAGES[source]
+    if source in NAMED:
+        spec = importlib.util.find_spec(NAMED[source])
+        if spec is None and not has_reference():
             raise ModuleNotFoundError(
                 f"the {source!r} parts are not in a student release of the course (they "
                 f"build on the reference solutions); use them in the course's repository"
@@ -182,7 +191,7 @@ def name_index() -> Mapping[str, int]:
     if only is not None:  # a grading worker: the learner's folder is the only source there is
         sources = [only]
     else:
-        sources = [s for s in PACKAGES if importlib.util.find_spec(s) is not None]
+        sources = [s for s, folder in PACKAGES.items() if folder.is_dir()]
     for source in sources:  # the reference first; the stubs carry the same names
         for chapter, path in chapter_files(source).items():
             for name in _exported_names(path):
@@ -201,6 +210,8 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
             f"{source!r} has no file for chapter {chapter} (ch{chapter:02d}_*.py)"
         )
     path = files[chapter]
+    if source in PACKAGES:
+        _import_course_package(source)
     if source in PACKAGES or source in NAMED:
         return importlib.import_module(f"{NAMED.get(source, source)}.{path.stem}")
     # A folder: a module name of its own, so that it never shadows the packages. Compiled
@@ -216,6 +227,32 @@ def load_chapter(source: str, chapter: int) -> ModuleType:
         del sys.modules[spec.name]
         raise
     return module
+
+
+def _import_course_package(name: str) -> None:
+    """Make ``name`` (``solutions`` or ``exercises``) mean the course's folder of that name
+    in this process: imported by its path, so that it needs no installing and no
+    particular working directory. Another package of that name already imported here is
+    an ``ImportError`` naming both."""
+    folder = PACKAGES[name]
+    module = sys.modules.get(name)
+    if module is not None:
+        if folder.resolve() in {Path(p).resolve() for p in getattr(module, "__path__", [])}:
+            return
+        raise ImportError(
+            f"another package named {name!r} is imported in this process (from "
+            f"{getattr(module, '__file__', None) or module!r}); the course's {folder} cannot "
+            f"be loaded beside it")
+    spec = importlib.util.spec_from_file_location(
+        name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""Teacher forcing: a batch as a model reads it, and the decoder-only model's batches.
+"""Teacher forcing: what a model reads of a batch (:class:`LabelledInputs`), and the
+decoder-only model's inputs and labels.
 
-An encoder-decoder reads chapter 6's ``make_batch``; a decoder-only model reads the prompt
+An encoder-decoder reads chapter 6's ``make_batch`` (a
+:class:`~annotated_transformer.batch.Batch`); a decoder-only model reads the prompt
 and the answer joined into one sequence (:func:`language_model_batch`). Either way the
 model's :meth:`~annotated_transformer.model.Model.teacher_forcing` returns a
-:class:`ModelBatch`: the arguments of its forward pass and the labels its logits are
+:class:`LabelledInputs`: the arguments of its forward pass and the labels its logits are
 scored against.
 """
 
@@ -34,8 +36,8 @@ def language_model_batch(prompt: Tensor, answer: Tensor) -> tuple[Tensor, Tensor
 
 
 @dataclass
-class ModelBatch:
-    """A batch as the model reads it: ``args`` for its forward pass (encoder-decoder:
+class LabelledInputs:
+    """What a model reads of a batch: ``args`` for its forward pass (encoder-decoder:
     ``src [B, Ls], tgt_input [B, Lt], src_mask [B, 1, 1, Ls], tgt_mask [B, 1, Lt, Lt]``;
     decoder-only: ``tokens [B, L], mask [B, 1, L, L]``) and the ``labels [B, Lt]`` that its
     logits ``[B, Lt, V]`` are scored against (PAD is not scored). Every tensor is batch
@@ -44,22 +46,22 @@ class ModelBatch:
     args: tuple[Tensor, ...]
     labels: Tensor
 
-    def rows(self, start: int, step: int) -> ModelBatch:
+    def rows(self, start: int, step: int) -> LabelledInputs:
         """Rows ``start, start + step, ...`` of every tensor (one process's share)."""
-        return ModelBatch(tuple(a[start::step] for a in self.args), self.labels[start::step])
+        return LabelledInputs(tuple(a[start::step] for a in self.args), self.labels[start::step])
 
-    def to(self, device: torch.device) -> ModelBatch:
+    def to(self, device: torch.device) -> LabelledInputs:
         """On ``device``. To a GPU the tensors go through pinned memory with
         ``non_blocking=True``: the copy is queued behind the work already there, and the
         host goes on without waiting for it."""
         if device.type != "cuda":
-            return ModelBatch(tuple(a.to(device) for a in self.args), self.labels.to(device))
+            return LabelledInputs(tuple(a.to(device) for a in self.args), self.labels.to(device))
 
         def move(tensor: Tensor) -> Tensor:
             if tensor.device.type == "cpu":
                 tensor = tensor.pin_memory()
             return tensor.to(device, non_blocking=True)
-        return ModelBatch(tuple(move(a) for a in self.args), move(self.labels))
+        return LabelledInputs(tuple(move(a) for a in self.args), move(self.labels))
 
     def num_tokens(self) -> int:
         """The labels that are scored (read back from the device when they are on one)."""

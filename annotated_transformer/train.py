@@ -30,13 +30,13 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from annotated_transformer import checkpoint, distributed
-from annotated_transformer.data.batching import TokenBatches
+from annotated_transformer.data.batching import TokenBudgetStream
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.vocab import PAD
 from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig
 from annotated_transformer.parts import Parts
-from annotated_transformer.teacher_forcing import ModelBatch
+from annotated_transformer.teacher_forcing import LabelledInputs
 
 
 @dataclass
@@ -44,7 +44,7 @@ class TrainConfig:
     """A training run. The defaults learn the copy task on a CPU in well under a minute.
 
     A step trains on ``batch_size`` random examples, or, with ``max_tokens``, on a batch by
-    token budget (:class:`~annotated_transformer.data.batching.TokenBatches`): sequences
+    token budget (:class:`~annotated_transformer.data.batching.TokenBudgetStream`): sequences
     of similar length together, at most ``max_tokens`` padded tokens on each side."""
 
     steps: int = 400
@@ -151,19 +151,6 @@ def check_same_schedule(state: dict, config: TrainConfig, model: Model) -> None:
             f"--lr-factor, or start a new run")
 
 
-def model_batch(model: Model, src: Tensor, tgt: Tensor) -> ModelBatch:
-    """Teacher forcing for ``model`` on ``src [B, Ls]`` and ``tgt [B, Lt]``'s device: the
-    model's own :meth:`~annotated_transformer.model.Model.teacher_forcing`."""
-    return model.teacher_forcing(src, tgt)
-
-
-def model_loss(model: Model, net: nn.Module, batch: ModelBatch, loss_fn: nn.Module) -> Tensor:
-    """The mean loss per scored label of ``batch`` (a scalar on its device); ``net`` runs
-    the forward pass: the model itself or its DDP wrapper
-    (:meth:`~annotated_transformer.model.Model.loss`)."""
-    return model.loss(batch, loss_fn, net)
-
-
 def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
                     loss_fn: nn.Module) -> tuple[Tensor, int]:
     """The mean loss of a batch and how many target tokens it scores (read back to the
@@ -172,7 +159,7 @@ def loss_and_tokens(model: Model, net: nn.Module, src: Tensor, tgt: Tensor,
     return model.loss(batch, loss_fn, net), batch.num_tokens()
 
 
-def train_step(model: Model, batch: ModelBatch, loss_fn: nn.Module,
+def train_step(model: Model, batch: LabelledInputs, loss_fn: nn.Module,
                optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None,
                net: nn.Module | None = None, precision: str = "fp32",
                weight: float = 1.0) -> Tensor:
@@ -297,7 +284,7 @@ def training_batches(task: Task, config: TrainConfig, generator: torch.Generator
     if config.max_tokens is None:
         while True:
             yield task.sample(config.batch_size, generator)
-    yield from islice(TokenBatches(task, config.max_tokens, config.seed), start_step, None)
+    yield from islice(TokenBudgetStream(task, config.max_tokens, config.seed), start_step, None)
 
 
 def train(model: Model, task: Task, config: TrainConfig,

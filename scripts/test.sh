@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Install everything (into .venv) and run the whole test suite: the graded tests on the
-# reference, the grader both ways, the stub check, and every notebook through nbval.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -x -k ch01`.
+# Install everything (into .venv) and run the test suite: the graded tests on the
+# reference, the grader both ways, the stub check, and every notebook through nbval, in
+# parallel (pytest-xdist, one worker a core; tests/conftest.py says what runs together).
+# The tests marked `slow` (whole-course gradings on a busy machine, the release, regrade,
+# the attacks, the longer training runs) are left to CI (.ci/run runs them after this):
+# `bash scripts/test.sh -m slow` runs them, `-m ""` everything.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -x -k ch01`, `-n 0` (serial).
 # In a student release (no solutions/, no course tests) it grades the exercises instead;
 # extra arguments go to the grader, e.g. `bash scripts/test.sh --chapter 1`.
 source "$(dirname "$0")/env.sh"
@@ -9,4 +13,4 @@ if [ ! -d solutions ]; then
   exec python -m annotated_transformer grade "$@"
 fi
 python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-  tests chapters "$@"
+  --numprocesses auto --dist loadgroup -m "not slow" chapters tests "$@"

@@ -10,7 +10,7 @@ import torch
 
 from annotated_transformer import cli
 from annotated_transformer.data import PAD, make_task
-from annotated_transformer.data.batching import TokenBatches, token_batches
+from annotated_transformer.data.batching import TokenBudgetStream, token_batches
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
 from annotated_transformer.train import Runtime, TrainConfig, train
@@ -73,7 +73,7 @@ def test_token_batches_refuse_a_budget_below_one_example(max_tokens, message):
 @pytest.mark.parametrize("name", ["dates", "addition"])
 def test_token_batches_of_a_task(name):
     task = make_task(name)
-    batches = TokenBatches(task, max_tokens=300, seed=0, pool_size=200)
+    batches = TokenBudgetStream(task, max_tokens=300, seed=0, pool_size=200)
     pool = task.pairs(200, batches.generator(0))
     count = len(token_batches([len(task.source_ids(s)) for s, _ in pool],
                               [len(task.target_ids(t)) for _, t in pool], 300,
@@ -87,12 +87,12 @@ def test_token_batches_of_a_task(name):
     assert len(seen) == 200
     assert sorted(len([x for x in s if x != PAD]) for s, _ in seen) == sorted(
         int(n) for n in (expected[0] != PAD).sum(dim=1)), "the pool's examples, each once"
-    again = TokenBatches(task, max_tokens=300, seed=0, pool_size=200)
+    again = TokenBudgetStream(task, max_tokens=300, seed=0, pool_size=200)
     for (a, b), (c, d) in zip(batches, again, strict=False):
         assert torch.equal(a, c) and torch.equal(b, d)
         break
     with pytest.raises(ValueError, match="longest sequence"):
-        TokenBatches(task, max_tokens=5)
+        TokenBudgetStream(task, max_tokens=5)
 
 
 def _run(out, steps, resume=False):

@@ -12,7 +12,6 @@ from annotated_transformer.data import PAD, make_task
 from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
-from annotated_transformer.train import model_batch
 
 from train_tasks import TRAINED_TASKS, task_arguments
 
@@ -42,7 +41,7 @@ def test_the_model_on_cuda_computes_what_it_computes_on_the_cpu(source, name):
     cpu = kind(RECIPES[name].model_config(task), parts=Parts(source)).eval()
     gpu = kind(RECIPES[name].model_config(task), parts=Parts(source)).cuda().eval()
     gpu.load_state_dict(cpu.state_dict())
-    batch = model_batch(cpu, *task.sample(16, torch.Generator().manual_seed(1)))
+    batch = cpu.teacher_forcing(*task.sample(16, torch.Generator().manual_seed(1)))
     outputs = []
     for model, device in ((cpu, "cpu"), (gpu, "cuda")):
         on = batch.to(torch.device(device))

@@ -495,3 +495,31 @@ def test_a_constant_error_earns_no_points(tmp_path):
     for row in rows:
         assert row.points == 0, f"{row.id}: {row.points} points for a constant ValueError"
     assert any("count once the tests on good input pass" in r.message for r in rows)
+
+
+# ---------------------------------------------------------------- the grader's own faults
+
+
+def test_a_worker_that_cannot_start_is_one_line_naming_the_cause_and_credits_nothing(tmp_path):
+    """A copy of the course whose worker cannot import (a broken installation): grading
+    exits with one line that names the cause and says it is not the learner's fault, and
+    writes no report."""
+    course = tmp_path / "course"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("annotated_transformer", "exercises", "tests/graded"):
+        shutil.copytree(grade.ROOT / folder, course / folder, ignore=skip)
+    shutil.copy(grade.ROOT / "pyproject.toml", course)
+    worker = course / "annotated_transformer" / "course" / "grading" / "worker.py"
+    head = "from __future__ import annotations\n"
+    worker.write_text(worker.read_text().replace(
+        head, head + "raise ImportError('No module named torch (a broken installation)')\n", 1))
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter",
+                           "1", "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, cwd=course, timeout=600)
+    assert done.returncode != 0 and done.stdout == "", done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0] == ("grade: the grader could not start its worker (ImportError: No module "
+                        "named torch (a broken installation)); this is no fault of the code "
+                        "under test"), lines[0]
+    assert not (tmp_path / "r.json").exists()

@@ -27,7 +27,7 @@ LAYERS = {
     "annotated_transformer.plots": 1,
     "annotated_transformer.distributed": 1,
     "annotated_transformer.fast_parts": 1,  # the reference on fused kernels
-    "annotated_transformer.teacher_forcing": 1,  # a model's inputs and labels for a batch
+    "annotated_transformer.teacher_forcing": 1,  # LabelledInputs: what a model reads of a batch
     "annotated_transformer.sampling": 1,  # completing a prompt: greedy or sampled
     "annotated_transformer.incremental": 1,  # decoding with the keys and values kept
     "annotated_transformer.model": 2,  # the models, built from parts

@@ -6,6 +6,8 @@ import copy
 import math
 import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,6 @@ from annotated_transformer.model import (
     TransformerConfig,
     build_embeddings,
 )
-from annotated_transformer.train import model_batch
 
 
 def test_names_resolve_to_their_chapter_and_source():
@@ -200,14 +201,14 @@ def test_the_batch_builder_uses_the_models_masks(marked):
     src, tgt = tokens([[5, 6, 7, 0]]), tokens([[1, 5, 6, 2]])
     config = TransformerConfig.small(11, num_layers=1)
     calls(marked, 4)
-    batch = model_batch(EncoderDecoder(config, parts=marked), src, tgt)
+    batch = EncoderDecoder(config, parts=marked).teacher_forcing(src, tgt)
     assert {"padding_mask", "target_mask"} <= set(calls(marked, 4))
     expected = Parts.reference().make_batch(src, tgt, 0)
     assert torch.equal(batch.args[2], expected.src_mask)
     assert torch.equal(batch.args[3], expected.tgt_mask)
-    model_batch(DecoderOnlyTransformer(config, parts=marked), src, tgt)
+    DecoderOnlyTransformer(config, parts=marked).teacher_forcing(src, tgt)
     assert "target_mask" in calls(marked, 4)
-    model_batch(EncoderDecoder(config), src, tgt)
+    EncoderDecoder(config).teacher_forcing(src, tgt)
     assert calls(marked, 4) == [], "a model of the reference parts uses the reference masks"
 
 
@@ -245,3 +246,38 @@ def test_a_bound_part_is_one_object_that_copies_and_pickles(marked):
         assert torch.allclose(twin(x), layer(x))
         assert calls(marked, 2) == ["attention"] * 2, "the twin kept the marked chapter 2"
     assert pickle.loads(pickle.dumps(marked.make_batch)) is marked.make_batch
+
+
+def _python_elsewhere(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
+    """``code`` run by this environment's Python in isolated mode, from ``tmp_path``: the
+    repository is not on its path, only what is installed."""
+    return subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=300)
+
+
+def test_the_course_installs_one_top_level_name_and_finds_its_chapters_from_anywhere(tmp_path):
+    done = _python_elsewhere(tmp_path, (
+        "import importlib.util\n"
+        "from annotated_transformer import Parts\n"
+        "print([n for n in ('solutions', 'exercises') if importlib.util.find_spec(n)])\n"
+        "print(Parts.reference().module(1).__file__)\n"
+        "print(Parts('exercises').module(1).__file__)\n"))
+    assert done.returncode == 0, done.stderr
+    installed, reference, stub = done.stdout.splitlines()
+    assert installed == "[]", "solutions/ or exercises/ is installed as a top-level package"
+    assert Path(reference) == Path(reference_ch01.__file__)
+    assert Path(stub).parent.name == "exercises"
+
+
+def test_another_package_named_solutions_is_named_not_used(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "__init__.py").write_text("")
+    done = _python_elsewhere(tmp_path, (
+        "import sys; sys.path.insert(0, '.')\n"
+        "import solutions\n"
+        "from annotated_transformer import Parts\n"
+        "Parts.reference().module(1)\n"))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: another package named 'solutions'"), last
+    assert str(tmp_path / "solutions") in last and str(Path(reference_ch01.__file__).parent) in last

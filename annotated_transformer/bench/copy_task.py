@@ -23,7 +23,6 @@ from annotated_transformer.train import (
     evaluate,
     learning_rate,
     make_optimizer,
-    model_batch,
     train_step,
     training_batches,
 )
@@ -39,7 +38,7 @@ def _time_to_exact_match(model, task, config: TrainConfig, optimizer, scheduler,
     for step in range(1, config.steps + 1):
         synchronize(device)
         started = time.perf_counter()
-        batch = model_batch(model, *next(batches)).to(device)
+        batch = model.teacher_forcing(*next(batches)).to(device)
         train_step(model, batch, loss_fn, optimizer, scheduler, config.clip_norm)
         synchronize(device)
         seconds += time.perf_counter() - started

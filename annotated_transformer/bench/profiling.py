@@ -13,7 +13,7 @@ from annotated_transformer.data.vocab import PAD
 from annotated_transformer.model import EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES
-from annotated_transformer.train import make_optimizer, model_batch
+from annotated_transformer.train import make_optimizer
 
 PHASES = ("draw the examples", "masks and labels", "forward and loss", "backward",
           "clip gradients", "Adam")
@@ -42,7 +42,7 @@ def profile_step(parts_name: str, steps: int = 30, warmup: int = 10, rows: int =
         with record_function(PHASES[0]):
             src, tgt = task.sample(config.batch_size, generator)
         with record_function(PHASES[1]):
-            batch = model_batch(model, src, tgt)
+            batch = model.teacher_forcing(src, tgt)
         with record_function(PHASES[2]):
             loss = model_loss(model, model, batch, loss_fn)
         optimizer.zero_grad(set_to_none=True)

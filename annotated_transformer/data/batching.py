@@ -7,7 +7,7 @@ each side. Sorting examples by length before cutting them into batches keeps the
 padding small, and a budget instead of a row count keeps every step's work about the
 same: many short sequences or few long ones.
 
-    batches = TokenBatches(task, max_tokens=2000, seed=0)
+    batches = TokenBudgetStream(task, max_tokens=2000, seed=0)
     for src, tgt in batches: ...  # src [B, Ls], tgt [B, Lt], B * Ls <= 2000, B * Lt <= 2000
 """
 
@@ -60,8 +60,9 @@ def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_to
     return [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
 
 
-class TokenBatches:
-    """Endless training batches ``(src [B, Ls], tgt [B, Lt])`` of ``task`` by a token budget.
+class TokenBudgetStream:
+    """An endless stream of training batches ``(src [B, Ls], tgt [B, Lt])`` of ``task``, each
+    within a token budget.
 
     The examples come in pools of ``pool_size`` (default: about 64 batches of the longest
     examples) drawn from the task's training part; each pool is cut by
