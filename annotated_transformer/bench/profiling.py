@@ -27,8 +27,6 @@ def profile_step(parts_name: str, steps: int = 30, warmup: int = 10, rows: int =
     with the most time of their own (the ``rows`` first)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from annotated_transformer.train import model_loss
-
     task, recipe = CopyTask(), RECIPES["copy"]
     config = recipe.train_config()
     torch.manual_seed(0)
@@ -44,7 +42,7 @@ def profile_step(parts_name: str, steps: int = 30, warmup: int = 10, rows: int =
         with record_function(PHASES[1]):
             batch = model.teacher_forcing(src, tgt)
         with record_function(PHASES[2]):
-            loss = model_loss(model, model, batch, loss_fn)
+            loss = model.loss(batch, loss_fn)
         optimizer.zero_grad(set_to_none=True)
         with record_function(PHASES[3]):
             loss.backward()
