@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,13 @@ import pytest
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import cache, dependencies, grade, manifest
 from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
+from annotated_transformer.layout import GRADED_DIR
 
 import variants
 
 CHAPTERS = sorted(grade.chapter_test_files())
+# The one table of the mistakes the graded tests name: {id: message}.
+MISTAKES = runpy.run_path(str(GRADED_DIR / "mistakes.py"))["MISTAKES"]
 
 
 @pytest.fixture
@@ -379,10 +383,13 @@ def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
 
 
 def test_each_named_mistake_gets_its_message():
-    """The table of mistakes the tests tell apart: a wrong variant with ``says=`` fails with a
-    message (its exercise's, as the table shows it) that contains that phrase."""
-    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter) if v.says]
+    """The table of mistakes the tests tell apart: a wrong variant with ``mistake=`` fails, and
+    its exercise's row (as every report shows it) names that id and carries its message."""
+    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter) if v.mistake]
     assert named and not any(v.correct for v in named)
+    unknown = sorted({v.mistake for v in named} - set(MISTAKES))
+    assert not unknown, f"ids the table does not hold: {unknown}"
+    assert all(v.mistake.startswith(f"{v.exercise}/") for v in named)
     records = grade.run_tests(None, "variants", exercises=sorted({v.exercise for v in named}),
                               extra_args=("-k", " or ".join(v.name for v in named)))
     by_variant: dict[str, list[dict]] = defaultdict(list)
@@ -392,11 +399,19 @@ def test_each_named_mistake_gets_its_message():
     problems = []
     for variant in named:
         rows = grade.summarize(by_variant[variant.name])
-        message = rows[0].message if rows else "(no test ran)"
-        if not rows or rows[0].status == "passed" or variant.says not in message:
-            problems.append(f"{variant.name} ({variant.why}) should say {variant.says!r}; "
-                            f"it says: {message}")
+        row = rows[0] if rows else None
+        if row is None or row.status == "passed" or row.mistake != variant.mistake \
+                or f"[mistake {variant.mistake}]" not in row.message:
+            problems.append(f"{variant.name} ({variant.why}) should be named "
+                            f"{variant.mistake!r}; it is {row.mistake if row else None!r}: "
+                            f"{row.message if row else '(no test ran)'}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_named_mistake_has_a_variant_that_makes_it():
+    """No message in the table goes untested: each id is some wrong variant's."""
+    made = {v.mistake for chapter in CHAPTERS for v in variants.for_chapter(chapter)}
+    assert set(MISTAKES) <= made, sorted(set(MISTAKES) - made)
 
 
 # ---------------------------------------------------------------- the capstone's result, reused

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from checks import assert_close, assert_tensor
+from mistakes import named
 
 CHAPTER = 2
 EXERCISES = {
@@ -110,14 +111,11 @@ def mistaken_weights(query, key, mask=None):
             scaled = scaled.masked_fill(~mask, float("-inf"))
         return torch.softmax(scaled, dim=dim).nan_to_num(nan=0.0)
 
+    sqrt_d_k = f"{math.sqrt(d_k):.3g}"
     return {
-        f"These are the weights with no scaling, softmax(Q K^T): divide the scores by "
-        f"sqrt(d_k) = {math.sqrt(d_k):.3g} before the softmax.": weights(scores),
-        f"These are the weights with the scores divided by d_k instead of sqrt(d_k): divide "
-        f"by sqrt(d_k) = {math.sqrt(d_k):.3g}, not {d_k}.": weights(scores / d_k),
-        "These are the weights with the softmax over the queries (dim=-2): take it over the "
-        "keys (dim=-1), so that each query's weights sum to 1.":
-            weights(scores / math.sqrt(d_k), dim=-2),
+        named("2.2/no-scaling", sqrt_d_k=sqrt_d_k): weights(scores),
+        named("2.2/divided-by-d_k", sqrt_d_k=sqrt_d_k, d_k=d_k): weights(scores / d_k),
+        named("2.2/softmax-over-queries"): weights(scores / math.sqrt(d_k), dim=-2),
     }
 
 

@@ -84,13 +84,13 @@ def _attention(q, k, v, mask=None, dropout=None, *, scale=None, where="before", 
 
 
 @wrong("2.2", "scaled_dot_product_attention", "divided by d_k instead of sqrt(d_k)",
-       says="divided by d_k instead of sqrt(d_k)")
+       mistake="2.2/divided-by-d_k")
 def scaled_by_d_k(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: q.size(-1))
 
 
 @wrong("2.2", "scaled_dot_product_attention", "no scaling at all",
-       says="with no scaling")
+       mistake="2.2/no-scaling")
 def unscaled(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: 1.0)
 
@@ -108,7 +108,7 @@ def scaled_by_d_v(q, k, v, mask=None, dropout=None):
 
 
 @wrong("2.2", "scaled_dot_product_attention", "softmax over the queries (dim=-2)",
-       says="softmax over the queries")
+       mistake="2.2/softmax-over-queries")
 def softmax_over_queries(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, softmax_dim=-2)
 

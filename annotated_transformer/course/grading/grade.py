@@ -164,7 +164,8 @@ def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
 
 
 def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
-    """One row an exercise: points earned, status from its worst test, that test's message."""
+    """One row an exercise: points earned, status from its worst test, that test's message
+    and the known mistake it names (a test of that outcome that names one first)."""
     by_exercise: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         if record["exercise"] is not None:
@@ -172,7 +173,8 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     rows = []
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
         tests = by_exercise[exercise]
-        worst = min(tests, key=lambda r: PRIORITY.index(r["outcome"]))
+        # The worst outcome; among its tests, one that names a known mistake.
+        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
         printed = (worst.get("printed") if worst["outcome"] != "passed"
                    else "".join(r.get("printed", "") for r in tests)[-2000:])
         rows.append(ExerciseResult(
@@ -180,7 +182,7 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
             points=round(sum(r["points"] for r in tests if r["outcome"] == "passed"), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
             status=worst["outcome"], message=cut(worst["message"] or ""),
-            printed=printed or "",
+            printed=printed or "", mistake=worst.get("mistake") or "",
         ))
     return rows
 
