@@ -14,6 +14,18 @@ from __future__ import annotations
 import torch
 
 MISTAKES = {
+    # 2.1 softmax
+    "2.1/no-maximum-subtracted": "This is exp(x) / sum(exp(x)) with no maximum subtracted: "
+    "exp(1000) overflows to inf and inf / inf is NaN. Subtract each slice's maximum first: "
+    "exp(x - m) / sum(exp(x - m)) is the same value.",
+    "2.1/empty-slice-unguarded": "A slice that is all -inf gives NaN: its maximum is -inf "
+    "(-inf - (-inf) is NaN), so replace a -inf maximum by 0 before subtracting; its exps are "
+    "then all 0 and so is their sum, so guard the sum too (divide by "
+    "torch.where(total == 0, 1, total)): the slice becomes all zeros.",
+    "2.1/sum-over-everything": "The sum runs over every entry of x instead of along dim: take "
+    "it with x.sum(dim, keepdim=True) (and the maximum with x.amax(dim, keepdim=True)).",
+    "2.1/dim-ignored": "This is the softmax over the last axis whatever dim is: take the "
+    "maximum and the sum over dim, with keepdim=True.",
     # 2.2 scaled_dot_product_attention
     "2.2/no-scaling": "These are the weights with no scaling, softmax(Q K^T): divide the "
     "scores by sqrt(d_k) = {sqrt_d_k} before the softmax.",
@@ -21,6 +33,11 @@ MISTAKES = {
     "sqrt(d_k): divide by sqrt(d_k) = {sqrt_d_k}, not {d_k}.",
     "2.2/softmax-over-queries": "These are the weights with the softmax over the queries "
     "(dim=-2): take it over the keys (dim=-1), so that each query's weights sum to 1.",
+    "2.2/mask-true-hides": "Your weights hide the keys where the mask is True: here True "
+    "means attention allowed (PyTorch's nn.MultiheadAttention masks say the opposite), so "
+    "fill the scores with -inf where the mask is False: scores.masked_fill(~mask, -inf).",
+    "2.2/mask-after-softmax": "The mask is applied after the softmax, so the weights of the "
+    "allowed keys no longer sum to 1: fill the masked scores with -inf before the softmax.",
     # 3.3 MultiHeadAttention
     "3.3/no-out-proj": "This is the output without out_proj: apply out_proj to the merged "
     "heads (the last step).",
