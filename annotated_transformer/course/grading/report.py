@@ -96,11 +96,15 @@ def _first_line(message: str) -> str:
 
 
 def _folder(parts: str) -> str:
-    """The folder a ``--parts`` names (the learner's exercises/ included), "" for none."""
-    from annotated_transformer.layout import EXERCISES_DIR
+    """The folder a ``--parts`` names (the learner's exercises/ included), "" for none; in a
+    student release, ``solutions`` names the learner's exercises/ and says why."""
+    from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
 
     if parts == "exercises":
         return str(EXERCISES_DIR)
+    if parts == "solutions" and not SOLUTIONS_DIR.is_dir():
+        return (f"{EXERCISES_DIR}: this student release has no solutions/, so your own "
+                f"exercises were graded")
     return str(Path(parts).resolve()) if parts not in ("solutions", "points") else ""
 
 
