@@ -115,6 +115,7 @@ def test_an_unimportable_file_is_an_error_naming_the_line(tmp_path):
     rows = grade.summarize(grade.run_tests([1], str(tmp_path)))
     assert {r.status for r in rows} == {"error"}
     assert all("SyntaxError" in r.message and "line" in r.message for r in rows)
+    assert all(r.message.count(target.name) == 1 for r in rows), rows[0].message  # named once
 
 
 def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
@@ -412,6 +413,28 @@ def test_every_named_mistake_has_a_variant_that_makes_it():
     """No message in the table goes untested: each id is some wrong variant's."""
     made = {v.mistake for chapter in CHAPTERS for v in variants.for_chapter(chapter)}
     assert set(MISTAKES) <= made, sorted(set(MISTAKES) - made)
+
+
+def test_every_report_format_carries_the_named_mistake(tmp_path):
+    """A padding mask that is True at the padding, graded from the command line: the table,
+    the JSON, the Markdown and the JUnit report all name ``4.1/inverted``."""
+    for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
+        shutil.copy(path, tmp_path)
+    target = tmp_path / "ch04_masking.py"
+    target.write_text(target.read_text().replace("return (tokens != pad_id)[:, None, None, :]",
+                                                  "return (tokens == pad_id)[:, None, None, :]"))
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--exercise",
+                           "4.1", "--parts", str(tmp_path), "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md"), "--junit",
+                           str(tmp_path / "r.xml")], capture_output=True, text=True,
+                          cwd=grade.ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "[mistake 4.1/inverted]" in done.stdout
+    [row] = json.loads((tmp_path / "r.json").read_text())["exercises"]
+    assert (row["status"], row["mistake"]) == ("failed", "4.1/inverted")
+    assert "compare tokens != pad_id" in row["message"]
+    assert "| `4.1/inverted` |" in (tmp_path / "r.md").read_text()
+    assert '<property name="mistake" value="4.1/inverted"' in (tmp_path / "r.xml").read_text()
 
 
 # ---------------------------------------------------------------- the capstone's result, reused
