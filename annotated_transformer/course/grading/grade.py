@@ -49,6 +49,10 @@ from typing import Any
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut  # noqa: F401
+from annotated_transformer.course.grading.sandbox import (
+    AFTER_TIMEOUT_CPU_SECONDS,
+    DEFAULT_CPU_SECONDS,
+)
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Integrity,
@@ -116,7 +120,7 @@ def _pytest_command(files: list[Path], parts: str, report: Path,
     ]
 
 
-def run_tests(chapters: list[int] | None, parts: str, timeout: float = 20.0,
+def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
               extra_args: tuple[str, ...] = (), seed: int = 0,
               sandbox: str = "auto",
               exercises: list[str] | None = None) -> list[dict[str, Any]]:
@@ -188,7 +192,7 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
 
 
 def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
-          timeout: float = 20.0, seed: int = 0, sandbox: str = "auto",
+          timeout: float = DEFAULT_CPU_SECONDS, seed: int = 0, sandbox: str = "auto",
           cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
     """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
     their records and rows.
@@ -296,8 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs (default: a fresh one each "
                         "run, printed with the report)")
-    parser.add_argument("--timeout", type=float, default=20.0, metavar="CPU_SECONDS",
-                        help="CPU seconds one call of your code may use in a test (default 20; "
+    parser.add_argument("--timeout", type=float, default=DEFAULT_CPU_SECONDS,
+                        metavar="CPU_SECONDS",
+                        help=f"CPU seconds one call of your code may use in a test (default "
+                        f"{DEFAULT_CPU_SECONDS:g}; once one call of an exercise ran out of "
+                        f"them, its later calls get {AFTER_TIMEOUT_CPU_SECONDS:g}; "
                         "the capstone allows more): a busy machine does not count against it")
     parser.add_argument("--no-cache", action="store_true",
                         help="always run the capstone, never reuse its result from an earlier "
