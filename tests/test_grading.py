@@ -177,9 +177,17 @@ def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
     target.write_text(target.read_text().replace(
         'raise NotImplementedError("Exercise 1.4: relative_position_matrix is not implemented '
         'yet")', "while True:\n        pass"))
-    rows = {r.id: r for r in grade.summarize(grade.run_tests([1], str(tmp_path), timeout=1))}
+    records = grade.run_tests([1], str(tmp_path), timeout=3)
+    rows = {r.id: r for r in grade.summarize(records)}
     assert rows["1.4"].status == "timeout", (rows["1.4"].status, rows["1.4"].message)
     assert rows["1.1"].status == "not implemented"
+    # The first call has its budget, the exercise's later calls 2 CPU seconds each; every
+    # message names the looping line, and the stack asked for is not shown as printed.
+    looped = [r for r in records if r["exercise"] == "1.4"]
+    assert "more than 3 CPU seconds" in looped[0]["message"]
+    assert all("more than 2 CPU seconds" in r["message"] for r in looped[1:]), looped
+    assert all(f"{target.name}:" in r["message"] for r in looped)
+    assert not any("most recent call first" in r.get("printed", "") for r in looped)
 
 
 def test_calling_the_op_to_write_is_forbidden(tmp_path):
