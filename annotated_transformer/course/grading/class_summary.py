@@ -108,8 +108,8 @@ def figure(summary: list[ExerciseSummary], learners: int, path: Path, top: int =
     left.barh(ids, passed, color="#4c9a6a", label="pass")
     left.set_xlim(0, max(graded + [1]))
     left.set_xlabel("learners")
-    left.set_title("Learners who pass each exercise")
-    left.legend(loc="lower right", frameon=False)
+    left.set_title("Learners who pass each exercise", pad=24)
+    left.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     left.tick_params(axis="y", labelsize=9)
     if ranked:
         names = [m for m, _ in ranked][::-1]
@@ -123,7 +123,7 @@ def figure(summary: list[ExerciseSummary], learners: int, path: Path, top: int =
         right.text(0.5, 0.5, "no known mistake named", ha="center", va="center")
         right.set_yticks([])
     right.set_xlabel("learners")
-    right.set_title(f"The most common named mistakes (top {min(top, len(ranked))})")
+    right.set_title(f"The most common named mistakes (top {min(top, len(ranked))})", pad=24)
     for axis in (left, right):
         axis.spines[["top", "right"]].set_visible(False)
     fig.suptitle(f"Class summary: {learners} submission(s)", fontsize=13)
