@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import variants  # noqa: E402  (tests/variants: the right and wrong answers)
-
 from annotated_transformer.course.grading import manifest  # noqa: E402
 from annotated_transformer.layout import SOLUTIONS_DIR, chapter_test_files  # noqa: E402
+
+import variants  # noqa: E402  (tests/variants: the right and wrong answers)
 
 NO_OP_DECORATORS = ("def wrong(*args, **kwargs):\n    return lambda obj: obj\n\n\n"
                     "right = wrong\n")

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from annotated_transformer.course.grading.messages import MISTAKE_TAG
 from annotated_transformer.course.grading.report import write_report
@@ -34,22 +35,22 @@ def _order(exercise: str) -> tuple[int, ...]:
     return tuple(int(p) for p in exercise.split("."))
 
 
-def summarize(rows: Iterable[object]) -> list[ExerciseSummary]:
+def summarize(rows: Iterable[Any]) -> list[ExerciseSummary]:
     """The class's summary from gradebook rows (anything with ``exercise``, ``title``,
     ``status``, ``mistake`` and ``message``); rows of submissions not graded are left out."""
     found: dict[str, ExerciseSummary] = {}
     for row in rows:
-        exercise = getattr(row, "exercise")
+        exercise = row.exercise
         if not exercise:  # a submission that could not be graded
             continue
-        entry = found.setdefault(exercise, ExerciseSummary(exercise, getattr(row, "title")))
+        entry = found.setdefault(exercise, ExerciseSummary(exercise, row.title))
         entry.learners += 1
         mistake = getattr(row, "mistake", "")
-        if getattr(row, "status") == "passed":
+        if row.status == "passed":
             entry.passed += 1
         elif mistake:
             entry.mistakes[mistake] += 1
-            message = MISTAKE_TAG.sub("", getattr(row, "message")).strip()
+            message = MISTAKE_TAG.sub("", row.message).strip()
             entry.example.setdefault(mistake, message)
         else:
             entry.unnamed += 1
@@ -134,7 +135,7 @@ def figure(summary: list[ExerciseSummary], learners: int, path: Path, top: int =
     partial.replace(path)
 
 
-def write(out: Path, rows: Iterable[object], learners: int) -> list[Path]:
+def write(out: Path, rows: Iterable[Any], learners: int) -> list[Path]:
     """Write ``class-summary.md`` and ``class-summary.png`` into ``out``; their paths."""
     summary = summarize(rows)
     out.mkdir(parents=True, exist_ok=True)

@@ -49,10 +49,6 @@ from typing import Any
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut  # noqa: F401
-from annotated_transformer.course.grading.sandbox import (
-    AFTER_TIMEOUT_CPU_SECONDS,
-    DEFAULT_CPU_SECONDS,
-)
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Integrity,
@@ -61,6 +57,10 @@ from annotated_transformer.course.grading.report import (
     bounded,
     format_points,
     write_report,
+)
+from annotated_transformer.course.grading.sandbox import (
+    AFTER_TIMEOUT_CPU_SECONDS,
+    DEFAULT_CPU_SECONDS,
 )
 from annotated_transformer.layout import (
     GRADED_DIR,
