@@ -30,7 +30,9 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     ``Tensor.softmax``, nor ``torch.logsumexp`` (softmax is its gradient).
 
     Hint: ``x.amax(dim, keepdim=True)`` is ``-inf`` on an all ``-inf`` slice, and
-    ``-inf - (-inf)`` is NaN: replace such a maximum by 0 before subtracting.
+    ``-inf - (-inf)`` is NaN: replace such a maximum by 0 before subtracting. That slice's
+    exps are then all 0, and so is their sum (0 / 0 is NaN too): guard the sum as well,
+    dividing by ``torch.where(total == 0, 1, total)``, so that the slice is all zeros.
     """
     # BEGIN SOLUTION 2.1
     maximum = x.amax(dim=dim, keepdim=True)

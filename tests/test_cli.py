@@ -167,6 +167,25 @@ def test_training_unfinished_parts_names_the_stub_and_the_way_on(capsys, tmp_pat
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
+def test_training_parts_with_a_syntax_error_is_one_line(capsys, tmp_path):
+    """A chapter file that does not parse: one error line naming the file, the line and its
+    text, no traceback."""
+    from annotated_transformer.course.authoring.stubs import SOLUTIONS_DIR
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for path in SOLUTIONS_DIR.glob("ch0*.py"):
+        (parts / path.name).write_text(path.read_text())
+    broken = parts / "ch04_masking.py"
+    broken.write_text(broken.read_text() + "\ndef broken(:\n    pass\n")
+    line = len(broken.read_text().splitlines()) - 1
+    status, _, err = run(capsys, "train", "--task", "copy", "--parts", parts,
+                         "--out", tmp_path / "run", *TINY)
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {broken}, line {line}: this line is not valid Python")
+    assert "(`def broken(:`)" in err and "Traceback" not in err
+
+
 def test_the_real_entry_point_exits_2_without_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "annotated_transformer", "evaluate",
                              "--checkpoint", str(tmp_path / "none.pt")],

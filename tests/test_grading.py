@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,13 @@ import pytest
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import cache, dependencies, grade, manifest
 from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
+from annotated_transformer.layout import GRADED_DIR
 
 import variants
 
 CHAPTERS = sorted(grade.chapter_test_files())
+# The one table of the mistakes the graded tests name: {id: message}.
+MISTAKES = runpy.run_path(str(GRADED_DIR / "mistakes.py"))["MISTAKES"]
 
 
 @pytest.fixture
@@ -111,6 +115,7 @@ def test_an_unimportable_file_is_an_error_naming_the_line(tmp_path):
     rows = grade.summarize(grade.run_tests([1], str(tmp_path)))
     assert {r.status for r in rows} == {"error"}
     assert all("SyntaxError" in r.message and "line" in r.message for r in rows)
+    assert all(r.message.count(target.name) == 1 for r in rows), rows[0].message  # named once
 
 
 def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
@@ -138,7 +143,7 @@ def test_command_line_table_and_json(tmp_path):
     assert isinstance(data["seed"], int) and f"--seed {data['seed']}" in done.stdout
     row = data["exercises"][0]
     assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message",
-                        "printed"}
+                        "printed", "mistake"}
     assert data["points"] == data["max_points"] > 0
     usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "99"],
                            capture_output=True, text=True)
@@ -173,9 +178,17 @@ def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
     target.write_text(target.read_text().replace(
         'raise NotImplementedError("Exercise 1.4: relative_position_matrix is not implemented '
         'yet")', "while True:\n        pass"))
-    rows = {r.id: r for r in grade.summarize(grade.run_tests([1], str(tmp_path), timeout=1))}
+    records = grade.run_tests([1], str(tmp_path), timeout=3)
+    rows = {r.id: r for r in grade.summarize(records)}
     assert rows["1.4"].status == "timeout", (rows["1.4"].status, rows["1.4"].message)
     assert rows["1.1"].status == "not implemented"
+    # The first call has its budget, the exercise's later calls 2 CPU seconds each; every
+    # message names the looping line, and the stack asked for is not shown as printed.
+    looped = [r for r in records if r["exercise"] == "1.4"]
+    assert "more than 3 CPU seconds" in looped[0]["message"]
+    assert all("more than 2 CPU seconds" in r["message"] for r in looped[1:]), looped
+    assert all(f"{target.name}:" in r["message"] for r in looped)
+    assert not any("most recent call first" in r.get("printed", "") for r in looped)
 
 
 def test_calling_the_op_to_write_is_forbidden(tmp_path):
@@ -400,10 +413,13 @@ def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
 
 
 def test_each_named_mistake_gets_its_message():
-    """The table of mistakes the tests tell apart: a wrong variant with ``says=`` fails with a
-    message (its exercise's, as the table shows it) that contains that phrase."""
-    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter) if v.says]
+    """The table of mistakes the tests tell apart: a wrong variant with ``mistake=`` fails, and
+    its exercise's row (as every report shows it) names that id and carries its message."""
+    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter) if v.mistake]
     assert named and not any(v.correct for v in named)
+    unknown = sorted({v.mistake for v in named} - set(MISTAKES))
+    assert not unknown, f"ids the table does not hold: {unknown}"
+    assert all(v.mistake.startswith(f"{v.exercise}/") for v in named)
     records = grade.run_tests(None, "variants", exercises=sorted({v.exercise for v in named}),
                               extra_args=("-k", " or ".join(v.name for v in named)))
     by_variant: dict[str, list[dict]] = defaultdict(list)
@@ -413,11 +429,41 @@ def test_each_named_mistake_gets_its_message():
     problems = []
     for variant in named:
         rows = grade.summarize(by_variant[variant.name])
-        message = rows[0].message if rows else "(no test ran)"
-        if not rows or rows[0].status == "passed" or variant.says not in message:
-            problems.append(f"{variant.name} ({variant.why}) should say {variant.says!r}; "
-                            f"it says: {message}")
+        row = rows[0] if rows else None
+        if row is None or row.status == "passed" or row.mistake != variant.mistake \
+                or f"[mistake {variant.mistake}]" not in row.message:
+            problems.append(f"{variant.name} ({variant.why}) should be named "
+                            f"{variant.mistake!r}; it is {row.mistake if row else None!r}: "
+                            f"{row.message if row else '(no test ran)'}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_named_mistake_has_a_variant_that_makes_it():
+    """No message in the table goes untested: each id is some wrong variant's."""
+    made = {v.mistake for chapter in CHAPTERS for v in variants.for_chapter(chapter)}
+    assert set(MISTAKES) <= made, sorted(set(MISTAKES) - made)
+
+
+def test_every_report_format_carries_the_named_mistake(tmp_path):
+    """A padding mask that is True at the padding, graded from the command line: the table,
+    the JSON, the Markdown and the JUnit report all name ``4.1/inverted``."""
+    for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
+        shutil.copy(path, tmp_path)
+    target = tmp_path / "ch04_masking.py"
+    target.write_text(target.read_text().replace("return (tokens != pad_id)[:, None, None, :]",
+                                                  "return (tokens == pad_id)[:, None, None, :]"))
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--exercise",
+                           "4.1", "--parts", str(tmp_path), "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md"), "--junit",
+                           str(tmp_path / "r.xml")], capture_output=True, text=True,
+                          cwd=grade.ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "[mistake 4.1/inverted]" in done.stdout
+    [row] = json.loads((tmp_path / "r.json").read_text())["exercises"]
+    assert (row["status"], row["mistake"]) == ("failed", "4.1/inverted")
+    assert "compare tokens != pad_id" in row["message"]
+    assert "| `4.1/inverted` |" in (tmp_path / "r.md").read_text()
+    assert '<property name="mistake" value="4.1/inverted"' in (tmp_path / "r.xml").read_text()
 
 
 # ---------------------------------------------------------------- the capstone's result, reused

@@ -255,3 +255,59 @@ def test_bad_arguments_exit_2_with_one_error_line(tmp_path, args, says):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- the class's summary
+
+
+def test_the_class_summary_counts_learners_per_mistake_most_common_first():
+    """Rows of three learners: a learner counts once per mistake; the most common first."""
+    from annotated_transformer.course.grading import class_summary
+
+    def row(who, exercise, status, mistake=""):
+        return regrade.Row(who, exercise, f"title {exercise}", 0, 1, status,
+                           f"what went wrong [mistake {mistake}]" if mistake else "", "", 0,
+                           mistake)
+
+    rows = [row("a", "4.1", "passed"), row("b", "4.1", "failed", "4.1/inverted"),
+            row("c", "4.1", "failed", "4.1/inverted"), row("a", "4.2", "failed"),
+            row("b", "4.2", "failed", "4.2/no-diagonal"), row("c", "4.2", "passed"),
+            regrade.Row("d", "", "", 0, 2, "error", "not graded", "", 0)]
+    summary = class_summary.summarize(rows)
+    assert [(e.id, e.passed, e.learners, e.unnamed) for e in summary] == [
+        ("4.1", 1, 3, 0), ("4.2", 1, 3, 1)]
+    assert class_summary.most_common(summary) == [("4.1/inverted", 2), ("4.2/no-diagonal", 1)]
+    text = class_summary.markdown(summary, learners=4)
+    assert "| 4.1 | title 4.1 | 1/3 | `4.1/inverted` (2) | 0 |" in text
+    assert text.index("`4.1/inverted`**: 2") < text.index("`4.2/no-diagonal`**: 1")
+    assert "[mistake" not in text.split("## The named mistakes")[1]
+
+
+@pytest.mark.slow  # three submissions, chapter 4
+def test_regrade_writes_the_class_summary_beside_the_gradebook(tmp_path):
+    """Two learners with the padding mask inverted and one right: the summary counts the
+    named mistake twice, and the figure is written."""
+    pristine = course_copy(tmp_path / "pristine")
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest.compute(pristine)))
+    reference = (SOLUTIONS_DIR / "ch04_masking.py").read_text()
+    inverted = reference.replace("return (tokens != pad_id)[:, None, None, :]",
+                                 "return (tokens == pad_id)[:, None, None, :]")
+    assert inverted != reference
+    folders = []
+    for name, text in (("right", reference), ("first", inverted), ("second", inverted)):
+        folder = course_copy(tmp_path / name, pristine)
+        for path in SOLUTIONS_DIR.glob("ch0[1-3]_*.py"):
+            shutil.copyfile(path, folder / "exercises" / path.name)
+        (folder / "exercises" / "ch04_masking.py").write_text(text)
+        folders.append(str(folder))
+    out = tmp_path / "out"
+    status = regrade.main([*folders, "--out", str(out), "--chapter", "4", "--seed", "3",
+                           "--manifest", str(tmp_path / "manifest.json")])
+    assert status == 0
+    with (out / "gradebook.csv").open(newline="") as handle:
+        table = [r for r in csv.DictReader(handle) if r["exercise"] == "4.1"]
+    assert sorted(r["mistake"] for r in table) == ["", "4.1/inverted", "4.1/inverted"]
+    text = (out / "class-summary.md").read_text()
+    assert "| 4.1 | " in text and "| 1/3 | `4.1/inverted` (2) |" in text, text
+    assert "**`4.1/inverted`**: 2 learner(s)" in text
+    assert (out / "class-summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -79,7 +79,7 @@ def test_the_release_has_fresh_stubs_and_its_own_readme(out: Path):
     readme = (out / "README.md").read_text()
     assert "A student release" in readme and "grade your exercises" in readme
     for marker in ("course-only", "release-only", "solutions/chNN", "CONTRIBUTING",
-                   "with_chapter(", "from the reference parts"):
+                   "with_chapter(", "from the reference parts", "browser test"):
         assert marker not in readme
     for stub in (out / "exercises").glob("ch*.py"):  # nothing points to the missing answers
         assert "solutions/" not in stub.read_text().split('"""')[0], stub.name
@@ -218,3 +218,16 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
         assert verdicts[name] == {row["id"]: (row["points"], row["status"]) for row in released}
     assert verdicts["honest"]["2.1"][1] == "passed"
     assert verdicts["alias"]["2.1"] == verdicts["softmin"]["2.1"] == (0, "forbidden")
+
+
+def test_grading_solutions_in_a_release_says_it_grades_the_learner_s_exercises(python: Path,
+                                                                              out: Path):
+    """A release has no solutions/: ``grade --parts solutions`` grades the learner's own
+    exercises/, and the report's header says so."""
+    done = run(python, out, "-m", "annotated_transformer", "grade", "--parts", "solutions",
+               "--exercise", "1.1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    header = done.stdout.splitlines()[0]
+    assert "this student release has no solutions/, so your own exercises were graded" in \
+        header, header
+    assert str(out / "exercises") in header

@@ -597,7 +597,7 @@ def test_a_syntax_error_is_one_violation_with_its_line_and_text(tmp_path):
     path = write(tmp_path, b"import torch\n\ndef softmax(x, dim=-1:\n    return x\n")
     [violation] = check_file(path, FORBIDDEN)
     assert (violation.line, violation.exercise) == (3, None)
-    assert "ch02_attention.py line 3 is not valid Python" in violation.message
+    assert "this line is not valid Python: invalid syntax" in violation.message
     assert "def softmax(x, dim=-1:" in violation.message
 
 

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except NotImplementedError as error:  # a stub of the parts the model is built from
         print(f"error: {unfinished(error)}", file=sys.stderr)
         return 1
+    except SyntaxError as error:  # a chapter file of the parts that does not parse
+        print(f"error: {not_python(error)}", file=sys.stderr)
+        return 1
 
 
 def release_note(show, message, category, filename, lineno, file=None, line=None) -> None:
@@ -76,6 +79,14 @@ def release_note(show, message, category, filename, lineno, file=None, line=None
         print(f"note: {RELEASE_NOTE}", file=sys.stderr)
     else:
         show(message, category, filename, lineno, file, line)
+
+
+def not_python(error: SyntaxError) -> str:
+    """A file of the parts that does not parse, in one line: where, what, the line's text."""
+    text = " ".join((error.text or "").split())
+    shown = f" (`{text if len(text) <= 60 else text[:57] + '...'}`)" if text else ""
+    return (f"{error.filename}, line {error.lineno}: this line is not valid Python: "
+            f"{error.msg}{shown}; fix it so the file runs")
 
 
 def unfinished(error: NotImplementedError) -> str:

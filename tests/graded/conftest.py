@@ -68,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--grade-cpu-seconds",
         type=float,
-        default=20.0,
+        default=10.0,  # grading.sandbox.DEFAULT_CPU_SECONDS
         help="CPU seconds one call of the code under test may use (a test's own "
         "pytest.mark.cpu_seconds, when larger, raises it); the wall-clock backstop is "
         "far longer and reported as a busy machine",

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from checks import ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor
+from mistakes import first_match, named
 
 CHAPTER = 2
 EXERCISES = {
@@ -113,15 +114,18 @@ def mistaken_weights(query, key, mask=None):
             scaled = scaled.masked_fill(~mask, float("-inf"))
         return torch.softmax(scaled, dim=dim).nan_to_num(nan=0.0)
 
-    return {
-        f"These are the weights with no scaling, softmax(Q K^T): divide the scores by "
-        f"sqrt(d_k) = {math.sqrt(d_k):.3g} before the softmax.": weights(scores),
-        f"These are the weights with the scores divided by d_k instead of sqrt(d_k): divide "
-        f"by sqrt(d_k) = {math.sqrt(d_k):.3g}, not {d_k}.": weights(scores / d_k),
-        "These are the weights with the softmax over the queries (dim=-2): take it over the "
-        "keys (dim=-1), so that each query's weights sum to 1.":
-            weights(scores / math.sqrt(d_k), dim=-2),
+    sqrt_d_k = f"{math.sqrt(d_k):.3g}"
+    found = {
+        named("2.2/no-scaling", sqrt_d_k=sqrt_d_k): weights(scores),
+        named("2.2/divided-by-d_k", sqrt_d_k=sqrt_d_k, d_k=d_k): weights(scores / d_k),
+        named("2.2/softmax-over-queries"): weights(scores / math.sqrt(d_k), dim=-2),
     }
+    if mask is not None:
+        scaled = scores / math.sqrt(d_k)
+        found[named("2.2/mask-true-hides")] = torch.softmax(
+            scaled.masked_fill(mask, float("-inf")), dim=-1).nan_to_num(nan=0.0)
+        found[named("2.2/mask-after-softmax")] = torch.softmax(scaled, -1).masked_fill(~mask, 0)
+    return found
 
 
 def check_weights(weights, query, key, name, hint, mask=None):
@@ -147,9 +151,15 @@ def test_softmax_matches_torch(learner, shape, dim):
     x = torch.randn(shape, dtype=f64) * 3
     out = assert_tensor(learner.run(softmax_of, x=x, dim=dim), f"softmax(x, dim={dim})",
                         shape=shape, dtype=f64)
+    mistakes = {"2.1/sum-over-everything": torch.exp(x - x.amax(dim, keepdim=True))
+                / torch.exp(x - x.amax(dim, keepdim=True)).sum()}
+    if dim % len(shape) != len(shape) - 1:
+        mistakes["2.1/dim-ignored"] = torch.softmax(x, dim=-1)
+    mistake = None if torch.allclose(out, torch.softmax(x, dim=dim)) else first_match(out,
+                                                                                     mistakes)
     assert_close(out, torch.softmax(x, dim=dim), f"softmax(x, dim={dim}) for x of shape "
-                 f"{list(shape)}", hint="Are the sum and the maximum taken over `dim`, with "
-                 "keepdim=True so that they broadcast back?")
+                 f"{list(shape)}", hint=named(mistake) if mistake else "Are the sum and the "
+                 "maximum taken over `dim`, with keepdim=True so that they broadcast back?")
 
 
 @pytest.mark.grade("2.1", points=1)
@@ -162,9 +172,13 @@ def test_softmax_default_dim_is_last(learner):
 @pytest.mark.grade("2.1", points=2)
 def test_softmax_does_not_overflow(learner):
     x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=f64)
-    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1),
-                 "softmax of scores near +-1000",
-                 hint="exp(1000) overflows to inf: subtract each row's maximum first.")
+    out = learner.run(softmax_of, x=x)
+    naive = torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+    overflowed = (isinstance(out, torch.Tensor) and out.shape == x.shape
+                  and torch.allclose(out.double(), naive, equal_nan=True))
+    assert_close(out, torch.softmax(x, dim=-1), "softmax of scores near +-1000",
+                 hint=named("2.1/no-maximum-subtracted") if overflowed else
+                 "exp(1000) overflows to inf: subtract each row's maximum first.")
     x32 = torch.randn(5, 8) * 200
     assert_close(learner.run(softmax_of, x=x32), torch.softmax(x32, dim=-1),
                  "softmax of float32 scores up to about 800", atol=1e-6,
@@ -177,10 +191,14 @@ def test_all_minus_inf_slice_gives_zeros(learner):
     x[1] = float("-inf")
     x[2, :3] = float("-inf")
     expected = torch.softmax(x, dim=-1).nan_to_num(nan=0.0)
-    assert_close(learner.run(softmax_of, x=x), expected,
-                 "softmax with row 1 all -inf and row 2 partly -inf",
-                 hint="A row with nothing allowed must give zeros: its maximum is -inf, and "
-                 "-inf - (-inf) is NaN. Replace a -inf maximum by 0.")
+    out = learner.run(softmax_of, x=x)
+    unguarded = (isinstance(out, torch.Tensor) and out.shape == x.shape
+                 and bool(torch.isnan(out[1]).all())
+                 and torch.allclose(out[[0, 2]].double(), expected[[0, 2]]))
+    assert_close(out, expected, "softmax with row 1 all -inf and row 2 partly -inf",
+                 hint=named("2.1/empty-slice-unguarded") if unguarded else
+                 "A row with nothing allowed must give zeros: replace a -inf maximum by 0 "
+                 "before subtracting, then guard the sum (0 on such a row) before dividing.")
 
 
 @pytest.mark.grade("2.1", points=1)

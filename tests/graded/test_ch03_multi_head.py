@@ -30,6 +30,7 @@ from checks import (
     load_trusted,
     trusted_state,
 )
+from mistakes import named
 
 CHAPTER = 3
 EXERCISES = {
@@ -197,14 +198,12 @@ def mistaken_outputs(state, query, memory, bias):
         without_out.out_proj.weight.copy_(torch.eye(without_out.embed_dim, dtype=f64))
         if bias:
             without_out.out_proj.bias.zero_()
-    found["This is the output without out_proj: apply out_proj to the merged heads (the "
-          "last step)."] = without_out
+    found[named("3.3/no-out-proj")] = without_out
     state = dict(state)
     state["v_proj.weight"] = state["k_proj.weight"]
     if bias:
         state["v_proj.bias"] = state["k_proj.bias"]
-    found["This is the output with the values projected by k_proj: project value with "
-          "v_proj."] = pytorch_twin(state, bias=bias)
+    found[named("3.3/values-by-k-proj")] = pytorch_twin(state, bias=bias)
     with torch.no_grad():
         return {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from annotated_transformer.course.grading.sandbox import LearnerRaised
 
 from checks import assert_tensor
+from mistakes import first_match, named
 
 CHAPTER = 4
 EXERCISES = {
@@ -68,10 +69,8 @@ def run_mask(learner, probe, **inputs):
         found = BOOLEAN_ONLY.search(error.message)
         if found is None:
             raise
-        raise LearnerRaised(error.types, f"{error.message}: a mask is a torch.bool tensor, and "
-                            f"&, | and ~ combine bool masks; one of yours is {found[2]} (make "
-                            f"it with dtype=torch.bool, or compare: tokens != pad_id)",
-                            error.where) from None
+        raise LearnerRaised(error.types, f"{error.message}: "
+                            f"{named('4.3/float-mask', dtype=found[2])}", error.where) from None
 
 
 def padding_mask_device(impl):
@@ -98,13 +97,38 @@ def allowed_by_loop(tokens, pad_id, causal):
     return mask
 
 
-def check_mask(mask, name, shape, expected):
+def check_mask(mask, name, shape, expected, mistakes=None):
+    """``mask`` against ``expected``; one that equals a known mistake's mask (``mistakes``:
+    ``{mistake id: its mask}``) fails with that mistake's message."""
+    right = (isinstance(mask, torch.Tensor) and mask.shape == expected.shape
+             and mask.dtype == expected.dtype and torch.equal(mask, expected))
+    mistake = None if right else first_match(mask, mistakes or {})
+    assert mistake is None, named(mistake)
     assert_tensor(mask, name, shape=shape, dtype=torch.bool)
     wrong = (mask != expected).nonzero()
     assert not len(wrong), (
         f"{name} is {bool(mask[tuple(wrong[0])])} at index {tuple(wrong[0].tolist())} where it "
         f"should be {bool(expected[tuple(wrong[0])])} (True = attention allowed)"
     )
+
+
+def mistaken_masks(tokens, pad_id, causal):
+    """``{mistake id: the mask it gives}`` for the plausible mistakes of 4.1 (``causal``
+    False, tokens [B, L]), 4.2 (True, tokens [1, L]: the [L, L] masks) and 4.3 (None)."""
+    batch, length = tokens.shape
+    keys = (tokens != pad_id)[:, None, None, :]
+    lower = torch.ones(length, length, dtype=torch.bool).tril()
+    if causal is False:
+        return {"4.1/inverted": ~keys, "4.1/masks-queries": keys.transpose(-1, -2)}
+    if causal:
+        return {"4.2/upper-triangle": lower.T.clone(), "4.2/true-hides": ~lower,
+                "4.2/no-diagonal": lower.tril(-1)}
+    if not (~keys).any():  # no padding: only the causal mistakes can be told apart
+        return {"4.3/padding-only": keys.expand(batch, 1, length, length)}
+    return {"4.3/causal-only": lower.expand(batch, 1, length, length),
+            "4.3/padding-only": keys.expand(batch, 1, length, length),
+            "4.3/or-for-and": keys | lower,
+            "4.3/padding-on-queries": keys.transpose(-1, -2) & lower}
 
 
 def usable_mask(mask, name, scores):
@@ -137,7 +161,8 @@ def test_padding_mask(learner, tokens, pad_id):
     batch, length = tokens.shape
     expected = allowed_by_loop(tokens, pad_id, causal=False)[:, :, :1, :]
     check_mask(learner.run(padding_mask_of, tokens=tokens, pad_id=pad_id),
-               f"padding_mask(tokens, pad_id={pad_id})", (batch, 1, 1, length), expected)
+               f"padding_mask(tokens, pad_id={pad_id})", (batch, 1, 1, length), expected,
+               mistaken_masks(tokens, pad_id, causal=False))
 
 
 @pytest.mark.grade("4.1", points=1)
@@ -182,8 +207,9 @@ def test_padded_keys_get_zero_weight(learner):
 @pytest.mark.parametrize("size", [1, 2, 5, 9])
 def test_causal_mask(learner, size):
     expected = allowed_by_loop(torch.ones(1, size, dtype=torch.long), 0, causal=True)[0, 0]
+    mistakes = mistaken_masks(torch.ones(1, size, dtype=torch.long), 0, causal=True)
     check_mask(learner.run(causal_mask_of, size=size), f"causal_mask({size})", (size, size),
-               expected)
+               expected, mistakes if size > 1 else None)
 
 
 @pytest.mark.grade("4.2", points=1)
@@ -216,7 +242,8 @@ def test_target_mask(learner, tokens, pad_id):
     batch, length = tokens.shape
     check_mask(run_mask(learner, target_mask_of, tokens=tokens, pad_id=pad_id),
                f"target_mask(tokens, pad_id={pad_id})", (batch, 1, length, length),
-               allowed_by_loop(tokens, pad_id, causal=True))
+               allowed_by_loop(tokens, pad_id, causal=True),
+               mistaken_masks(tokens, pad_id, causal=None))
 
 
 @pytest.mark.grade("4.3", points=1)

@@ -38,6 +38,7 @@ from checks import (
     load_trusted,
     trusted_state,
 )
+from mistakes import first_match, named
 
 CHAPTER = 5
 EXERCISES = {
@@ -247,6 +248,19 @@ def decoder_memory_effect(impl, x, memory):
 # ---------------------------------------------------------------- 5.1 LayerNorm
 
 
+def mistaken_layer_norms(x, eps, weight, bias):
+    """``{mistake id: the output it gives}`` for the plausible mistakes of 5.1."""
+    mean = x.mean(-1, keepdim=True)
+    variance = x.var(-1, keepdim=True, unbiased=False)
+    return {
+        "5.1/weight-and-bias-unused": F.layer_norm(x, (x.size(-1),), eps=eps),
+        "5.1/unbiased-variance":
+            (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias,
+        "5.1/eps-outside-sqrt": (x - mean) / (variance.sqrt() + eps) * weight + bias,
+    }
+
+
+
 @pytest.mark.grade("5.1", points=3)
 @pytest.mark.parametrize("shape, eps", [((2, 5, 8), 1e-5), ((4, 16), 1e-3), ((2, 3, 4, 6), 0.5)])
 def test_layer_norm_matches_pytorch(learner, shape, eps):
@@ -263,11 +277,9 @@ def test_layer_norm_matches_pytorch(learner, shape, eps):
     hint = ("Statistics over the last dimension only; the biased variance (divide by D, not "
             "D - 1); eps inside the square root; then * weight + bias.")
     output = result["output"]
-    if (isinstance(output, torch.Tensor) and output.shape == x.shape
-            and torch.allclose(output.double(), F.layer_norm(x, (d_model,), eps=eps),
-                               atol=1e-6, rtol=1e-5)):
-        hint = ("This is x normalised, but weight and bias are not applied: return "
-                "normalised x * self.weight + self.bias.")
+    mistake = first_match(output, mistaken_layer_norms(x, eps, weight, bias))
+    if mistake is not None:
+        hint = named(mistake)
     assert_close(output, theirs(x), f"LayerNorm({d_model}, eps={eps}) of x of shape "
                  f"{list(shape)}", hint=hint)
 
@@ -518,15 +530,9 @@ def explain_size_error(result, call):
     if "size_error" not in result:
         return
     if result["masks_only"]:
-        raise AssertionError(
-            f"{call} raised a size mismatch only when given masks: {result['size_error']}. "
-            "The package calls layer(x, memory, src_mask, tgt_mask), in that order; tgt_mask "
-            "[B, 1, Lt, Lt] goes to the self-attention over x, src_mask [B, 1, 1, Ls] to the "
-            "cross-attention (it masks the memory's keys).")
-    raise AssertionError(
-        f"{call} raised a size mismatch: {result['size_error']}. Cross-attention takes its "
-        "queries from the decoder (x) and its keys and values from the memory: "
-        "cross_attn(y, memory, memory, src_mask), whose output has x's length Lt.")
+        raise AssertionError(named("5.5/masks-swapped", call=call, error=result["size_error"]))
+    raise AssertionError(named("5.5/cross-attention-queries", call=call,
+                               error=result["size_error"]))
 
 
 @pytest.mark.grade("5.5", points=3)

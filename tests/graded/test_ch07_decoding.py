@@ -29,6 +29,7 @@ from torch import nn
 from annotated_transformer.model import TransformerConfig
 
 from checks import assert_tensor
+from mistakes import named
 from torch_models import TorchEncoderDecoder, greedy_decode
 
 CHAPTER = 7
@@ -278,15 +279,17 @@ def every_sequence(vocab_size, max_len):
                 yield from ((*body, last) for last in others)
 
 
-def brute_force(rule, src, vocab_size, max_len, alpha):
-    """``(score, tokens)`` of the best-scoring sequence, every sequence scored."""
-    return max((penalised(log_prob(rule, src, seq), len(seq), alpha), seq)
+def brute_force(rule, src, vocab_size, max_len, alpha, n_offset=0):
+    """``(score, tokens)`` of the best-scoring sequence, every sequence scored (``n_offset``:
+    what the penalty adds to the count of generated tokens, 1 for a BOS counted)."""
+    return max((penalised(log_prob(rule, src, seq), len(seq) + n_offset, alpha), seq)
                for seq in every_sequence(vocab_size, max_len))
 
 
-def by_the_rules(rule, src, max_len, beam_size, alpha):
-    """One row's beam search with Python lists, exactly as the syllabus words it."""
-    live, finished = [((), 0.0)], []
+def by_the_rules(rule, src, max_len, beam_size, alpha, copies_of_bos=False):
+    """One row's beam search with Python lists, exactly as the syllabus words it
+    (``copies_of_bos``: with the mistake of a beam that starts as beam_size live BOS)."""
+    live, finished = [((), 0.0)] * (beam_size if copies_of_bos else 1), []
     while live and 1 + len(live[0][0]) < max_len:
         extensions = [(tokens + (token,), total + lp)
                       for tokens, total in live
@@ -376,6 +379,10 @@ def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
         row = tuple(src[b].tolist())
         best, best_tokens = brute_force(rules[b], row, vocab_size, max_len, alpha)
         got = penalised(log_prob(rules[b], row, tokens), len(tokens), alpha)
+        counted_bos = brute_force(rules[b], row, vocab_size, max_len, alpha, n_offset=1)[1]
+        assert got >= best - 1e-9 or alpha == 0 or tokens != counted_bos, (
+            f"row {b}: expected {list(best_tokens)}, got {list(tokens)}. "
+            + named("7.1/penalty-counts-bos"))
         assert got >= best - 1e-9, (
             f"row {b}: expected the best sequence {list(best_tokens)} (score {best:.4f}), got "
             f"{list(tokens)} (score {got:.4f}), length_penalty={alpha}. With beam_size="
@@ -399,6 +406,11 @@ def test_a_narrow_beam_keeps_the_beam_size_best_extensions(learner, kind, beam_s
     expected = [by_the_rules(rules[b], tuple(row), max_len, beam_size, alpha)
                 for b, row in enumerate(src.tolist())]
     for b, (mine, theirs) in enumerate(zip(got, expected, strict=True)):
+        copies = by_the_rules(rules[b], tuple(src[b].tolist()), max_len, beam_size, alpha,
+                              copies_of_bos=True)
+        assert mine == theirs or mine != copies, (
+            f"row {b}: expected {list(theirs)}, got {list(mine)} (beam_size={beam_size}). "
+            + named("7.1/beam-of-bos-copies"))
         assert mine == theirs, (
             f"row {b}: expected {list(theirs)}, got {list(mine)} (beam_size={beam_size}, "
             f"length_penalty={alpha}). Each step extends every live hypothesis by every token "

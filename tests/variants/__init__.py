@@ -5,8 +5,9 @@ Each chapter's module (``variants/chNN.py``) decorates functions or classes with
 name replaced, so it behaves like a learner's file that answers that exercise
 its own way. ``pytest --parts variants`` grades every variant against the tests of
 its exercise; ``tests/test_grading.py`` checks the verdicts. A wrong variant may name, with
-``says="phrase"``, what the learner must read about that mistake: the message of its
-exercise must contain the phrase (the table of the mistakes the tests tell apart).
+``mistake="2.2/divided-by-d_k"``, the known mistake it makes (an id of the table in
+``tests/graded/mistakes.py``, which holds the message the learner reads): the grader must
+name that id for its exercise.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ class Variant:
     correct: bool
     why: str
     obj: Any
-    says: str | None = None  # a phrase the exercise's message must contain (wrong ones only)
+    mistake: str | None = None  # the id the grader must name (tests/graded/mistakes.py)
 
 
 _REGISTRY: dict[tuple[int, str], Variant] = {}
 
 
 def _register(exercise: str, replaces: str, correct: bool, why: str,
-              says: str | None = None) -> Callable[[Any], Any]:
+              mistake: str | None = None) -> Callable[[Any], Any]:
     chapter = int(exercise.split(".")[0])
 
     def decorate(obj: Any) -> Any:
@@ -46,17 +47,17 @@ def _register(exercise: str, replaces: str, correct: bool, why: str,
         if key in _REGISTRY:
             raise ValueError(f"two variants of chapter {chapter} are named {obj.__name__!r}")
         _REGISTRY[key] = Variant(obj.__name__, chapter, exercise, replaces, correct, why, obj,
-                                 says)
+                                 mistake)
         return obj
 
     return decorate
 
 
-def wrong(exercise: str, replaces: str, why: str, says: str | None = None
+def wrong(exercise: str, replaces: str, why: str, mistake: str | None = None
           ) -> Callable[[Any], Any]:
-    """A plausible mistake: some test of ``exercise`` must fail on it, and with ``says``, the
-    exercise's message must contain that phrase (the message that names this mistake)."""
-    return _register(exercise, replaces, False, why, says)
+    """A plausible mistake: some test of ``exercise`` must fail on it, and with ``mistake``,
+    the grader must name that known mistake's id for the exercise."""
+    return _register(exercise, replaces, False, why, mistake)
 
 
 def right(exercise: str, replaces: str, why: str) -> Callable[[Any], Any]:

@@ -14,19 +14,22 @@ NEG_INF = float("-inf")
 # ------------------------------------------------------------------ 2.1
 
 
-@wrong("2.1", "softmax", "no maximum subtracted: exp overflows")
+@wrong("2.1", "softmax", "no maximum subtracted: exp overflows",
+       mistake="2.1/no-maximum-subtracted")
 def unstable(x, dim=-1):
     e = torch.exp(x)
     return e / e.sum(dim, keepdim=True)
 
 
-@wrong("2.1", "softmax", "all -inf slices give NaN")
+@wrong("2.1", "softmax", "all -inf slices give NaN",
+       mistake="2.1/empty-slice-unguarded")
 def nan_on_empty_rows(x, dim=-1):
     e = torch.exp(x - x.amax(dim, keepdim=True))
     return e / e.sum(dim, keepdim=True)
 
 
-@wrong("2.1", "softmax", "sum over every entry instead of along dim")
+@wrong("2.1", "softmax", "sum over every entry instead of along dim",
+       mistake="2.1/sum-over-everything")
 def global_sum(x, dim=-1):
     m = x.amax(dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -34,7 +37,8 @@ def global_sum(x, dim=-1):
     return e / e.sum().clamp_min(1e-300)
 
 
-@wrong("2.1", "softmax", "dim ignored: always the last axis")
+@wrong("2.1", "softmax", "dim ignored: always the last axis",
+       mistake="2.1/dim-ignored")
 def always_last_axis(x, dim=-1):
     m = x.amax(-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -129,13 +133,13 @@ def _attention(q, k, v, mask=None, dropout=None, *, scale=None, where="before", 
 
 
 @wrong("2.2", "scaled_dot_product_attention", "divided by d_k instead of sqrt(d_k)",
-       says="divided by d_k instead of sqrt(d_k)")
+       mistake="2.2/divided-by-d_k")
 def scaled_by_d_k(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: q.size(-1))
 
 
 @wrong("2.2", "scaled_dot_product_attention", "no scaling at all",
-       says="with no scaling")
+       mistake="2.2/no-scaling")
 def unscaled(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: 1.0)
 
@@ -153,12 +157,13 @@ def scaled_by_d_v(q, k, v, mask=None, dropout=None):
 
 
 @wrong("2.2", "scaled_dot_product_attention", "softmax over the queries (dim=-2)",
-       says="softmax over the queries")
+       mistake="2.2/softmax-over-queries")
 def softmax_over_queries(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, softmax_dim=-2)
 
 
-@wrong("2.2", "scaled_dot_product_attention", "mask applied after the softmax")
+@wrong("2.2", "scaled_dot_product_attention", "mask applied after the softmax",
+       mistake="2.2/mask-after-softmax")
 def mask_after_softmax(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, where="after")
 
@@ -168,7 +173,8 @@ def large_negative_fill(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, fill=-1e9)
 
 
-@wrong("2.2", "scaled_dot_product_attention", "mask read as True = hidden (PyTorch's MHA way)")
+@wrong("2.2", "scaled_dot_product_attention", "mask read as True = hidden (PyTorch's MHA way)",
+       mistake="2.2/mask-true-hides")
 def inverted_mask(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, invert=True)
 

@@ -120,7 +120,7 @@ class _Base(nn.Module):
 
 
 @wrong("3.3", "MultiHeadAttention", "the output projection left out",
-       says="without out_proj")
+       mistake="3.3/no-out-proj")
 class NoOutputProjection(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)
@@ -149,7 +149,7 @@ class ViewWithoutTranspose(_Base):
 
 
 @wrong("3.3", "MultiHeadAttention", "the key projection applied to the values",
-       says="projected by k_proj")
+       mistake="3.3/values-by-k-proj")
 class KeyProjectionForValues(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)

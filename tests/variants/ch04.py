@@ -9,7 +9,8 @@ from variants import right, wrong
 # ------------------------------------------------------------------ 4.1
 
 
-@wrong("4.1", "padding_mask", "inverted: True at the padding")
+@wrong("4.1", "padding_mask", "inverted: True at the padding",
+       mistake="4.1/inverted")
 def inverted(tokens, pad_id):
     return (tokens == pad_id)[:, None, None, :]
 
@@ -19,7 +20,8 @@ def not_broadcastable(tokens, pad_id):
     return tokens != pad_id
 
 
-@wrong("4.1", "padding_mask", "[B, 1, L, 1]: masks queries instead of keys")
+@wrong("4.1", "padding_mask", "[B, 1, L, 1]: masks queries instead of keys",
+       mistake="4.1/masks-queries")
 def masks_queries(tokens, pad_id):
     return (tokens != pad_id)[:, None, :, None]
 
@@ -43,17 +45,20 @@ def eq_negated_view(tokens, pad_id):
 # ------------------------------------------------------------------ 4.2
 
 
-@wrong("4.2", "causal_mask", "the upper triangle: every position sees the future")
+@wrong("4.2", "causal_mask", "the upper triangle: every position sees the future",
+       mistake="4.2/upper-triangle")
 def upper_triangle(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).triu()
 
 
-@wrong("4.2", "causal_mask", "the diagonal left out: a position cannot see itself")
+@wrong("4.2", "causal_mask", "the diagonal left out: a position cannot see itself",
+       mistake="4.2/no-diagonal")
 def no_diagonal(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1)
 
 
-@wrong("4.2", "causal_mask", "True = hidden (PyTorch's nn.Transformer convention)")
+@wrong("4.2", "causal_mask", "True = hidden (PyTorch's nn.Transformer convention)",
+       mistake="4.2/true-hides")
 def hidden_convention(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 
@@ -85,30 +90,34 @@ def _causal(size, device):
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
-@wrong("4.3", "target_mask", "causal only: padded keys still visible")
+@wrong("4.3", "target_mask", "causal only: padded keys still visible",
+       mistake="4.3/causal-only")
 def causal_only(tokens, pad_id):
     batch, length = tokens.shape
     return _causal(length, tokens.device).expand(batch, 1, length, length)
 
 
-@wrong("4.3", "target_mask", "padding only: the decoder sees the future")
+@wrong("4.3", "target_mask", "padding only: the decoder sees the future",
+       mistake="4.3/padding-only")
 def padding_only(tokens, pad_id):
     batch, length = tokens.shape
     return _pad(tokens, pad_id).expand(batch, 1, length, length)
 
 
-@wrong("4.3", "target_mask", "padding applied to the queries (rows) instead of the keys")
+@wrong("4.3", "target_mask", "padding applied to the queries (rows) instead of the keys",
+       mistake="4.3/padding-on-queries")
 def padding_on_queries(tokens, pad_id):
     return (tokens != pad_id)[:, None, :, None] & _causal(tokens.size(1), tokens.device)
 
 
-@wrong("4.3", "target_mask", "combined with or instead of and")
+@wrong("4.3", "target_mask", "combined with or instead of and",
+       mistake="4.3/or-for-and")
 def combined_with_or(tokens, pad_id):
     return _pad(tokens, pad_id) | _causal(tokens.size(1), tokens.device)
 
 
 @wrong("4.3", "target_mask", "a float causal triangle combined with the bool padding mask",
-       says="a mask is a torch.bool tensor")
+       mistake="4.3/float-mask")
 def float_causal(tokens, pad_id):
     length = tokens.size(1)
     return _pad(tokens, pad_id) & torch.ones(length, length, device=tokens.device).tril()

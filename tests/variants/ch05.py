@@ -34,12 +34,14 @@ def _layer_norm_class(normalize):
 
 # ------------------------------------------------------------------ 5.1
 
-UnbiasedVariance = wrong("5.1", "LayerNorm", "unbiased variance (divide by D - 1)")(
+UnbiasedVariance = wrong("5.1", "LayerNorm", "unbiased variance (divide by D - 1)",
+                         mistake="5.1/unbiased-variance")(
     type("UnbiasedVariance", (_layer_norm_class(
         lambda x, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps)
     ),), {}))
 
-EpsOutsideSqrt = wrong("5.1", "LayerNorm", "eps added outside the square root")(
+EpsOutsideSqrt = wrong("5.1", "LayerNorm", "eps added outside the square root",
+                        mistake="5.1/eps-outside-sqrt")(
     type("EpsOutsideSqrt", (_layer_norm_class(
         lambda x, eps: (x - x.mean(-1, keepdim=True))
         / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps)
@@ -69,7 +71,7 @@ class NoAffine(nn.Module):
 
 
 @wrong("5.1", "LayerNorm", "weight and bias created but never used",
-       says="weight and bias are not applied")
+       mistake="5.1/weight-and-bias-unused")
 class AffineUnused(_LayerNorm):
     def forward(self, x):
         return _normalize(x, self.eps)
@@ -269,7 +271,7 @@ class AttendsToItself(_Decoder):
         return self.residuals[2](x, self.feed_forward)
 
 
-@wrong("5.5", "DecoderLayer", "the two masks swapped", says="only when given masks")
+@wrong("5.5", "DecoderLayer", "the two masks swapped", mistake="5.5/masks-swapped")
 class MasksSwapped(_Decoder):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, src_mask))
@@ -278,7 +280,7 @@ class MasksSwapped(_Decoder):
 
 
 @wrong("5.5", "DecoderLayer", "cross-attention's queries from the memory, keys and values from x",
-       says="queries from the decoder")
+       mistake="5.5/cross-attention-queries")
 class QueriesFromMemory(_Decoder):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))

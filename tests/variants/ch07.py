@@ -111,7 +111,8 @@ def finished_take_slots(*args, **kwargs):
     return _row_by_row(*args, **kwargs, finished_take_slots=True)
 
 
-@wrong("7.1", "beam_search", "n counts BOS in the length penalty")
+@wrong("7.1", "beam_search", "n counts BOS in the length penalty",
+       mistake="7.1/penalty-counts-bos")
 def penalty_counts_bos(*args, **kwargs):
     return _row_by_row(*args, **kwargs, n_offset=1)
 
@@ -192,7 +193,8 @@ def memory_tiled(*args, **kwargs):
     return _batched(*args, **kwargs, tile=True)
 
 
-@wrong("7.1", "beam_search", "every slot live at the start: the beam fills with copies")
+@wrong("7.1", "beam_search", "every slot live at the start: the beam fills with copies",
+       mistake="7.1/beam-of-bos-copies")
 def copies_of_bos(*args, **kwargs):
     return _batched(*args, **kwargs, all_slots_live=True)
 

@@ -58,6 +58,10 @@ from annotated_transformer.course.grading.report import (
     format_points,
     write_report,
 )
+from annotated_transformer.course.grading.sandbox import (
+    AFTER_TIMEOUT_CPU_SECONDS,
+    DEFAULT_CPU_SECONDS,
+)
 from annotated_transformer.layout import (
     GRADED_DIR,
     ROOT,
@@ -116,7 +120,7 @@ def _pytest_command(files: list[Path], parts: str, report: Path,
     ]
 
 
-def run_tests(chapters: list[int] | None, parts: str, timeout: float = 20.0,
+def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
               extra_args: tuple[str, ...] = (), seed: int = 0,
               sandbox: str = "auto",
               exercises: list[str] | None = None) -> list[dict[str, Any]]:
@@ -168,7 +172,8 @@ WITHHELD = ("the {points:g} point(s) for a clear error on bad input count once t
 
 
 def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
-    """One row an exercise: points earned, status from its worst test, that test's message.
+    """One row an exercise: points earned, status from its worst test, that test's message
+    and the known mistake it names (a test of that outcome that names one first).
 
     A test of a clear error on bad input (``errors=True``) pays only when every other test
     of its exercise passed: an exercise that raises one ``ValueError`` for everything earns
@@ -180,7 +185,8 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     rows = []
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
         tests = by_exercise[exercise]
-        worst = min(tests, key=lambda r: PRIORITY.index(r["outcome"]))
+        # The worst outcome; among its tests, one that names a known mistake.
+        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
         behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
         paid = [r for r in tests if r["outcome"] == "passed" and (behaves or not r.get("errors"))]
         withheld = sum(r["points"] for r in tests if r["outcome"] == "passed") - sum(
@@ -195,13 +201,13 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
             points=round(sum(r["points"] for r in paid), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
             status=worst["outcome"], message=message,
-            printed=printed or "",
+            printed=printed or "", mistake=worst.get("mistake") or "",
         ))
     return rows
 
 
 def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
-          timeout: float = 20.0, seed: int = 0, sandbox: str = "auto",
+          timeout: float = DEFAULT_CPU_SECONDS, seed: int = 0, sandbox: str = "auto",
           cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
     """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
     their records and rows.
@@ -309,8 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs (default: a fresh one each "
                         "run, printed with the report)")
-    parser.add_argument("--timeout", type=float, default=20.0, metavar="CPU_SECONDS",
-                        help="CPU seconds one call of your code may use in a test (default 20; "
+    parser.add_argument("--timeout", type=float, default=DEFAULT_CPU_SECONDS,
+                        metavar="CPU_SECONDS",
+                        help=f"CPU seconds one call of your code may use in a test (default "
+                        f"{DEFAULT_CPU_SECONDS:g}; once one call of an exercise ran out of "
+                        f"them, its later calls get {AFTER_TIMEOUT_CPU_SECONDS:g}; "
                         "the capstone allows more): a busy machine does not count against it")
     parser.add_argument("--no-cache", action="store_true",
                         help="always run the capstone, never reuse its result from an earlier "

@@ -1,7 +1,9 @@
-"""How long a message may be: one rule for the worker, the pytest plugin and the reports."""
+"""How long a message may be, and the id of the mistake it names: one rule for the worker, the
+pytest plugin and the reports."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # The most characters of a message that travels or is reported (the marker of the cut included).
@@ -19,3 +21,14 @@ def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
         return text
     keep = limit - len(f" [... cut: {len(text)} characters]")
     return f"{text[:keep]} [... cut: {len(text) - keep} characters]"
+
+
+# A message that names a known mistake ends with its id in this form (tests/graded/mistakes.py):
+# the grader reads it back into the reports, and the instructor's class summary counts it.
+MISTAKE_TAG = re.compile(r"\[mistake (\d+\.\d+/[a-z0-9][a-z0-9_-]*)\]")
+
+
+def mistake_of(message: str) -> str:
+    """The id of the mistake ``message`` names (its last ``[mistake ID]`` tag), "" for none."""
+    found = MISTAKE_TAG.findall(message or "")
+    return found[-1] if found else ""

@@ -3,7 +3,8 @@
 Loaded by :mod:`annotated_transformer.course.grading.grade` with ``-p``; writes one JSON record a
 test (``--grade-report PATH``): its exercise, points, whether it checks an error on bad input
 (``errors=True`` on its ``grade`` marker), the parts it ran against (``--parts``), its
-outcome and the first message a learner should read.
+outcome, the first message a learner should read and the id of the known mistake that
+message names (``tests/graded/mistakes.py``), if any.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
+from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, mistake_of
 from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
@@ -167,6 +168,7 @@ class GradeRecorder:
             "parts": _parts_of(item),
             "outcome": outcome,
             "message": message,
+            "mistake": mistake_of(message),  # the id of the known mistake it names, or ""
         }
 
     @pytest.hookimpl(hookwrapper=True)

@@ -18,7 +18,11 @@ its own exercise files and the grader's package and probes, read-only, and nothi
 (not the course's reference or ``.git``, not the other submissions, not the gradebook), and
 nothing it starts outlives it. Where bubblewrap cannot start, ``--unsafe`` is needed.
 
-Writes ``DIR/gradebook.csv`` and ``DIR/gradebook.json``, one row per learner and exercise.
+Writes ``DIR/gradebook.csv`` and ``DIR/gradebook.json``, one row per learner and exercise
+(with the id of the known mistake the grader named, if any), and the class's summary beside
+them: ``DIR/class-summary.md`` and ``DIR/class-summary.png``, per exercise how many learners
+pass and the named mistakes with how many learners made each, most common first (see
+:mod:`~annotated_transformer.course.grading.class_summary`).
 A submission that cannot be cloned or graded gets one row with status ``error`` and 0
 points, and the others go on. Exit status: 0, 1 when some submission got an ``error`` row,
 2 (with one ``error:`` line) for bad arguments.
@@ -42,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import boundary, grade, manifest
+from annotated_transformer.course.grading import boundary, class_summary, grade, manifest
 from annotated_transformer.course.grading.report import ExerciseResult, write_report
 from annotated_transformer.layout import (
     CHAPTER_FILE,
@@ -73,7 +77,7 @@ FLAGS = {
     "missing-chapter": "no usable file for a graded chapter (the course's stub graded instead)",
 }
 COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
-           "seed")
+           "seed", "mistake")
 
 
 class SubmissionError(RuntimeError):
@@ -109,6 +113,7 @@ class Row:
     message: str
     flags: str  # the learner's flags, joined with ";"
     seed: int
+    mistake: str = ""  # the id of the known mistake the grader named (tests/graded/mistakes.py)
 
 
 # ---------------------------------------------------------------- fetching a submission
@@ -311,7 +316,7 @@ def rows_for(who: Learner, results: list[ExerciseResult], seed: int) -> list[Row
     who.points = round(sum(r.points for r in results), 2)
     who.max_points = round(sum(r.max_points for r in results), 2)
     return [Row(who.learner, r.id, r.title, r.points, r.max_points, r.status,
-                grade.cut(r.message), flags, seed) for r in results]
+                grade.cut(r.message), flags, seed, r.mistake) for r in results]
 
 
 def error_row(who: Learner, error: BaseException, seed: int, possible: float) -> Row:
@@ -430,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                         help="a submission's folder or git URL (cloned with --depth 1)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="where to write gradebook.csv and gradebook.json")
+                        help="where to write gradebook.csv, gradebook.json and the class "
+                        "summary (class-summary.md, class-summary.png)")
     parser.add_argument("--chapter", type=int, action="append",
                         help="grade this chapter only (repeatable; default: every chapter)")
     parser.add_argument("--seed", type=int, metavar="N",
@@ -495,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     learners, rows = regrade(args.submissions, names, chapters, seed, expected, sandbox)
     write_gradebook(args.out, learners, rows, chapters, seed, sandbox)
     print(f"Gradebook: {args.out / 'gradebook.csv'} and {args.out / 'gradebook.json'}")
+    summary = class_summary.write(args.out, rows, len(learners))
+    print(f"Class summary: {' and '.join(map(str, summary))}")
     return 1 if any(who.status == "error" for who in learners) else 0
 
 

@@ -32,6 +32,7 @@ class ExerciseResult:
     status: str
     message: str
     printed: str = ""  # what the code under test printed in the test that names the status
+    mistake: str = ""  # the id of the known mistake the message names (tests/graded/mistakes.py)
 
 
 @dataclass
@@ -95,11 +96,15 @@ def _first_line(message: str) -> str:
 
 
 def _folder(parts: str) -> str:
-    """The folder a ``--parts`` names (the learner's exercises/ included), "" for none."""
-    from annotated_transformer.layout import EXERCISES_DIR
+    """The folder a ``--parts`` names (the learner's exercises/ included), "" for none; in a
+    student release, ``solutions`` names the learner's exercises/ and says why."""
+    from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
 
     if parts == "exercises":
         return str(EXERCISES_DIR)
+    if parts == "solutions" and not SOLUTIONS_DIR.is_dir():
+        return (f"{EXERCISES_DIR}: this student release has no solutions/, so your own "
+                f"exercises were graded")
     return str(Path(parts).resolve()) if parts not in ("solutions", "points") else ""
 
 
@@ -229,12 +234,13 @@ class Report:
         """The table as Markdown (for a CI job summary)."""
         lines = [f"### Grading: {_points(self.points)}/{_points(self.max_points)} points "
                  f"(tests passed)", "", self._graded(markdown=True), "",
-                 "| id | exercise | points | status | what to look at |",
-                 "| --- | --- | --- | --- | --- |"]
+                 "| id | exercise | points | status | what to look at | mistake |",
+                 "| --- | --- | --- | --- | --- | --- |"]
         for row in self.rows:
             message = _first_line(row.message).replace("|", "\\|").replace("<", "&lt;")
             lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
-                         f"{_points(row.max_points)} | {row.status} | {message} |")
+                         f"{_points(row.max_points)} | {row.status} | {message} | "
+                         f"{f'`{row.mistake}`' if row.mistake else ''} |")
         for check, bad in ((self.integrity, self.integrity and self.integrity.changes),
                            (self.workflow, self.workflow and self.workflow.changed)):
             if check is not None:
@@ -261,6 +267,9 @@ class Report:
                 suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
             case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
                                  classname=f"exercise {record['exercise']}")
+            if record.get("mistake"):  # the known mistake its message names
+                properties = ET.SubElement(case, "properties")
+                ET.SubElement(properties, "property", name="mistake", value=record["mistake"])
             if record.get("printed"):  # what the code under test printed in this test
                 ET.SubElement(case, "system-out").text = _NOT_XML.sub("\ufffd",
                                                                       record["printed"])

@@ -43,6 +43,13 @@ START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the t
 BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
 # times BUSY_FACTOR, and at least BUSY_FLOOR seconds
 POLL = 0.25  # seconds between two readings of the worker's CPU time
+DEFAULT_CPU_SECONDS = 10.0  # CPU seconds a call may use (the reference's largest: under 1)
+# Once a call of an exercise has run out of CPU time, each later call of that exercise (from
+# the same source) may use this many: an endless loop costs its full budget once, not once
+# a test, and a correct but slow answer still passes the small inputs.
+AFTER_TIMEOUT_CPU_SECONDS = 2.0
+STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call "
+                        r"first\):")  # faulthandler's stack, asked for by the grader
 # How the worker starts: the grader's own copy of the package first on its path (the worker
 # runs the package that grades, installed or not), then the worker's main.
 WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
@@ -170,6 +177,7 @@ class WorkerProcess:
         self.output = _Output(self.process.stderr.fileno())
         self.output.start()
         self.ready, self.mark = False, 0
+        self.stack_asked = False  # the grader asked for the stack: not the learner's output
 
     @staticmethod
     def _shown(learner_dir: Path | None, probes: Path) -> list[Path]:
@@ -204,8 +212,10 @@ class WorkerProcess:
         return self._receive()
 
     def printed(self) -> str:
-        """What the code under test printed during the last call (at most its end)."""
-        return self.output.since(self.mark)
+        """What the code under test printed during the last call (at most its end), without
+        the stack the grader asked for."""
+        text = self.output.since(self.mark)
+        return STACK_DUMP.split(text, 1)[0] if self.stack_asked else text
 
     def _wait_ready(self) -> None:
         """Wait for the worker's ``{"ready": True}``: it has imported PyTorch and the tests,
@@ -258,6 +268,7 @@ class WorkerProcess:
                 with open(f"/proc/{pid}/cmdline", "rb") as handle:  # python -I -B -c BOOT
                     if WORKER_BOOT.encode() not in handle.read().split(b"\0")[1:5]:
                         continue
+                self.stack_asked = True
                 os.kill(pid, signal.SIGUSR1)
             except OSError:
                 continue
@@ -418,6 +429,7 @@ class WorkerPool:
         self.sandboxed = sandboxed
         self.workers: dict[str, WorkerProcess] = {}
         self.last_printed: dict[str, str] = {}
+        self.timed_out: set[tuple[str, str | None]] = set()  # (worker, exercise) past its CPU
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -441,9 +453,16 @@ class WorkerPool:
         key = self._key(source)
         worker = self.start(source)
         request = {**request, "source": source}
+        spent = (key, request.get("exercise")) in self.timed_out
         try:
-            return worker.call(request, cpu_seconds)
-        except (WorkerTimeout, WorkerCrashed, MachineBusy, GraderFault):
+            return worker.call(request, min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS) if spent
+                               else cpu_seconds)
+        except WorkerTimeout:
+            self.timed_out.add((key, request.get("exercise")))
+            worker.close()
+            del self.workers[key]
+            raise
+        except (WorkerCrashed, MachineBusy, GraderFault):
             worker.close()
             del self.workers[key]
             raise

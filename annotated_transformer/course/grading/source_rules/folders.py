@@ -25,7 +25,7 @@ def _syntax_violation(path: str, name: str, error: SyntaxError) -> Violation:
     text = text if len(text) <= 60 else text[:57] + "..."
     line = error.lineno or 1
     shown = f" (`{text}`)" if text else ""
-    return Violation(path, line, None, one_line(f"{name} line {line} is not valid Python: "
+    return Violation(path, line, None, one_line(f"this line is not valid Python: "
                                                 f"{error.msg}{shown}; fix it so the file runs"))
 
 
