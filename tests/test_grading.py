@@ -66,6 +66,7 @@ def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
             assert row.message.startswith("the capstone builds and trains"), row.message
 
 
+@pytest.mark.slow  # every variant of every chapter graded: minutes
 def test_wrong_variants_fail_and_right_variants_pass():
     records = grade.run_tests(None, "variants")
     by_variant: dict[str, list[dict]] = defaultdict(list)
@@ -412,6 +413,7 @@ def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
         assert first in done.stdout
 
 
+@pytest.mark.slow  # the named variants graded
 def test_each_named_mistake_gets_its_message():
     """The table of mistakes the tests tell apart: a wrong variant with ``mistake=`` fails, and
     its exercise's row (as every report shows it) names that id and carries its message."""

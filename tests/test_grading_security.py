@@ -145,6 +145,7 @@ def points(records: list[dict]) -> float:
     return sum(r["points"] for r in records if r["outcome"] == "passed")
 
 
+@pytest.mark.slow  # the shared fixture grades some 30 submissions: minutes
 def test_every_submission_has_every_test_in_its_report(graded):
     expected = sorted(r["test"].split("[")[0] for r in graded["honest"]["2.1"])
     for name, exercises in graded.items():
@@ -152,6 +153,7 @@ def test_every_submission_has_every_test_in_its_report(graded):
         assert sorted(r["test"].split("[")[0] for r in exercises["2.1"]) == expected, name
 
 
+@pytest.mark.slow
 def test_the_controls(graded):
     assert all(points(graded["untouched"][e]) == 0 for e in ("2.1", "2.2", "2.3"))
     assert {r["outcome"] for r in graded["untouched"]["2.1"]} == {"not implemented"}
@@ -163,6 +165,7 @@ def test_the_controls(graded):
     assert points(latin) == 0 and all("UTF-8" in r["message"] for r in latin)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHEATS) + list(BROKEN))
 def test_no_points_without_the_work(graded, name):
     status, phrase = {**CHEATS, **BROKEN}[name][1:]
