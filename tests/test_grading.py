@@ -417,11 +417,12 @@ def test_a_broken_chapter_3_is_named_first_in_chapter_5(tmp_path):
 def test_each_named_mistake_gets_its_message():
     """The table of mistakes the tests tell apart: a wrong variant with ``mistake=`` fails, and
     its exercise's row (as every report shows it) names that id and carries its message."""
-    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter) if v.mistake]
+    named = [v for chapter in CHAPTERS for v in variants.for_chapter(chapter)
+             if v.mistake or v.says]
     assert named and not any(v.correct for v in named)
-    unknown = sorted({v.mistake for v in named} - set(MISTAKES))
+    unknown = sorted({v.mistake for v in named if v.mistake} - set(MISTAKES))
     assert not unknown, f"ids the table does not hold: {unknown}"
-    assert all(v.mistake.startswith(f"{v.exercise}/") for v in named)
+    assert all(v.mistake.startswith(f"{v.exercise}/") for v in named if v.mistake)
     records = grade.run_tests(None, "variants", exercises=sorted({v.exercise for v in named}),
                               extra_args=("-k", " or ".join(v.name for v in named)))
     by_variant: dict[str, list[dict]] = defaultdict(list)
@@ -432,6 +433,11 @@ def test_each_named_mistake_gets_its_message():
     for variant in named:
         rows = grade.summarize(by_variant[variant.name])
         row = rows[0] if rows else None
+        if variant.says:  # a refused road: its message names what was refused
+            if row is None or row.status == "passed" or variant.says not in row.message:
+                problems.append(f"{variant.name} ({variant.why}) should say {variant.says!r}; "
+                                f"it says: {row.message if row else '(no test ran)'}")
+            continue
         if row is None or row.status == "passed" or row.mistake != variant.mistake \
                 or f"[mistake {variant.mistake}]" not in row.message:
             problems.append(f"{variant.name} ({variant.why}) should be named "

@@ -108,7 +108,7 @@ BROKEN = {
     "PyTorch's own NotImplementedError": (with_softmax(
         "return torch.ones(2) & torch.ones(2)"), "error", "NotImplementedError"),
     "a half-typed line": (with_softmax("return x.amax(dim=dim, keepdim=True"), "error",
-                          "ch02_attention.py line"),
+                          "ch02_attention.py, line"),
 }
 LATIN_1 = "# -*- coding: latin-1 -*-\n" + HONEST
 

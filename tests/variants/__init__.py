@@ -33,13 +33,14 @@ class Variant:
     why: str
     obj: Any
     mistake: str | None = None  # the id the grader must name (tests/graded/mistakes.py)
+    says: str | None = None  # a phrase the exercise's message must hold (a refused road)
 
 
 _REGISTRY: dict[tuple[int, str], Variant] = {}
 
 
 def _register(exercise: str, replaces: str, correct: bool, why: str,
-              mistake: str | None = None) -> Callable[[Any], Any]:
+              mistake: str | None = None, says: str | None = None) -> Callable[[Any], Any]:
     chapter = int(exercise.split(".")[0])
 
     def decorate(obj: Any) -> Any:
@@ -47,17 +48,18 @@ def _register(exercise: str, replaces: str, correct: bool, why: str,
         if key in _REGISTRY:
             raise ValueError(f"two variants of chapter {chapter} are named {obj.__name__!r}")
         _REGISTRY[key] = Variant(obj.__name__, chapter, exercise, replaces, correct, why, obj,
-                                 mistake)
+                                 mistake, says)
         return obj
 
     return decorate
 
 
-def wrong(exercise: str, replaces: str, why: str, mistake: str | None = None
-          ) -> Callable[[Any], Any]:
-    """A plausible mistake: some test of ``exercise`` must fail on it, and with ``mistake``,
-    the grader must name that known mistake's id for the exercise."""
-    return _register(exercise, replaces, False, why, mistake)
+def wrong(exercise: str, replaces: str, why: str, mistake: str | None = None,
+          says: str | None = None) -> Callable[[Any], Any]:
+    """A plausible mistake: some test of ``exercise`` must fail on it; with ``mistake``, the
+    grader must name that known mistake's id for the exercise; with ``says`` (a road to a
+    refused op), the exercise's message must hold that phrase."""
+    return _register(exercise, replaces, False, why, mistake, says)
 
 
 def right(exercise: str, replaces: str, why: str) -> Callable[[Any], Any]:
