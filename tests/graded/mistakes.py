@@ -14,6 +14,50 @@ from __future__ import annotations
 import torch
 
 MISTAKES = {
+    # 1.1 positional_encoding
+    "1.1/sine-cosine-swapped": "This is the table with sine and cosine swapped: the even "
+    "columns (0, 2, ...) take the sine, the odd ones the cosine, so that PE[0] = [0, 1, 0, 1, "
+    "...].",
+    "1.1/exponent-i-over-d_model": "This is the table with the exponent i/d_model: the pair i "
+    "(columns 2i and 2i + 1) has the angle pos / 10000^(2i/d_model), so the exponent is "
+    "2i/d_model.",
+    "1.1/exponent-by-column": "This is the table with the exponent 2j/d_model where j is the "
+    "column: i counts the (sin, cos) pairs, so columns 2i and 2i + 1 share the angle "
+    "pos / 10000^(2i/d_model).",
+    "1.1/positions-from-1": "This is the table with positions counted from 1: the first "
+    "position is 0 (torch.arange(max_len)), whose row is [0, 1, 0, 1, ...].",
+    "1.1/sines-then-cosines": "This is the table with all sines first and all cosines after "
+    "(concatenated): interleave them, sine at column 2i, cosine at column 2i + 1 "
+    "(pe[:, 0::2] = sin, pe[:, 1::2] = cos).",
+    # 1.2 PositionalEncoding
+    "1.2/table-learned": "The table is an nn.Parameter, so the optimiser would change it: the "
+    "sinusoids are fixed. Register it with self.register_buffer('pe', table).",
+    "1.2/not-a-buffer": "The module has no buffer pe: a plain attribute (self.pe = table) is "
+    "neither saved in the state_dict nor moved by .to(device). Register it with "
+    "self.register_buffer('pe', table).",
+    "1.2/dtype-promoted": "For x in {dtype} the output is {got}: adding the float32 table "
+    "promoted it. Convert the table to x's dtype first: self.pe[:L].to(x.dtype).",
+    "1.2/dropout-in-eval": "Dropout is still on in eval mode (about half the entries are 0): "
+    "use an nn.Dropout module, which module.eval() switches off (functional dropout needs "
+    "training=self.training).",
+    "1.2/dropout-before-the-table": "Dropout is applied to x before the table is added: the "
+    "paper applies it to the sum, dropout(x + pe[:L]).",
+    # 1.3 TokenEmbedding
+    "1.3/no-scale": "This is the embedding lookup without the scale: multiply it by "
+    "sqrt(d_model) (section 3.4).",
+    "1.3/scaled-by-d_model": "This is the lookup multiplied by d_model: multiply by its square "
+    "root, sqrt(d_model).",
+    "1.3/divided-by-sqrt-d_model": "This is the lookup divided by sqrt(d_model): multiply by "
+    "it instead.",
+    # 1.4 relative_position_matrix
+    "1.4/identity": "This is the identity: PE[pos + k] is not PE[pos] (every pair turns by "
+    "k * w_i). Build the block-diagonal rotation, each 2x2 block [[cos, -sin], [sin, cos]] "
+    "of the angle k * w_i.",
+    "1.4/rotation-transposed": "This is the rotation the wrong way round (M transposed): with "
+    "rows multiplied on the left, PE[pos] @ M, each block is [[cos t, -sin t], [sin t, "
+    "cos t]], -sin t in the top right.",
+    "1.4/angle-without-frequency": "The angle of pair i is k * i: it is k * w_i, with "
+    "w_i = 1 / 10000^(2i/d_model) the pair's frequency.",
     # 2.1 softmax
     "2.1/no-maximum-subtracted": "This is exp(x) / sum(exp(x)) with no maximum subtracted: "
     "exp(1000) overflows to inf and inf / inf is NaN. Subtract each slice's maximum first: "
@@ -82,10 +126,72 @@ MISTAKES = {
     "5.5/cross-attention-queries": "{call} raised a size mismatch: {error}. Cross-attention "
     "takes its queries from the decoder (x) and its keys and values from the memory: "
     "cross_attn(y, memory, memory, src_mask), whose output has x's length Lt.",
+    # 6.1 noam_lr
+    "6.1/warmup-exponent": "These are the rates with step * warmup_steps^-0.5 during warmup: "
+    "the warmup branch is step * warmup_steps^-1.5, so that both branches meet at step = "
+    "warmup_steps.",
+    "6.1/d_model-to-minus-1": "These are the rates scaled by d_model^-1: the paper's scale is "
+    "d_model^-0.5 (1 / sqrt(d_model)).",
+    "6.1/step-zero": "noam_lr gives {at_zero} at step 0 and {at_one} at step 1: count step 0 "
+    "as step 1 (step = max(step, 1)): 0^-0.5 is infinite, and a rate of 0 wastes the first "
+    "step.",
+    # 6.2 LabelSmoothingLoss
+    "6.2/smoothing-over-the-other-classes": "This is the loss with the smoothing spread over "
+    "the V - 1 wrong classes (s / (V - 1) each): the course, like PyTorch's label_smoothing, "
+    "spreads s over all V classes, so the target gets 1 - s + s / V: "
+    "(1 - s) * (-log p[target]) + s * mean over V of -log p.",
+    "6.2/mean-includes-ignored": "This is the loss averaged over every target, ignored ones "
+    "included: divide by the number of targets that are not ignore_index.",
+    "6.2/nan-when-all-ignored": "With every target ignored the loss is NaN (a mean of nothing, "
+    "0 / 0): divide the sum by max(count, 1) so that it is 0, still connected to the logits.",
+    "6.2/log-of-softmax": "The loss is not finite for logits of +-1000: log(softmax(x)) takes "
+    "log(0) = -inf where a probability underflows. Use torch.log_softmax, computed as "
+    "x - logsumexp(x).",
+    # 6.3 make_batch
+    "6.3/target-not-shifted": "tgt_input is the whole target: the decoder would see each token "
+    "it must predict. Feed tgt[:, :-1] (BOS first, the last token dropped) and predict "
+    "tgt[:, 1:].",
+    "6.3/labels-include-bos": "tgt_labels is tgt[:, :-1], the decoder's input: the labels are "
+    "the next tokens, tgt[:, 1:] (position t predicts token t + 1).",
+    "6.3/padding-counted": "num_tokens counts the padding too ({counted} labels): count the "
+    "labels that are not pad_id, int((tgt_labels != pad_id).sum()).",
+    "6.3/target-mask-not-causal": "tgt_mask is the padding mask alone: each position would see "
+    "the later ones. Combine it with the causal mask (target_mask of 4.3).",
+    # 6.4 greedy_decode
+    "6.4/generates-after-eos": "A row keeps generating after its EOS: write pad_id in a row "
+    "once it has produced EOS (keep a boolean done per row).",
+    "6.4/never-stops-early": "The output always has max_len columns: stop as soon as every row "
+    "has produced EOS.",
+    "6.4/source-encoded-every-step": "The source is encoded {calls} times: encode it once "
+    "before the loop (memory = model.encode(src, src_mask)) and decode from that memory at "
+    "every step.",
+    "6.4/no-target-mask": "greedy_decode passed tgt_mask=None to model.decode: pass the causal "
+    "mask of the prefix (causal_mask(L) of 4.2), as in training.",
     # 7.1 beam_search
     "7.1/penalty-counts-bos": "This is the best sequence when n counts BOS in the length "
     "penalty ((5 + n) / 6) ** length_penalty: n counts the generated tokens only (EOS "
     "included, BOS not).",
+    "7.1/length-penalty-ignored": "This is the best sequence with no length penalty: divide "
+    "each finished hypothesis's sum of log-probabilities by ((5 + n) / 6) ** length_penalty "
+    "before comparing (n its generated tokens, EOS included).",
+    "7.1/penalty-per-token": "This is the search with each token's log-probability divided by "
+    "the penalty at its position: the penalty divides a finished hypothesis's whole sum, once, "
+    "when hypotheses are compared at the end.",
+    "7.1/scores-not-accumulated": "This is the search that ranks hypotheses by their last "
+    "token's log-probability alone: a hypothesis's score is the sum of the log-probabilities "
+    "of all its tokens (add each step's log-probability to its parent's total).",
+    "7.1/finished-dropped": "This is the search that forgets the hypotheses ended by EOS and "
+    "answers with a live one at max_len: keep every finished hypothesis with its score until "
+    "the end, and answer with the best of them all.",
+    "7.1/finished-keep-places": "This is the search whose finished hypotheses keep their "
+    "places in the beam: a hypothesis that ends in EOS leaves the beam (remember it apart), so "
+    "that the next step again extends beam_size live ones.",
+    "7.1/finished-extended": "This is the search that goes on extending hypotheses after their "
+    "EOS: a hypothesis ending in EOS is finished; set it aside with its score and extend only "
+    "the live ones.",
+    "7.1/no-log-softmax": "The search gives different answers for a generator's logits and for "
+    "its log-probabilities: it adds up raw logits. Apply torch.log_softmax to the generator's "
+    "output before adding it to the scores.",
     "7.1/beam-of-bos-copies": "Your beam started with beam_size live copies of BOS, so it "
     "filled with the same hypothesis several times: start with one live hypothesis (the others "
     "at score -inf) so that each step keeps beam_size different ones.",

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from checks import assert_close, assert_tensor, check_names, load_trusted, trusted_state
+from mistakes import first_match, named
 
 CHAPTER = 1
 EXERCISES = {
@@ -112,6 +113,36 @@ def reference_table(max_len: int, d_model: int) -> torch.Tensor:
     return pe
 
 
+def mistaken_tables(max_len: int, d_model: int) -> dict[str, torch.Tensor]:
+    """``{mistake id: the table it gives}`` for the plausible mistakes of 1.1, in float64."""
+    def table(start=0, exponent=lambda i: 2 * i / d_model, swap=False):
+        pe = torch.empty(max_len, d_model, dtype=torch.float64)
+        positions = torch.arange(start, start + max_len, dtype=torch.float64)
+        for i in range(d_model // 2):
+            angle = positions / 10000 ** exponent(i)
+            first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+            pe[:, 2 * i], pe[:, 2 * i + 1] = first(angle), second(angle)
+        return pe
+
+    right = reference_table(max_len, d_model)
+    return {"1.1/sine-cosine-swapped": table(swap=True),
+            "1.1/exponent-i-over-d_model": table(exponent=lambda i: i / d_model),
+            "1.1/exponent-by-column": table(exponent=lambda i: 2 * (2 * i) / d_model),
+            "1.1/positions-from-1": table(start=1),
+            "1.1/sines-then-cosines": torch.cat([right[:, 0::2], right[:, 1::2]], dim=1)}
+
+
+def rotation(offset: int, d_model: int, frequency=None) -> torch.Tensor:
+    """The block-diagonal rotation by ``offset * w_i`` (``frequency(i)``, default the paper's
+    ``w_i = 1 / 10000^(2i/d_model)``), float64 [d_model, d_model]."""
+    blocks = []
+    for i in range(d_model // 2):
+        w = frequency(i) if frequency else 1 / 10000 ** (2 * i / d_model)
+        c, s = math.cos(offset * w), math.sin(offset * w)
+        blocks.append(torch.tensor([[c, -s], [s, c]], dtype=torch.float64))
+    return torch.block_diag(*blocks)
+
+
 # ---------------------------------------------------------------- 1.1 positional_encoding
 
 
@@ -120,10 +151,12 @@ def reference_table(max_len: int, d_model: int) -> torch.Tensor:
 def test_table_matches_formula(learner, max_len, d_model):
     pe = assert_tensor(learner.run(table_of, max_len=max_len, d_model=d_model),
                        "positional_encoding(...)", shape=(max_len, d_model), dtype=torch.float32)
-    assert_close(pe, reference_table(max_len, d_model), f"PE for max_len={max_len}, "
-                 f"d_model={d_model}", atol=2e-5, rtol=0,
-                 hint="Is the exponent 2i/d_model (i counts sin/cos pairs)? "
-                 "Sine in even columns, cosine in odd ones?")
+    expected = reference_table(max_len, d_model)
+    mistake = None if torch.allclose(pe.double(), expected, atol=2e-5, rtol=0) else first_match(
+        pe, mistaken_tables(max_len, d_model), atol=2e-5, rtol=0)
+    assert_close(pe, expected, f"PE for max_len={max_len}, d_model={d_model}", atol=2e-5,
+                 rtol=0, hint=named(mistake) if mistake else "Is the exponent 2i/d_model (i "
+                 "counts sin/cos pairs)? Sine in even columns, cosine in odd ones?")
 
 
 @pytest.mark.grade("1.1", points=1)
@@ -177,7 +210,8 @@ def test_adds_table_to_input(learner):
 def test_table_is_a_buffer_not_a_parameter(learner):
     state = learner.run(positional_encoding_state, d_model=8, max_len=30)
     buffers = state["buffers"]
-    assert "pe" in buffers, (
+    assert "pe" not in state["parameters"], named("1.2/table-learned")
+    assert "pe" in buffers, named("1.2/not-a-buffer") if not buffers else (
         f"the table should be a buffer named 'pe' (register_buffer); buffers found: {list(buffers)}"
     )
     assert_tensor(buffers["pe"], "the buffer pe", shape=(30, 8))
@@ -201,6 +235,8 @@ def test_table_moves_with_to(learner):
 def test_keeps_input_dtype(learner, dtype):
     out = learner.run(positional_encoding_output, x=torch.zeros(2, 5, 8, dtype=dtype), d_model=8,
                       max_len=30)
+    promoted = isinstance(out, torch.Tensor) and out.dtype != dtype and dtype != torch.float32
+    assert not promoted, named("1.2/dtype-promoted", dtype=dtype, got=out.dtype)
     assert_tensor(out, "PositionalEncoding(x)", shape=(2, 5, 8), dtype=dtype)
     # Half precision keeps about 3 (float16) or 2 (bfloat16) significant digits.
     atol = {torch.float16: 1e-3, torch.bfloat16: 8e-3}.get(dtype, 1e-5)
@@ -215,9 +251,17 @@ def test_dropout_after_the_sum_and_off_in_eval(learner):
     total = x + reference_table(50, 32)
     result = learner.run(positional_encoding_eval_and_train, x=x, d_model=32, max_len=50,
                          dropout=0.5)
-    assert_close(result["eval"], total, "PositionalEncoding(x) in eval mode", atol=1e-5,
-                 hint="Dropout must be off in eval mode: use nn.Dropout.")
+    evaluated = assert_tensor(result["eval"], "PositionalEncoding(x) in eval mode", shape=x.shape)
+    assert_close(evaluated, total, "PositionalEncoding(x) in eval mode", atol=1e-5,
+                 hint=named("1.2/dropout-in-eval") if (evaluated == 0).double().mean() > 0.3
+                 else "Dropout must be off in eval mode: use nn.Dropout.")
     out = assert_tensor(result["train"], "PositionalEncoding(x) in train mode", shape=x.shape)
+    table = reference_table(50, 32)
+    # dropout(x) + pe: the dropped entries are pe (up to a float32 table's rounding)
+    x_dropped = (out.double() - table).abs() < 1e-4
+    before = 0.3 < x_dropped.double().mean() < 0.7 and torch.allclose(
+        out[~x_dropped].double(), (2 * x + table)[~x_dropped], atol=1e-4)
+    assert not before, named("1.2/dropout-before-the-table")
     dropped = out == 0
     assert 0.3 < dropped.double().mean() < 0.7, (
         f"with dropout=0.5 about half the entries should be zeroed in train mode; "
@@ -249,8 +293,13 @@ def test_lookup_scaled_by_sqrt_d_model(learner, d_model):
                          state=state)
     check_names(result["names"], state, "TokenEmbedding", hint="Hold the table as "
                 "self.embedding = nn.Embedding(vocab_size, d_model).")
-    assert_close(result["output"], weight[tokens] * math.sqrt(d_model), "TokenEmbedding(tokens)",
-                 hint="The paper multiplies the embedding by sqrt(d_model).")
+    expected, looked_up = weight[tokens] * math.sqrt(d_model), weight[tokens]
+    mistake = None if torch.allclose(result["output"].double(), expected) else first_match(
+        result["output"], {"1.3/no-scale": looked_up, "1.3/scaled-by-d_model": looked_up * d_model,
+                           "1.3/divided-by-sqrt-d_model": looked_up / math.sqrt(d_model)})
+    assert_close(result["output"], expected, "TokenEmbedding(tokens)",
+                 hint=named(mistake) if mistake else "The paper multiplies the embedding by "
+                 "sqrt(d_model).")
 
 
 @pytest.mark.grade("1.3", points=1)
@@ -286,10 +335,16 @@ def test_shift_is_a_matrix_product(learner, offset):
                       f"relative_position_matrix({offset}, {d_model})",
                       shape=(d_model, d_model), dtype=torch.float32)
     table = reference_table(200, d_model)
-    assert_close(table[positions] @ m.double(), table[positions + offset],
-                 f"PE[pos] @ M for offset={offset}", atol=1e-4, rtol=0,
-                 hint="Each (sin, cos) column pair should be rotated by offset * w_i: "
-                 "check the signs and which of the two entries gets -sin.")
+    shifted = table[positions] @ m.double()
+    mistake = None if torch.allclose(shifted, table[positions + offset], atol=1e-4, rtol=0) else (
+        first_match(m, {"1.4/identity": torch.eye(d_model, dtype=torch.float64),
+                        "1.4/rotation-transposed": rotation(offset, d_model).T,
+                        "1.4/angle-without-frequency": rotation(offset, d_model, float)},
+                    atol=1e-5))
+    assert_close(shifted, table[positions + offset], f"PE[pos] @ M for offset={offset}", atol=1e-4,
+                 rtol=0, hint=named(mistake) if mistake else "Each (sin, cos) column pair "
+                 "should be rotated by offset * w_i: check the signs and which of the two "
+                 "entries gets -sin.")
 
 
 @pytest.mark.grade("1.4", points=1)

@@ -24,6 +24,7 @@ from torch import nn
 from annotated_transformer.course.grading.sandbox import LearnerNotImplemented
 
 from checks import assert_close, assert_tensor
+from mistakes import first_match, named
 from torch_models import TorchEncoderDecoder, greedy_decode
 
 CHAPTER = 6
@@ -165,9 +166,20 @@ def test_noam_lr_formula(learner, d_model, warmup, factor):
     steps = [1, 2, 5, warmup // 2, warmup, warmup + 1, 3 * warmup, 100_000]
     rates = learner.run(noam_rates, steps=steps, d_model=d_model, warmup_steps=warmup,
                         factor=factor)
+    def noam(step, scale=d_model ** -0.5, warmup_power=-1.5):
+        return factor * scale * min(step ** -0.5, step * warmup ** warmup_power)
+
+    mistakes = {"6.1/warmup-exponent": [noam(s, warmup_power=-0.5) for s in steps],
+                "6.1/d_model-to-minus-1": [noam(s, scale=1 / d_model) for s in steps]}
+    got_all = rates["values"]
+    for mistake, mistaken in mistakes.items():
+        assert not (None not in got_all and any(not math.isclose(g, noam(s), rel_tol=1e-9)
+                                                for g, s in zip(got_all, steps, strict=True))
+                    and all(math.isclose(g, m, rel_tol=1e-9)
+                            for g, m in zip(got_all, mistaken, strict=True))), named(mistake)
     for step, got, is_float, kind in zip(steps, rates["values"], rates["floats"],
                                          rates["types"], strict=True):
-        expected = factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        expected = noam(step)
         assert is_float, f"noam_lr should return a Python float, got {kind}"
         assert math.isclose(got, expected, rel_tol=1e-9), (
             f"noam_lr(step={step}, d_model={d_model}, warmup_steps={warmup}, factor={factor}) "
@@ -179,8 +191,7 @@ def test_noam_lr_formula(learner, d_model, warmup, factor):
 def test_noam_lr_step_zero_is_step_one(learner):
     at_zero, at_one = learner.run(noam_rates, steps=[0, 1], d_model=64, warmup_steps=100)["values"]
     assert at_zero is not None and at_one is not None and math.isclose(at_zero, at_one), (
-        f"step 0 should count as step 1 (0^-0.5 is infinite, and a rate of 0 wastes a step); "
-        f"got {at_zero} at step 0 and {at_one} at step 1")
+        named("6.1/step-zero", at_zero=at_zero, at_one=at_one))
 
 
 @pytest.mark.grade("6.1", points=1)
@@ -192,6 +203,22 @@ def test_noam_lr_peaks_at_warmup(learner):
 
 
 # ---------------------------------------------------------------- 6.2 label smoothing
+
+
+def mistaken_losses(logits, target, smoothing, ignore_index):
+    """``{mistake id: the loss it gives}`` for the plausible mistakes of 6.2, in float64."""
+    keep = torch.ones_like(target, dtype=torch.bool) if ignore_index is None else (
+        target != ignore_index)
+    log_p = torch.log_softmax(logits.double(), -1)
+    nll = -log_p.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+    others = -(log_p.sum(-1) + nll) / (logits.size(-1) - 1)  # mean -log p over the V - 1 others
+    smoothed = (1 - smoothing) * nll - smoothing * log_p.mean(-1)
+    found = {"6.2/smoothing-over-the-other-classes":
+             (((1 - smoothing) * nll + smoothing * others) * keep).sum() / keep.sum()}
+    if not keep.all():
+        found["6.2/mean-includes-ignored"] = (smoothed * keep).sum() / len(target)
+    return {m: v for m, v in found.items() if not torch.allclose(
+        v, (smoothed * keep).sum() / keep.sum())}
 
 
 @pytest.mark.grade("6.2", points=3)
@@ -207,9 +234,12 @@ def test_matches_cross_entropy(learner, smoothing, ignore_index):
     got = learner.run(smoothed_loss, logits=logits, target=target, smoothing=smoothing,
                       ignore_index=ignore_index)
     got = assert_tensor(got, "the loss", shape=())
+    mistake = None if torch.allclose(got.double(), expected) else first_match(
+        got, mistaken_losses(logits, target, smoothing, ignore_index))
     assert_close(got, expected, f"LabelSmoothingLoss(smoothing={smoothing}, ignore_index="
-                 f"{ignore_index})", hint="(1 - s) * (-log p[target]) + s * mean over all V "
-                 "classes of -log p, averaged over the targets that are not ignored.")
+                 f"{ignore_index})", hint=named(mistake) if mistake else "(1 - s) * (-log "
+                 "p[target]) + s * mean over all V classes of -log p, averaged over the targets "
+                 "that are not ignored.")
 
 
 @pytest.mark.grade("6.2", points=1)
@@ -232,6 +262,7 @@ def test_every_target_ignored_gives_zero(learner):
     result = learner.run(smoothed_loss_and_gradient, logits=logits,
                          target=torch.zeros(4, dtype=torch.long), smoothing=0.1, ignore_index=0)
     loss = assert_tensor(result["loss"], "the loss", shape=())
+    assert not torch.isnan(loss), named("6.2/nan-when-all-ignored")
     assert torch.isfinite(loss) and loss.item() == 0.0, (
         f"with every target ignored the loss should be 0 (not NaN), got {loss.item()}")
     assert result["grad"] is not None, (
@@ -245,8 +276,10 @@ def test_large_logits_stay_finite(learner):
     logits = torch.tensor([[1000.0, -1000.0, 0.0], [0.0, 500.0, -500.0]], dtype=f64)
     target = torch.tensor([0, 1])
     got = learner.run(smoothed_loss, logits=logits, target=target, smoothing=0.1)
+    infinite = isinstance(got, torch.Tensor) and not bool(torch.isfinite(got).all())
     assert_close(got, F.cross_entropy(logits, target, label_smoothing=0.1), "the loss for "
-                 "logits of +-1000", hint="Use log_softmax, which never computes log(0).")
+                 "logits of +-1000", hint=named("6.2/log-of-softmax") if infinite else
+                 "Use log_softmax, which never computes log(0).")
 
 
 # ---------------------------------------------------------------- 6.3 make_batch
@@ -262,12 +295,16 @@ def test_make_batch(learner):
     for name in BATCH_FIELDS:
         assert name in batch, f"the batch should have a field {name}"
     assert torch.equal(batch["src"], src), "batch.src should be src unchanged"
+    assert not torch.equal(batch["tgt_input"], tgt), named("6.3/target-not-shifted")
+    assert not torch.equal(batch["tgt_labels"], tgt[:, :-1]), named("6.3/labels-include-bos")
     assert torch.equal(batch["tgt_input"], tgt[:, :-1]), (
         f"tgt_input should be tgt[:, :-1] (starts with BOS, drops the last token), got "
         f"{batch['tgt_input'].tolist()}")
     assert torch.equal(batch["tgt_labels"], tgt[:, 1:]), (
         f"tgt_labels should be tgt[:, 1:] (the next token at every position), got "
         f"{batch['tgt_labels'].tolist()}")
+    assert batch["num_tokens"] != tgt[:, 1:].numel(), named("6.3/padding-counted",
+                                                           counted=tgt[:, 1:].numel())
     assert batch["num_tokens"] == 6 and batch["num_tokens_type"] == "int", (
         f"num_tokens should be the int number of labels that are not padding (6), got "
         f"{batch['num_tokens']!r} of type {batch['num_tokens_type']}")
@@ -283,11 +320,20 @@ def test_make_batch_masks(learner):
     causal = torch.ones(4, 4, dtype=torch.bool).tril()
     real = (tgt[:, :-1] != 0)[:, None, None, :]
     assert_tensor(batch.get("tgt_mask"), "tgt_mask", shape=(2, 1, 4, 4), dtype=torch.bool)
+    assert not torch.equal(batch["tgt_mask"], real.expand(2, 1, 4, 4)), named(
+        "6.3/target-mask-not-causal")
     assert torch.equal(batch["tgt_mask"], real & causal), (
         "tgt_mask should be the target mask of tgt_input: causal and padding together")
 
 
 # ---------------------------------------------------------------- 6.4 greedy_decode
+
+
+def check_inputs(problems: list[str]) -> None:
+    """Fail with the first thing greedy decoding passed the scripted model wrong."""
+    if problems:
+        raise AssertionError(named("6.4/no-target-mask") if "tgt_mask=None" in problems[0]
+                             else problems[0])
 
 
 @pytest.mark.grade("6.4", points=3)
@@ -297,22 +343,26 @@ def test_greedy_decode_stops_and_pads(learner):
     src = torch.zeros(3, 4, dtype=torch.long)
     result = learner.run(decode_scripted, script=script, src=src, max_len=10, bos=bos, eos=eos,
                          pad=pad)
-    assert not result["problems"], result["problems"][0]
+    check_inputs(result["problems"])
     out = result["out"]
     expected = torch.tensor([[1, 5, 6, 2, 0], [1, 4, 2, 0, 0], [1, 3, 3, 3, 2]])
     assert_tensor(out, "greedy_decode(...)", dtype=torch.long)
+    unpadded = torch.tensor([[1, 5, 6, 2, 7], [1, 4, 2, 8, 8], [1, 3, 3, 3, 2]])
+    assert not torch.equal(out, unpadded), named("6.4/generates-after-eos")
+    assert not (out.size(1) == 10 and torch.equal(out[:, :5], expected)), named(
+        "6.4/never-stops-early")
     assert out.tolist() == expected.tolist(), (
         f"expected {expected.tolist()} (BOS first, pad_id after each row's EOS, stop once "
         f"every row has produced EOS), got {out.tolist()}")
-    assert result["encode_calls"] == 1, (
-        f"encode the source once, not {result['encode_calls']} times")
+    assert result["encode_calls"] == 1, named("6.4/source-encoded-every-step",
+                                              calls=result["encode_calls"])
 
 
 @pytest.mark.grade("6.4", points=1)
 def test_greedy_decode_respects_max_len(learner):
     result = learner.run(decode_scripted, script=[[5] * 20, [6] * 20],
                          src=torch.zeros(2, 3, dtype=torch.long), max_len=6, bos=1, eos=2, pad=0)
-    assert not result["problems"], result["problems"][0]
+    check_inputs(result["problems"])
     out = assert_tensor(result["out"], "greedy_decode(...)")
     assert tuple(out.shape) == (2, 6), (
         f"without EOS the output should stop at max_len=6 columns (BOS counted); got shape "

@@ -225,7 +225,7 @@ def transformer_rule(model, src_row, vocab_size, max_len):
     src = torch.tensor([[t for t in src_row if t != PAD]])
     mask = torch.ones(1, 1, 1, src.size(1), dtype=torch.bool)
     others = [t for t in range(vocab_size) if t != EOS]
-    table = {}
+    table, raw = {}, {}
     with torch.no_grad():
         memory = model.encode(src, mask)
         for n in range(max_len - 1):
@@ -233,9 +233,15 @@ def transformer_rule(model, src_row, vocab_size, max_len):
             tgt = torch.tensor([(BOS, *prefix) for prefix in prefixes])
             causal = torch.ones(n + 1, n + 1, dtype=torch.bool).tril()
             hidden = model.decode(memory.repeat(len(prefixes), 1, 1), mask, tgt, causal)
-            log_probs = torch.log_softmax(model.generator(hidden[:, -1]), -1)
-            table.update(zip(prefixes, log_probs.tolist(), strict=True))
-    return lambda src, prefix: table[prefix]
+            logits = model.generator(hidden[:, -1])
+            table.update(zip(prefixes, torch.log_softmax(logits, -1).tolist(), strict=True))
+            raw.update(zip(prefixes, logits.tolist(), strict=True))
+
+    def rule(src, prefix):
+        return table[prefix]
+
+    rule.logits = lambda src, prefix: raw[prefix]  # what the generator returns, not normalised
+    return rule
 
 
 @functools.cache
@@ -286,19 +292,70 @@ def brute_force(rule, src, vocab_size, max_len, alpha, n_offset=0):
                for seq in every_sequence(vocab_size, max_len))
 
 
-def by_the_rules(rule, src, max_len, beam_size, alpha, copies_of_bos=False):
-    """One row's beam search with Python lists, exactly as the syllabus words it
-    (``copies_of_bos``: with the mistake of a beam that starts as beam_size live BOS)."""
-    live, finished = [((), 0.0)] * (beam_size if copies_of_bos else 1), []
+def by_the_rules(rule, src, max_len, beam_size, alpha, mistake=None):
+    """One row's beam search with Python lists, exactly as the syllabus words it; with
+    ``mistake`` (an id of ``BEAM_MISTAKES``), as that mistake makes it."""
+    live, finished = [((), 0.0)] * (beam_size if mistake == "7.1/beam-of-bos-copies" else 1), []
+    if mistake == "7.1/no-log-softmax":  # a rule of log-probabilities is normalised already
+        rule = getattr(rule, "logits", rule)
+    if mistake == "7.1/length-penalty-ignored":
+        alpha = 0.0
+    n_offset = 1 if mistake == "7.1/penalty-counts-bos" else 0
+    per_token = mistake == "7.1/penalty-per-token"
+    parked = []  # finished hypotheses that (wrongly) keep a place in the beam
     while live and 1 + len(live[0][0]) < max_len:
-        extensions = [(tokens + (token,), total + lp)
-                      for tokens, total in live
-                      for token, lp in enumerate(rule(src, tokens))]
-        kept = sorted(extensions, key=lambda e: e[1], reverse=True)[:beam_size]
-        finished += [e for e in kept if e[0][-1] == EOS]
+        length = 1 + len(live[0][0])
+        extensions = []
+        for tokens, total in live:
+            for token, lp in enumerate(rule(src, tokens)):
+                lp = lp / ((5 + length) / 6) ** alpha if per_token else lp
+                extensions.append((tokens + (token,),
+                                   lp if mistake == "7.1/scores-not-accumulated" else total + lp))
+        kept = sorted(extensions + parked, key=lambda e: e[1], reverse=True)[:beam_size]
+        if mistake == "7.1/finished-extended":
+            live = kept
+            continue
+        ended = [e for e in kept if e[0][-1] == EOS]
+        if mistake != "7.1/finished-dropped":
+            finished += [e for e in ended if e not in parked]
+        if mistake == "7.1/finished-keep-places":
+            parked = ended
         live = [e for e in kept if e[0][-1] != EOS]
     finished += live
-    return max(finished, key=lambda e: penalised(e[1], len(e[0]), alpha))[0]
+    if not finished:
+        return ()
+    best = max(finished, key=lambda e: e[1] if per_token else penalised(e[1], len(e[0]) + n_offset,
+                                                                         alpha))[0]
+    return best[:best.index(EOS) + 1] if EOS in best else best
+
+
+BEAM_MISTAKES = ("7.1/beam-of-bos-copies", "7.1/penalty-counts-bos", "7.1/no-log-softmax",
+                 "7.1/length-penalty-ignored", "7.1/penalty-per-token",
+                 "7.1/scores-not-accumulated", "7.1/finished-dropped",
+                 "7.1/finished-keep-places", "7.1/finished-extended")
+
+
+def beam_mistake(rules, src_rows, got, max_len, beam_size, alpha, designed_for=None):
+    """The id of ``BEAM_MISTAKES`` whose search gives exactly ``got`` (one token tuple per
+    row) while the right search does not; None when none does, or when several do (another
+    test tells them apart), unless one of them is the mistake the test is ``designed_for``
+    (the others then fail an earlier test, whose name comes first)."""
+    right = [by_the_rules(rule, row, max_len, beam_size, alpha)
+             for rule, row in zip(rules, src_rows, strict=True)]
+    if list(got) == right:
+        return None
+    found = []
+    for mistake in BEAM_MISTAKES:
+        try:
+            mistaken = [by_the_rules(rule, row, max_len, beam_size, alpha, mistake)
+                        for rule, row in zip(rules, src_rows, strict=True)]
+        except KeyError:  # a prefix the rule was not tabulated for (after an EOS)
+            continue
+        if mistaken == list(got):
+            found.append(mistake)
+    if designed_for in found:
+        return designed_for
+    return found[0] if len(found) == 1 else None
 
 
 def greedy(model, src, src_mask, max_len):
@@ -375,14 +432,15 @@ def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
     beam_size = sum(1 for _ in every_sequence(vocab_size, max_len))
     out = learner.run(beam_search_of, model=model, src=src, src_mask=src_mask, max_len=max_len,
                       beam_size=beam_size, length_penalty=alpha)
-    for b, tokens in enumerate(hypotheses_of(out, len(src), max_len)):
-        row = tuple(src[b].tolist())
+    found = hypotheses_of(out, len(src), max_len)
+    rows = [tuple(row) for row in src.tolist()]
+    mistake = beam_mistake(rules, rows, found, max_len, beam_size, alpha)
+    for b, tokens in enumerate(found):
+        row = rows[b]
         best, best_tokens = brute_force(rules[b], row, vocab_size, max_len, alpha)
         got = penalised(log_prob(rules[b], row, tokens), len(tokens), alpha)
-        counted_bos = brute_force(rules[b], row, vocab_size, max_len, alpha, n_offset=1)[1]
-        assert got >= best - 1e-9 or alpha == 0 or tokens != counted_bos, (
-            f"row {b}: expected {list(best_tokens)}, got {list(tokens)}. "
-            + named("7.1/penalty-counts-bos"))
+        assert got >= best - 1e-9 or not mistake, (
+            f"row {b}: expected {list(best_tokens)}, got {list(tokens)}. " + named(mistake))
         assert got >= best - 1e-9, (
             f"row {b}: expected the best sequence {list(best_tokens)} (score {best:.4f}), got "
             f"{list(tokens)} (score {got:.4f}), length_penalty={alpha}. With beam_size="
@@ -405,17 +463,15 @@ def test_a_narrow_beam_keeps_the_beam_size_best_extensions(learner, kind, beam_s
     got = hypotheses_of(out, len(src), max_len)
     expected = [by_the_rules(rules[b], tuple(row), max_len, beam_size, alpha)
                 for b, row in enumerate(src.tolist())]
+    rows = [tuple(row) for row in src.tolist()]
+    mistake = beam_mistake(rules, rows, got, max_len, beam_size, alpha)
     for b, (mine, theirs) in enumerate(zip(got, expected, strict=True)):
-        copies = by_the_rules(rules[b], tuple(src[b].tolist()), max_len, beam_size, alpha,
-                              copies_of_bos=True)
-        assert mine == theirs or mine != copies, (
-            f"row {b}: expected {list(theirs)}, got {list(mine)} (beam_size={beam_size}). "
-            + named("7.1/beam-of-bos-copies"))
         assert mine == theirs, (
             f"row {b}: expected {list(theirs)}, got {list(mine)} (beam_size={beam_size}, "
-            f"length_penalty={alpha}). Each step extends every live hypothesis by every token "
-            f"and keeps the beam_size best of the row; those ending in EOS are finished for "
-            f"good and free their place, the rest are live; at max_len the live ones finish")
+            f"length_penalty={alpha}). " + (named(mistake) if mistake else
+            "Each step extends every live hypothesis by every token and keeps the beam_size "
+            "best of the row; those ending in EOS are finished for good and free their place, "
+            "the rest are live; at max_len the live ones finish"))
     assert out.size(1) == 1 + max(len(h) for h in expected), (
         f"the output should be as wide as its longest row ({1 + max(map(len, expected))}), "
         f"got {out.size(1)} columns")
@@ -454,19 +510,35 @@ PENALTY_TREE = {
 }
 
 
+# Where the penalty is applied matters too. Tokens 3, 4, 5 are a, b, c; 6 is d. After BOS:
+# a 0.5, b 0.2, c 0.15; then a EOS (0.3), b d (0.8) EOS, c c c c (0.99 each) EOS. At alpha = 1:
+#   A = a EOS           sum -1.90, n = 2: -1.63; each token divided at its place: -1.73
+#   B = b d EOS         sum -1.83, n = 3: -1.38;                                 -1.80
+#   C = c c c c EOS     sum -1.93, n = 5: -1.16;                                 -1.92
+# the whole sum divided once -> C; no penalty -> B; a penalty per token -> A
+WHERE_TREE = {(): {3: 0.5, 4: 0.2, 5: 0.15}, (3,): {EOS: 0.3}, (4,): {6: 0.8},
+              (4, 6): {EOS: 0.999}, **{(5,) * n: {5: 0.99} for n in range(1, 4)},
+              (5,) * 4: {EOS: 0.999}}
+
+
 @pytest.mark.grade("7.1", points=2)
-@pytest.mark.parametrize("alpha, winner", [(0.0, (3, EOS)), (0.6, (4, 5, 5, EOS)),
-                                           (1.0, (5, 5, 5, 5, 5, 5, EOS))])
-def test_the_length_penalty_decides_between_short_and_long(learner, alpha, winner):
+@pytest.mark.parametrize("alpha, winner, tree, vocab_size", [
+    (0.0, (3, EOS), PENALTY_TREE, 6), (0.6, (4, 5, 5, EOS), PENALTY_TREE, 6),
+    (1.0, (5, 5, 5, 5, 5, 5, EOS), PENALTY_TREE, 6), (1.0, (5, 5, 5, 5, EOS), WHERE_TREE, 7)])
+def test_the_length_penalty_decides_between_short_and_long(learner, alpha, winner, tree,
+                                                           vocab_size):
     src = torch.tensor([[3, 4]])
-    out = learner.run(beam_search_of, model=rule_model("tree", tree=PENALTY_TREE, vocab_size=6),
+    out = learner.run(beam_search_of, model=rule_model("tree", tree=tree, vocab_size=vocab_size),
                       src=src, src_mask=(src != PAD)[:, None, None], max_len=8, beam_size=3,
                       length_penalty=alpha)
     (got,) = hypotheses_of(out, 1, 8)
+    mistake = beam_mistake([tree_rule(tree, vocab_size)], [(3, 4)], [got], 8, 3, alpha,
+                           designed_for="7.1/penalty-per-token" if tree is WHERE_TREE else None)
     assert got == winner, (
-        f"expected {list(winner)} at length_penalty={alpha}, got {list(got)}. Divide each "
-        f"finished hypothesis's sum of log-probabilities, once, by ((5 + n) / 6) ** "
-        f"length_penalty with n its generated tokens, EOS included (BOS not)")
+        f"expected {list(winner)} at length_penalty={alpha}, got {list(got)}. " + (
+            named(mistake) if mistake else "Divide each finished hypothesis's sum of "
+            "log-probabilities, once, by ((5 + n) / 6) ** length_penalty with n its generated "
+            "tokens, EOS included (BOS not)"))
 
 
 @pytest.mark.grade("7.1", points=1)
@@ -482,10 +554,13 @@ def test_a_hypothesis_that_ended_early_keeps_its_score(learner, alpha):
                       src=src, src_mask=(src != PAD)[:, None, None], max_len=6, beam_size=2,
                       length_penalty=alpha)
     (got,) = hypotheses_of(out, 1, 6)
+    mistake = beam_mistake([tree_rule(tree, 6)], [(3, 3, 3)], [got], 6, 2, alpha,
+                           designed_for="7.1/finished-dropped")
     assert got == (3, EOS), (
         f"expected [3, {EOS}] (it ended at step 2 and nothing later scores better), got "
-        f"{list(got)}, length_penalty={alpha}. A hypothesis that ends in EOS is finished for "
-        f"good: keep it, with its score, until the end, even once it has left the beam")
+        f"{list(got)}, length_penalty={alpha}. " + (named(mistake) if mistake else "A "
+        "hypothesis that ends in EOS is finished for good: keep it, with its score, until the "
+        "end, even once it has left the beam"))
 
 
 @pytest.mark.grade("7.1", points=1)
@@ -503,9 +578,12 @@ def test_a_finished_hypothesis_frees_its_place_in_the_beam(learner):
                       src=src, src_mask=(src != PAD)[:, None, None], max_len=8, beam_size=2,
                       length_penalty=1.0)
     (got,) = hypotheses_of(out, 1, 8)
+    mistake = beam_mistake([tree_rule(tree, 7)], [(4, 4)], [got], 8, 2, 1.0,
+                           designed_for="7.1/finished-keep-places")
     assert got == (3, 5, 5, 5, 5, 5, 5), (
-        f"expected [3, 5, 5, 5, 5, 5, 5], got {list(got)}. A hypothesis that ends in EOS "
-        f"leaves the beam: the next step again keeps beam_size live hypotheses")
+        f"expected [3, 5, 5, 5, 5, 5, 5], got {list(got)}. " + (named(mistake) if mistake else
+        "A hypothesis that ends in EOS leaves the beam: the next step again keeps beam_size "
+        "live hypotheses"))
 
 
 # ---------------------------------------------------------------- batching and format
@@ -585,4 +663,4 @@ def test_logits_and_log_probabilities_give_the_same_result(learner, kind):
     outs = [out.tolist() for out in outs]
     assert outs[0] == outs[1], (
         f"a generator that returns logits gave {outs[0]}, the same one returning "
-        f"log-probabilities {outs[1]}: normalise with log_softmax before adding up")
+        f"log-probabilities {outs[1]}. " + named("7.1/no-log-softmax"))

@@ -25,27 +25,30 @@ def _table(max_len, d_model, *, exponent=lambda i, d: 2 * i / d, start=0, swap=F
     return pe
 
 
-@wrong("1.1", "positional_encoding", "sine and cosine swapped")
+@wrong("1.1", "positional_encoding", "sine and cosine swapped", mistake="1.1/sine-cosine-swapped")
 def sine_cosine_swapped(max_len, d_model):
     return _table(max_len, d_model, swap=True)
 
 
-@wrong("1.1", "positional_encoding", "exponent i/d_model instead of 2i/d_model")
+@wrong("1.1", "positional_encoding", "exponent i/d_model instead of 2i/d_model",
+       mistake="1.1/exponent-i-over-d_model")
 def exponent_i_over_d(max_len, d_model):
     return _table(max_len, d_model, exponent=lambda i, d: i / d)
 
 
-@wrong("1.1", "positional_encoding", "exponent 2i/d_model where i is the column, not the pair")
+@wrong("1.1", "positional_encoding", "exponent 2i/d_model where i is the column, not the pair",
+       mistake="1.1/exponent-by-column")
 def exponent_by_column(max_len, d_model):
     return _table(max_len, d_model, exponent=lambda i, d: 2 * (2 * i) / d)
 
 
-@wrong("1.1", "positional_encoding", "positions counted from 1")
+@wrong("1.1", "positional_encoding", "positions counted from 1", mistake="1.1/positions-from-1")
 def positions_from_one(max_len, d_model):
     return _table(max_len, d_model, start=1)
 
 
-@wrong("1.1", "positional_encoding", "all sines first, then all cosines (concatenated)")
+@wrong("1.1", "positional_encoding", "all sines first, then all cosines (concatenated)",
+       mistake="1.1/sines-then-cosines")
 def concatenated_halves(max_len, d_model):
     pe = _table(max_len, d_model)
     return torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=1)
@@ -89,7 +92,7 @@ class _Reference(nn.Module):
             raise ValueError(f"length {x.size(1)} > max_len {self.pe.size(0)}")
 
 
-@wrong("1.2", "PositionalEncoding", "the table is a learned parameter")
+@wrong("1.2", "PositionalEncoding", "the table is a learned parameter", mistake="1.2/table-learned")
 class TableAsParameter(_Reference):
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         nn.Module.__init__(self)
@@ -101,7 +104,8 @@ class TableAsParameter(_Reference):
         return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
 
 
-@wrong("1.2", "PositionalEncoding", "a plain tensor attribute: not saved, not moved by .to()")
+@wrong("1.2", "PositionalEncoding", "a plain tensor attribute: not saved, not moved by .to()",
+       mistake="1.2/not-a-buffer")
 class TableAsAttribute(_Reference):
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         nn.Module.__init__(self)
@@ -113,14 +117,16 @@ class TableAsAttribute(_Reference):
         return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
 
 
-@wrong("1.2", "PositionalEncoding", "dropout on x before the table is added")
+@wrong("1.2", "PositionalEncoding", "dropout on x before the table is added",
+       mistake="1.2/dropout-before-the-table")
 class DropoutBeforeSum(_Reference):
     def forward(self, x):
         self.check(x)
         return self.dropout(x) + self.pe[: x.size(1)].to(x.dtype)
 
 
-@wrong("1.2", "PositionalEncoding", "dropout with functional dropout left on in eval mode")
+@wrong("1.2", "PositionalEncoding", "dropout with functional dropout left on in eval mode",
+       mistake="1.2/dropout-in-eval")
 class DropoutAlwaysOn(_Reference):
     def forward(self, x):
         self.check(x)
@@ -128,7 +134,8 @@ class DropoutAlwaysOn(_Reference):
                                      training=True)
 
 
-@wrong("1.2", "PositionalEncoding", "the result promoted to float32 table's dtype")
+@wrong("1.2", "PositionalEncoding", "the result promoted to float32 table's dtype",
+       mistake="1.2/dtype-promoted")
 class Float32Result(_Reference):
     def forward(self, x):
         self.check(x)
@@ -161,19 +168,20 @@ class _Embedding(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
 
 
-@wrong("1.3", "TokenEmbedding", "no sqrt(d_model) scale")
+@wrong("1.3", "TokenEmbedding", "no sqrt(d_model) scale", mistake="1.3/no-scale")
 class Unscaled(_Embedding):
     def forward(self, tokens):
         return self.embedding(tokens)
 
 
-@wrong("1.3", "TokenEmbedding", "scaled by d_model instead of its square root")
+@wrong("1.3", "TokenEmbedding", "scaled by d_model instead of its square root",
+       mistake="1.3/scaled-by-d_model")
 class ScaledByD(_Embedding):
     def forward(self, tokens):
         return self.embedding(tokens) * self.d_model
 
 
-@wrong("1.3", "TokenEmbedding", "divided by sqrt(d_model)")
+@wrong("1.3", "TokenEmbedding", "divided by sqrt(d_model)", mistake="1.3/divided-by-sqrt-d_model")
 class DividedBySqrtD(_Embedding):
     def forward(self, tokens):
         return self.embedding(tokens) / math.sqrt(self.d_model)
@@ -199,17 +207,20 @@ class Functional(_Embedding):
 # ------------------------------------------------------------------ 1.4
 
 
-@wrong("1.4", "relative_position_matrix", "rotation in the wrong direction (M transposed)")
+@wrong("1.4", "relative_position_matrix", "rotation in the wrong direction (M transposed)",
+       mistake="1.4/rotation-transposed")
 def transposed(offset, d_model):
     return _rotation(offset, d_model).T.contiguous()
 
 
-@wrong("1.4", "relative_position_matrix", "angle offset * i instead of offset * w_i")
+@wrong("1.4", "relative_position_matrix", "angle offset * i instead of offset * w_i",
+       mistake="1.4/angle-without-frequency")
 def angle_ignores_frequency(offset, d_model):
     return _rotation(offset, d_model, frequency=lambda i, d: float(i))
 
 
-@wrong("1.4", "relative_position_matrix", "the identity (assumes PE does not change with a shift)")
+@wrong("1.4", "relative_position_matrix", "the identity (assumes PE does not change with a shift)",
+       mistake="1.4/identity")
 def identity(offset, d_model):
     return torch.eye(d_model)
 

@@ -14,19 +14,22 @@ from variants import right, wrong
 # ------------------------------------------------------------------ 6.1
 
 
-@wrong("6.1", "noam_lr", "warmup exponent -0.5 instead of -1.5")
+@wrong("6.1", "noam_lr", "warmup exponent -0.5 instead of -1.5",
+       mistake="6.1/warmup-exponent")
 def warmup_exponent(step, d_model, warmup_steps, factor=1.0):
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)
 
 
-@wrong("6.1", "noam_lr", "d_model^-1 instead of d_model^-0.5")
+@wrong("6.1", "noam_lr", "d_model^-1 instead of d_model^-0.5",
+       mistake="6.1/d_model-to-minus-1")
 def d_model_exponent(step, d_model, warmup_steps, factor=1.0):
     step = max(step, 1)
     return factor / d_model * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
-@wrong("6.1", "noam_lr", "step 0 not treated as step 1")
+@wrong("6.1", "noam_lr", "step 0 not treated as step 1",
+       mistake="6.1/step-zero")
 def step_zero(step, d_model, warmup_steps, factor=1.0):
     return factor * d_model ** -0.5 * min(step ** -0.5 if step else math.inf,
                                           step * warmup_steps ** -1.5)
@@ -54,7 +57,8 @@ class _Loss(nn.Module):
         return target != self.ignore_index
 
 
-@wrong("6.2", "LabelSmoothingLoss", "smoothing spread over the V - 1 wrong classes")
+@wrong("6.2", "LabelSmoothingLoss", "smoothing spread over the V - 1 wrong classes",
+       mistake="6.2/smoothing-over-the-other-classes")
 class OverOtherClasses(_Loss):
     def forward(self, logits, target):
         keep = self.keep(target)
@@ -65,7 +69,8 @@ class OverOtherClasses(_Loss):
         return (loss * keep).sum() / keep.sum().clamp(min=1)
 
 
-@wrong("6.2", "LabelSmoothingLoss", "the mean over every target, ignored ones included")
+@wrong("6.2", "LabelSmoothingLoss", "the mean over every target, ignored ones included",
+       mistake="6.2/mean-includes-ignored")
 class MeanOverAll(_Loss):
     def forward(self, logits, target):
         keep = self.keep(target)
@@ -75,7 +80,8 @@ class MeanOverAll(_Loss):
         return (loss * keep).sum() / len(target)
 
 
-@wrong("6.2", "LabelSmoothingLoss", "NaN when every target is ignored")
+@wrong("6.2", "LabelSmoothingLoss", "NaN when every target is ignored",
+       mistake="6.2/nan-when-all-ignored")
 class NanWhenEmpty(_Loss):
     def forward(self, logits, target):
         keep = self.keep(target)
@@ -85,7 +91,8 @@ class NanWhenEmpty(_Loss):
         return loss[keep].mean()
 
 
-@wrong("6.2", "LabelSmoothingLoss", "log of softmax: -inf for extreme logits")
+@wrong("6.2", "LabelSmoothingLoss", "log of softmax: -inf for extreme logits",
+       mistake="6.2/log-of-softmax")
 class LogOfSoftmax(_Loss):
     def forward(self, logits, target):
         keep = self.keep(target)
@@ -126,26 +133,30 @@ def _masks(src, tgt_input, pad_id):
     return (src != pad_id)[:, None, None], (tgt_input != pad_id)[:, None, None] & causal
 
 
-@wrong("6.3", "make_batch", "the target not shifted: the decoder sees the answer")
+@wrong("6.3", "make_batch", "the target not shifted: the decoder sees the answer",
+       mistake="6.3/target-not-shifted")
 def unshifted(src, tgt, pad_id):
     src_mask, tgt_mask = _masks(src, tgt, pad_id)
     return Batch(src, src_mask, tgt, tgt, tgt_mask, int((tgt != pad_id).sum()))
 
 
-@wrong("6.3", "make_batch", "labels tgt[:, :-1]: they include BOS")
+@wrong("6.3", "make_batch", "labels tgt[:, :-1]: they include BOS",
+       mistake="6.3/labels-include-bos")
 def labels_with_bos(src, tgt, pad_id):
     src_mask, tgt_mask = _masks(src, tgt[:, :-1], pad_id)
     return Batch(src, src_mask, tgt[:, :-1], tgt[:, :-1], tgt_mask,
                  int((tgt[:, :-1] != pad_id).sum()))
 
 
-@wrong("6.3", "make_batch", "num_tokens counts the padding too")
+@wrong("6.3", "make_batch", "num_tokens counts the padding too",
+       mistake="6.3/padding-counted")
 def counts_padding(src, tgt, pad_id):
     src_mask, tgt_mask = _masks(src, tgt[:, :-1], pad_id)
     return Batch(src, src_mask, tgt[:, :-1], tgt[:, 1:], tgt_mask, tgt[:, 1:].numel())
 
 
-@wrong("6.3", "make_batch", "target mask without causality")
+@wrong("6.3", "make_batch", "target mask without causality",
+       mistake="6.3/target-mask-not-causal")
 def no_causality(src, tgt, pad_id):
     src_mask, _ = _masks(src, tgt[:, :-1], pad_id)
     tgt_mask = (tgt[:, :-1] != pad_id)[:, None, None].expand(-1, 1, tgt.size(1) - 1, -1)
@@ -186,22 +197,26 @@ def _greedy(model, src, src_mask, max_len, bos_id, eos_id, pad_id, *, pad_after=
     return ys
 
 
-@wrong("6.4", "greedy_decode", "never stops early: always max_len columns")
+@wrong("6.4", "greedy_decode", "never stops early: always max_len columns",
+       mistake="6.4/never-stops-early")
 def never_stops(*args):
     return _greedy(*args, stop=False)
 
 
-@wrong("6.4", "greedy_decode", "keeps generating after EOS instead of padding")
+@wrong("6.4", "greedy_decode", "keeps generating after EOS instead of padding",
+       mistake="6.4/generates-after-eos")
 def no_padding(*args):
     return _greedy(*args, pad_after=False)
 
 
-@wrong("6.4", "greedy_decode", "tgt_mask=None")
+@wrong("6.4", "greedy_decode", "tgt_mask=None",
+       mistake="6.4/no-target-mask")
 def no_mask(*args):
     return _greedy(*args, mask=False)
 
 
-@wrong("6.4", "greedy_decode", "the source encoded again at every step")
+@wrong("6.4", "greedy_decode", "the source encoded again at every step",
+       mistake="6.4/source-encoded-every-step")
 def encodes_every_step(*args):
     return _greedy(*args, encode_each_step=True)
 

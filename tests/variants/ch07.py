@@ -81,32 +81,38 @@ def _row_by_row(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size
     return torch.tensor(out, dtype=src.dtype, device=src.device)
 
 
-@wrong("7.1", "beam_search", "scores not accumulated: only the last token's log-probability")
+@wrong("7.1", "beam_search", "scores not accumulated: only the last token's log-probability",
+       mistake="7.1/scores-not-accumulated")
 def last_token_only(*args, **kwargs):
     return _row_by_row(*args, **kwargs, accumulate=False)
 
 
-@wrong("7.1", "beam_search", "no log_softmax: the generator's logits added up")
+@wrong("7.1", "beam_search", "no log_softmax: the generator's logits added up",
+       mistake="7.1/no-log-softmax")
 def logits_added_up(*args, **kwargs):
     return _row_by_row(*args, **kwargs, normalise=False)
 
 
-@wrong("7.1", "beam_search", "the length penalty applied to every token, at its position")
+@wrong("7.1", "beam_search", "the length penalty applied to every token, at its position",
+       mistake="7.1/penalty-per-token")
 def penalty_per_token(*args, **kwargs):
     return _row_by_row(*args, **kwargs, per_token_penalty=True)
 
 
-@wrong("7.1", "beam_search", "finished hypotheses dropped: the answer is a live one at the end")
+@wrong("7.1", "beam_search", "finished hypotheses dropped: the answer is a live one at the end",
+       mistake="7.1/finished-dropped")
 def finished_dropped(*args, **kwargs):
     return _row_by_row(*args, **kwargs, remember_finished=False)
 
 
-@wrong("7.1", "beam_search", "finished hypotheses extended further: EOS ends nothing")
+@wrong("7.1", "beam_search", "finished hypotheses extended further: EOS ends nothing",
+       mistake="7.1/finished-extended")
 def finished_extended(*args, **kwargs):
     return _row_by_row(*args, **kwargs, eos_ends=False)
 
 
-@wrong("7.1", "beam_search", "finished hypotheses keep their place in the beam (fewer live)")
+@wrong("7.1", "beam_search", "finished hypotheses keep their place in the beam (fewer live)",
+       mistake="7.1/finished-keep-places")
 def finished_take_slots(*args, **kwargs):
     return _row_by_row(*args, **kwargs, finished_take_slots=True)
 
@@ -117,7 +123,8 @@ def penalty_counts_bos(*args, **kwargs):
     return _row_by_row(*args, **kwargs, n_offset=1)
 
 
-@wrong("7.1", "beam_search", "the length penalty ignored")
+@wrong("7.1", "beam_search", "the length penalty ignored",
+       mistake="7.1/length-penalty-ignored")
 def no_length_penalty(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4,
                       length_penalty=0.6):
     return _row_by_row(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size, 0.0)
