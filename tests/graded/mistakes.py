@@ -82,9 +82,30 @@ MISTAKES = {
     "fill the scores with -inf where the mask is False: scores.masked_fill(~mask, -inf).",
     "2.2/mask-after-softmax": "The mask is applied after the softmax, so the weights of the "
     "allowed keys no longer sum to 1: fill the masked scores with -inf before the softmax.",
+    # 3.1 split_heads
+    "3.1/view-without-transpose": "This is x reshaped straight to [B, H, L, d_k]: that cuts "
+    "the sequence, not the features, into heads (positions mix). Reshape to [B, L, H, d_k], "
+    "then transpose L and H: x.view(B, L, H, d_k).transpose(1, 2).",
+    "3.1/d_k-major": "This splits the features d_k-major ([B, L, d_k, H]): head h would take "
+    "every H-th feature. Head h takes the contiguous slice x[..., h*d_k:(h+1)*d_k]: reshape "
+    "to [B, L, H, d_k].",
+    # 3.2 merge_heads
+    "3.2/reshape-without-transpose": "This is the heads reshaped straight to [B, L, D] with no "
+    "transpose: positions of different heads mix. Transpose back to [B, L, H, d_k] first, "
+    "then reshape: x.transpose(1, 2).reshape(B, L, H * d_k).",
+    "3.2/d_k-major": "This merges the heads d_k-major (feature j of every head, then j + 1): "
+    "head 0's d_k features come first, then head 1's: transpose to [B, L, H, d_k] and "
+    "reshape.",
     # 3.3 MultiHeadAttention
     "3.3/no-out-proj": "This is the output without out_proj: apply out_proj to the merged "
     "heads (the last step).",
+    "3.3/heads-without-transpose": "This is the output with the heads split and merged by "
+    "one reshape each, no transpose: each head sees a mix of positions. Use split_heads and "
+    "merge_heads of 3.1 and 3.2 (reshape to [B, L, H, d_k], then transpose).",
+    "3.3/weights-averaged": "attention_weights is averaged over the heads ([B, Lq, Lk]): keep "
+    "one map per head, [B, H, Lq, Lk] (what PyTorch gives with average_attn_weights=False).",
+    "3.3/no-dropout": "No attention weight is dropped in training with dropout=0.5: pass the "
+    "module's dropout to the attention of 2.2, which applies it to the weights.",
     "3.3/values-by-k-proj": "This is the output with the values projected by k_proj: project "
     "value with v_proj.",
     # 4.1 padding_mask

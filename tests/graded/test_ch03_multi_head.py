@@ -30,7 +30,7 @@ from checks import (
     load_trusted,
     trusted_state,
 )
-from mistakes import named
+from mistakes import first_match, named
 
 CHAPTER = 3
 EXERCISES = {
@@ -199,13 +199,32 @@ def mistaken_outputs(state, query, memory, bias):
         if bias:
             without_out.out_proj.bias.zero_()
     found[named("3.3/no-out-proj")] = without_out
+    heads_mixed = heads_without_transpose(state, query, memory, bias)
     state = dict(state)
     state["v_proj.weight"] = state["k_proj.weight"]
     if bias:
         state["v_proj.bias"] = state["k_proj.bias"]
     found[named("3.3/values-by-k-proj")] = pytorch_twin(state, bias=bias)
     with torch.no_grad():
-        return {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
+        outputs = {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
+    outputs[named("3.3/heads-without-transpose")] = heads_mixed
+    return outputs
+
+
+def heads_without_transpose(state, query, memory, bias, heads=4):
+    """The output when heads are split by one reshape to [B, H, L, d_k] and merged by one
+    reshape back (no transpose either way), float64."""
+    def project(name, x):
+        out = x @ state[f"{name}.weight"].T
+        return out + state[f"{name}.bias"] if bias else out
+
+    def split(x):
+        return x.reshape(x.size(0), heads, x.size(1), x.size(2) // heads)
+
+    q, k, v = (split(project(p, x)) for p, x in zip(PROJECTIONS, (query, memory, memory)))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1)
+    out = weights @ v
+    return project("out_proj", out.reshape(out.size(0), out.size(2), -1))
 
 
 def named_mistake(output, state, query, memory, bias, hint):
@@ -228,10 +247,14 @@ def test_split_heads(learner, batch, length, d_model, heads):
     x = torch.randn(batch, length, d_model, dtype=f64)
     out = tensor(learner.run(split_heads_of, x=x, heads=heads), "split_heads(x)",
                  shape=(batch, heads, length, d_model // heads))
-    assert_close(out, reference_split(x, heads), "split_heads(x)",
-                 hint="Head h of position l is x[b, l, h*d_k:(h+1)*d_k]. Reshape to "
-                 "[B, L, H, d_k] first, then transpose L and H; a single view to "
-                 "[B, H, L, d_k] mixes positions into heads.")
+    d_k = d_model // heads
+    expected = reference_split(x, heads)
+    mistake = None if torch.allclose(out, expected) else first_match(out, {
+        "3.1/view-without-transpose": x.reshape(batch, heads, length, d_k),
+        "3.1/d_k-major": x.reshape(batch, length, d_k, heads).permute(0, 3, 1, 2)})
+    assert_close(out, expected, "split_heads(x)", hint=named(mistake) if mistake else
+                 "Head h of position l is x[b, l, h*d_k:(h+1)*d_k]. Reshape to [B, L, H, d_k] "
+                 "first, then transpose L and H.")
 
 
 @pytest.mark.grade("3.1", points=1)
@@ -257,8 +280,12 @@ def test_merge_heads(learner, batch, heads, length, d_k):
     x = torch.randn(batch, length, heads * d_k, dtype=f64)
     # the worker splits x slice by slice: a non-contiguous [B, H, L, d_k]
     out = tensor(learner.run(merge_heads_of_split, x=x, heads=heads), "merge_heads(split)")
-    assert_close(out, x, "merge_heads(split)",
-                 hint="Transpose H and L back to [B, L, H, d_k], then reshape (view fails on "
+    split = reference_split(x, heads)
+    mistake = None if torch.allclose(out, x) else first_match(out, {
+        "3.2/reshape-without-transpose": split.reshape(batch, length, heads * d_k),
+        "3.2/d_k-major": split.permute(0, 2, 3, 1).reshape(batch, length, heads * d_k)})
+    assert_close(out, x, "merge_heads(split)", hint=named(mistake) if mistake else
+                 "Transpose H and L back to [B, L, H, d_k], then reshape (view fails on "
                  "non-contiguous memory) to [B, L, H*d_k], head 0's features first.")
 
 
@@ -293,6 +320,8 @@ def test_matches_pytorch(learner, lq, lk, bias):
                                                           rtol=1e-5):
         hint = named_mistake(out, state, query, memory, bias, hint)
     assert_close(out, expected, "MultiHeadAttention(query, key, value)", hint=hint)
+    averaged = first_match(result["weights"], {"3.3/weights-averaged": weights.mean(1)})
+    assert not averaged, named("3.3/weights-averaged")
     tensor(result["weights"], "attention_weights", shape=(3, 4, lq, lk))
     assert_close(result["weights"], weights, "attention_weights (one map per head)")
 
@@ -373,6 +402,8 @@ def test_dropout_on_the_weights_only_in_training(learner):
     weights = tensor(result["train_weights"], "attention_weights in training",
                      shape=(2, 2, 6, 6))
     zeros = (weights == 0).double().mean().item()
+    assert zeros > 0 or not torch.allclose(weights.sum(-1), torch.ones(2, 2, 6)), named(
+        "3.3/no-dropout")
     assert 0.3 < zeros < 0.7, (
         f"with dropout=0.5 in training about half the attention weights should be dropped "
         f"(zero); {zeros:.0%} are. Pass dropout to the attention, applied to the weights.")

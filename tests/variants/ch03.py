@@ -15,14 +15,16 @@ def _check(x, heads):
         raise ValueError(f"d_model={x.size(-1)} is not divisible by num_heads={heads}")
 
 
-@wrong("3.1", "split_heads", "one view to [B, H, L, d_k], no transpose")
+@wrong("3.1", "split_heads", "one view to [B, H, L, d_k], no transpose",
+       mistake="3.1/view-without-transpose")
 def view_without_transpose(x, num_heads):
     _check(x, num_heads)
     b, length, d = x.shape
     return x.reshape(b, num_heads, length, d // num_heads)
 
 
-@wrong("3.1", "split_heads", "features split d_k-major: [B, L, d_k, H] then permuted")
+@wrong("3.1", "split_heads", "features split d_k-major: [B, L, d_k, H] then permuted",
+       mistake="3.1/d_k-major")
 def interleaved_heads(x, num_heads):
     _check(x, num_heads)
     b, length, d = x.shape
@@ -59,13 +61,15 @@ def unflatten_permute(x, num_heads):
 # ------------------------------------------------------------------ 3.2
 
 
-@wrong("3.2", "merge_heads", "one reshape to [B, L, D], no transpose")
+@wrong("3.2", "merge_heads", "one reshape to [B, L, D], no transpose",
+       mistake="3.2/reshape-without-transpose")
 def reshape_without_transpose(x):
     b, h, length, d_k = x.shape
     return x.reshape(b, length, h * d_k)
 
 
-@wrong("3.2", "merge_heads", "heads merged in the wrong order (d_k-major)")
+@wrong("3.2", "merge_heads", "heads merged in the wrong order (d_k-major)",
+       mistake="3.2/d_k-major")
 def wrong_order(x):
     b, h, length, d_k = x.shape
     return x.permute(0, 2, 3, 1).reshape(b, length, h * d_k)
@@ -130,7 +134,8 @@ class NoOutputProjection(_Base):
         return self.merge(out)
 
 
-@wrong("3.3", "MultiHeadAttention", "heads split with one view, no transpose")
+@wrong("3.3", "MultiHeadAttention", "heads split with one view, no transpose",
+       mistake="3.3/heads-without-transpose")
 class ViewWithoutTranspose(_Base):
     def heads(self, x):
         b, length, d = x.shape
@@ -159,7 +164,8 @@ class KeyProjectionForValues(_Base):
         return self.out_proj(self.merge(out))
 
 
-@wrong("3.3", "MultiHeadAttention", "attention weights averaged over heads")
+@wrong("3.3", "MultiHeadAttention", "attention weights averaged over heads",
+       mistake="3.3/weights-averaged")
 class AveragedWeights(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)
@@ -169,7 +175,8 @@ class AveragedWeights(_Base):
         return self.out_proj(self.merge(out))
 
 
-@wrong("3.3", "MultiHeadAttention", "dropout forgotten")
+@wrong("3.3", "MultiHeadAttention", "dropout forgotten",
+       mistake="3.3/no-dropout")
 class NoDropout(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)
