@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import cache, dependencies, grade, manifest
+from annotated_transformer.course.grading import cache, dependencies, grade, manifest, messages
 from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
 from annotated_transformer.layout import GRADED_DIR
 
@@ -444,6 +444,12 @@ def test_each_named_mistake_gets_its_message():
                             f"{variant.mistake!r}; it is {row.mistake if row else None!r}: "
                             f"{row.message if row else '(no test ran)'}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_mistake_id_is_one_the_reports_read_back():
+    """An id the grader's tag pattern would not read back (say, with capitals) is lost."""
+    unreadable = [m for m in MISTAKES if messages.mistake_of(f"... [mistake {m}]") != m]
+    assert not unreadable, unreadable
 
 
 def test_every_named_mistake_has_a_variant_that_makes_it():

@@ -75,6 +75,19 @@ MISTAKES = {
     "scores by sqrt(d_k) = {sqrt_d_k} before the softmax.",
     "2.2/divided-by-d_k": "These are the weights with the scores divided by d_k instead of "
     "sqrt(d_k): divide by sqrt(d_k) = {sqrt_d_k}, not {d_k}.",
+    "2.2/divided-by-sqrt-d_model": "These are the weights with the scores divided by "
+    "sqrt({d_model}), the width of all {heads} heads together: each head's scores are divided "
+    "by the width of one head, sqrt(d_k) = sqrt(query.size(-1)) = sqrt({d_k}).",
+    "2.2/scaled-by-d_v": "These are the weights with the scores divided by sqrt(d_v) = "
+    "sqrt({d_v}), the value's width: the scale comes from the width of the query and key "
+    "vectors whose dot products make the scores, sqrt(d_k) = sqrt({d_k}).",
+    "2.2/large-negative-fill": "A query whose keys are all masked gets uniform weights (1/Lk "
+    "each): a large negative fill such as -1e9 still leaves a softmax over equal scores. Fill "
+    "with -inf and use your softmax of 2.1, which gives an all -inf row zeros.",
+    "2.2/weights-before-dropout": "The weights returned are the ones from before dropout: "
+    "return the weights after dropout, the ones that multiplied value.",
+    "2.2/dropout-on-output": "Dropout was applied to the output [B, Lq, d_v]: the paper drops "
+    "attention weights, so apply dropout to the weights [B, Lq, Lk], then multiply by value.",
     "2.2/softmax-over-queries": "These are the weights with the softmax over the queries "
     "(dim=-2): take it over the keys (dim=-1), so that each query's weights sum to 1.",
     "2.2/mask-true-hides": "Your weights hide the keys where the mask is True: here True "
@@ -82,6 +95,13 @@ MISTAKES = {
     "fill the scores with -inf where the mask is False: scores.masked_fill(~mask, -inf).",
     "2.2/mask-after-softmax": "The mask is applied after the softmax, so the weights of the "
     "allowed keys no longer sum to 1: fill the masked scores with -inf before the softmax.",
+    # 2.3 softmax_jacobian
+    "2.3/outer-added": "This is diag(p) + p p^T: the outer product is subtracted, "
+    "J = diag(p) - p p^T (off the diagonal dp_i/dz_j = -p_i p_j).",
+    "2.3/diagonal-only": "This is the diagonal alone, p_i (1 - p_i): the off-diagonal entries "
+    "are -p_i p_j, J = diag(p) - p p^T.",
+    "2.3/no-diagonal-term": "This is -p p^T without diag(p): J = diag(p) - p p^T, so the "
+    "diagonal is p_i - p_i^2 = p_i (1 - p_i).",
     # 3.1 split_heads
     "3.1/view-without-transpose": "This is x reshaped straight to [B, H, L, d_k]: that cuts "
     "the sequence, not the features, into heads (positions mix). Reshape to [B, L, H, d_k], "
@@ -139,7 +159,45 @@ MISTAKES = {
     "LayerNorm divides by D, so use x.var(-1, unbiased=False, keepdim=True) (correction=0).",
     "5.1/eps-outside-sqrt": "This is LayerNorm with eps added after the square root: add it to "
     "the variance inside, sqrt(var + eps).",
+    "5.1/statistics-over-the-batch": "This is x normalised with the mean and variance over "
+    "the batch (dim 0), as BatchNorm does: LayerNorm takes them over the features of each "
+    "position alone, x.mean(-1, keepdim=True).",
+    "5.1/statistics-over-positions-too": "This is x normalised with statistics over the "
+    "positions and the features together: LayerNorm normalises each position's feature vector "
+    "alone, over the last dimension only.",
+    "5.1/no-parameters": "LayerNorm has no parameters: create weight (ones) and bias (zeros) "
+    "of shape [d_model] as nn.Parameter, and return normalised x * weight + bias.",
+    # 5.2 PositionwiseFeedForward
+    "5.2/no-activation": "This is linear2(linear1(x)) with no ReLU between them: two linears "
+    "in a row are one linear map. Apply the ReLU to the hidden layer: "
+    "linear2(relu(linear1(x))).",
+    "5.2/gelu": "This is the network with GELU: the paper's feed-forward network uses ReLU, "
+    "max(0, x W1 + b1) W2 + b2.",
+    "5.2/dropout-on-output": "Dropout is applied to the network's output: it goes on the "
+    "hidden activations [B, L, d_ff], between the ReLU and linear2 (the residual drops the "
+    "output itself).",
+    # 5.3 ResidualConnection
+    "5.3/always-post-ln": "With norm_first=True this is the post-LN norm(x + sublayer(x)): "
+    "pre-LN normalises the sublayer's input and leaves the sum alone, x + "
+    "dropout(sublayer(norm(x))).",
+    "5.3/placements-swapped": "With norm_first=False this is pre-LN, x + sublayer(norm(x)): "
+    "the placements are swapped. norm_first=False is the paper's post-LN, "
+    "norm(x + dropout(sublayer(x))).",
+    "5.3/norm-on-the-branch": "This is x + norm(sublayer(x)): post-LN normalises the sum, "
+    "norm(x + dropout(sublayer(x))).",
+    "5.3/sublayer-called-twice": "The sublayer was called {calls} times: call it once and keep "
+    "its output (a second call costs as much again, and with dropout draws other masks).",
+    "5.3/dropout-on-the-sum": "Dropout is applied to the sum x + sublayer(...): drop the "
+    "sublayer's output only, before adding it to x, so that the residual path x stays intact.",
+    # 5.4 EncoderLayer
+    "5.4/mask-not-passed": "This is the layer's output with no mask: pass mask on to the "
+    "self-attention, self_attn(y, y, y, mask).",
+    "5.4/norm-first-not-passed-on": "With norm_first=True this is the post-LN layer: pass "
+    "norm_first on to each ResidualConnection.",
     # 5.5 DecoderLayer
+    "5.5/memory-unused": "Changing the encoder's memory did not change the decoder's output: "
+    "cross-attention takes its queries from the decoder and its keys and values from memory, "
+    "cross_attn(y, memory, memory, src_mask).",
     "5.5/masks-swapped": "{call} raised a size mismatch only when given masks: {error}. The "
     "package calls layer(x, memory, src_mask, tgt_mask), in that order; tgt_mask "
     "[B, 1, Lt, Lt] goes to the self-attention over x, src_mask [B, 1, 1, Ls] to the "

@@ -71,6 +71,8 @@ def attention_with_dropout(impl, q, k, v, keep):
 
     def dropout(w):
         calls.append(tuple(w.shape))
+        if w.shape != keep.shape:  # not the weights: the test names what it was given
+            return w
         return w * keep * 2.0
 
     output, weights = impl.scaled_dot_product_attention(q, k, v, dropout=dropout)
@@ -103,7 +105,7 @@ def reference_weights(query, key, mask=None):
     return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
 
 
-def mistaken_weights(query, key, mask=None):
+def mistaken_weights(query, key, mask=None, value=None):
     """``{what went wrong: the weights it gives}`` for the plausible mistakes of 2.2, computed
     from the same inputs (a table of the mistakes the tests tell apart)."""
     d_k = query.size(-1)
@@ -120,6 +122,13 @@ def mistaken_weights(query, key, mask=None):
         named("2.2/divided-by-d_k", sqrt_d_k=sqrt_d_k, d_k=d_k): weights(scores / d_k),
         named("2.2/softmax-over-queries"): weights(scores / math.sqrt(d_k), dim=-2),
     }
+    if query.dim() >= 4 and query.size(-3) > 1:  # [..., H, L, d_k]: the width of all heads
+        heads = query.size(-3)
+        found[named("2.2/divided-by-sqrt-d_model", d_model=heads * d_k, heads=heads,
+                    d_k=d_k)] = weights(scores / math.sqrt(heads * d_k))
+    if value is not None and value.size(-1) != d_k:
+        found[named("2.2/scaled-by-d_v", d_v=value.size(-1), d_k=d_k)] = weights(
+            scores / math.sqrt(value.size(-1)))
     if mask is not None:
         scaled = scores / math.sqrt(d_k)
         found[named("2.2/mask-true-hides")] = torch.softmax(
@@ -128,13 +137,13 @@ def mistaken_weights(query, key, mask=None):
     return found
 
 
-def check_weights(weights, query, key, name, hint, mask=None):
+def check_weights(weights, query, key, name, hint, mask=None, value=None):
     """``weights`` against the reference; when they differ and match a known mistake, the
     message names that mistake instead of the general ``hint``."""
     expected = reference_weights(query, key, mask)
     if (isinstance(weights, torch.Tensor) and weights.shape == expected.shape
             and not torch.allclose(weights.double(), expected, atol=1e-6, rtol=1e-5)):
-        for mistake, mistaken in mistaken_weights(query, key, mask).items():
+        for mistake, mistaken in mistaken_weights(query, key, mask, value).items():
             if torch.allclose(weights.double(), mistaken, atol=1e-6, rtol=1e-5):
                 hint = mistake
                 break
@@ -236,7 +245,7 @@ def test_attention_matches_pytorch(learner, batch, lq, lk, d_k, d_v):
     output, weights = result["output"], result["weights"]
     assert_tensor(weights, "weights", shape=(*batch, lq, lk))
     check_weights(weights, q, k, "weights", hint="weights = softmax(Q K^T / sqrt(d_k)) over the "
-                  "keys (the last axis); d_k is query.size(-1).")
+                  "keys (the last axis); d_k is query.size(-1).", value=v)
     assert_close(output, F.scaled_dot_product_attention(q, k, v), "output",
                  hint="output = weights @ value.")
 
@@ -271,7 +280,7 @@ def test_mask_matches_pytorch(learner, kind):
     mask[..., 0] = True  # every query may see key 0, so PyTorch's reference has no empty row
     result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
     output, weights = result.get("output"), result.get("weights")
-    check_weights(weights, q, k, f"weights with a {kind} mask", mask=mask,
+    check_weights(weights, q, k, f"weights with a {kind} mask", mask=mask, value=v,
                   hint="Masked scores must become -inf before the softmax (True = allowed), "
                   "so masked keys get weight exactly 0 and the rest still sum to 1.")
     assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
@@ -287,8 +296,10 @@ def test_fully_masked_query_gives_zeros_not_nan(learner):
     result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
     output = assert_tensor(result.get("output"), "output", shape=(1, 3, 2))
     weights = assert_tensor(result.get("weights"), "weights", shape=(1, 3, 5))
+    uniform = torch.allclose(weights[0, 1].double(), torch.full((5,), 0.2, dtype=f64))
     assert_close(weights[0, 1], torch.zeros(5), "the weights of a query whose keys are all "
-                 "masked", hint="Use -inf with your softmax from 2.1 (all -inf gives zeros).")
+                 "masked", hint=named("2.2/large-negative-fill") if uniform else
+                 "Use -inf with your softmax from 2.1 (all -inf gives zeros).")
     assert_close(output[0, 1], torch.zeros(2), "the output of a query whose keys are all masked")
     assert_close(weights[0, 0], reference_weights(q, k)[0, 0], "the weights of an unmasked query")
 
@@ -300,13 +311,15 @@ def test_dropout_is_applied_to_the_weights(learner):
     keep = torch.rand(2, 4, 6) > 0.5
     result = learner.run(attention_with_dropout, q=q, k=k, v=v, keep=keep)
     output, weights, calls = result["output"], result["weights"], result["calls"]
+    assert calls != [(2, 4, 3)], named("2.2/dropout-on-output")
     assert calls == [(2, 4, 6)], (
         f"dropout should be called once, on the weights [B, Lq, Lk] = [2, 4, 6]; it was called "
         f"on shapes {calls}"
     )
     dropped = reference_weights(q, k) * keep * 2.0
-    assert_close(weights, dropped, "the returned weights",
-                 hint="Return the weights after dropout: the ones that multiplied value.")
+    before = first_match(weights, {"2.2/weights-before-dropout": reference_weights(q, k)})
+    assert_close(weights, dropped, "the returned weights", hint=named(before) if before else
+                 "Return the weights after dropout: the ones that multiplied value.")
     assert_close(output, dropped @ v, "output with dropout",
                  hint="Apply dropout to the weights, then multiply by value.")
 
@@ -350,9 +363,15 @@ def test_jacobian_matches_autograd(learner, batch):
     flat = z.reshape(-1, n)
     expected = torch.stack([torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), row)
                             for row in flat]).reshape(*batch, n, n)
-    assert_close(learner.run(jacobian_of, p=p), expected, f"softmax_jacobian(p) for p of shape "
-                 f"{list(p.shape)}", hint="J = diag(p) - p p^T: the diagonal is p_i (1 - p_i), "
-                 "off the diagonal -p_i p_j.")
+    jacobian = learner.run(jacobian_of, p=p)
+    diagonal, outer = torch.diag_embed(p), p.unsqueeze(-1) * p.unsqueeze(-2)
+    mistake = None if torch.allclose(torch.as_tensor(jacobian).double(), expected) else first_match(
+        jacobian, {"2.3/outer-added": diagonal + outer,
+                   "2.3/diagonal-only": torch.diag_embed(p * (1 - p)),
+                   "2.3/no-diagonal-term": -outer})
+    assert_close(jacobian, expected, f"softmax_jacobian(p) for p of shape {list(p.shape)}",
+                 hint=named(mistake) if mistake else "J = diag(p) - p p^T: the diagonal is "
+                 "p_i (1 - p_i), off the diagonal -p_i p_j.")
 
 
 @pytest.mark.grade("2.3", points=1)

@@ -257,6 +257,11 @@ def mistaken_layer_norms(x, eps, weight, bias):
         "5.1/unbiased-variance":
             (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias,
         "5.1/eps-outside-sqrt": (x - mean) / (variance.sqrt() + eps) * weight + bias,
+        "5.1/statistics-over-the-batch": (x - x.mean(0, keepdim=True)) / torch.sqrt(
+            x.var(0, keepdim=True, unbiased=False) + eps) * weight + bias,
+        **({"5.1/statistics-over-positions-too": (x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(
+            x.var((-2, -1), keepdim=True, unbiased=False) + eps) * weight + bias}
+           if x.dim() >= 3 else {}),
     }
 
 
@@ -272,6 +277,7 @@ def test_layer_norm_matches_pytorch(learner, shape, eps):
         theirs.bias.copy_(bias)
     x = torch.randn(shape, dtype=f64) * 3 + 1
     result = learner.run(layer_norm_of, x=x, eps=eps, weight=weight, bias=bias)
+    assert result["parameters"], named("5.1/no-parameters")
     assert {"weight", "bias"} <= set(result["parameters"]), (
         f"LayerNorm should have the parameters weight and bias, got {result['parameters']}")
     hint = ("Statistics over the last dimension only; the biased variance (divide by D, not "
@@ -352,8 +358,14 @@ def test_feed_forward_formula(learner):
     check_linears(result, state)
     hidden = F.relu(x @ state["linear1.weight"].T + state["linear1.bias"])
     expected = hidden @ state["linear2.weight"].T + state["linear2.bias"]
-    assert_close(result["eval"], expected, "PositionwiseFeedForward(x)",
-                 hint="max(0, x W1 + b1) W2 + b2: linear1, ReLU, linear2.")
+    pre_activation = x @ state["linear1.weight"].T + state["linear1.bias"]
+    mistake = None if torch.allclose(result["eval"].double(), expected) else first_match(
+        result["eval"], {"5.2/no-activation": pre_activation @ state["linear2.weight"].T
+                         + state["linear2.bias"],
+                         "5.2/gelu": F.gelu(pre_activation) @ state["linear2.weight"].T
+                         + state["linear2.bias"]})
+    assert_close(result["eval"], expected, "PositionwiseFeedForward(x)", hint=named(mistake)
+                 if mistake else "max(0, x W1 + b1) W2 + b2: linear1, ReLU, linear2.")
 
 
 @pytest.mark.grade("5.2", points=1)
@@ -369,8 +381,12 @@ def test_feed_forward_dropout_on_the_hidden_layer(learner):
                      hint="No dropout in eval mode: use nn.Dropout.")
         torch.manual_seed(5)  # replay the same random draw on the hidden activations
         expected = linear2(F.dropout(hidden, 0.5, training=True))
+        torch.manual_seed(5)  # the same draw on the output
+        on_output = F.dropout(linear2(hidden), 0.5, training=True)
+    mistake = first_match(result["train"], {"5.2/dropout-on-output": on_output})
     assert_close(result["train"], expected, "PositionwiseFeedForward in train mode",
-                 hint="Dropout goes between ReLU and linear2, on the [B, L, d_ff] activations.")
+                 hint=named(mistake) if mistake else "Dropout goes between ReLU and linear2, "
+                 "on the [B, L, d_ff] activations.")
 
 
 @pytest.mark.grade("5.2", points=1)
@@ -415,11 +431,17 @@ def test_residual_connection_formula(learner, norm_first):
     norm, sublayer = modules_from(norm_state, sublayer_state)
     with torch.no_grad():
         expected = x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+        post, pre = norm(x + sublayer(x)), x + sublayer(norm(x))
+        on_branch = x + norm(sublayer(x))
     placement = "x + sublayer(norm(x))" if norm_first else "norm(x + sublayer(x))"
+    mistakes = ({"5.3/always-post-ln": post} if norm_first else
+                {"5.3/placements-swapped": pre, "5.3/norm-on-the-branch": on_branch})
+    mistake = None if torch.allclose(result["eval"].double(), expected) else first_match(
+        result["eval"], mistakes)
     assert_close(result["eval"], expected, f"ResidualConnection(norm_first={norm_first})",
-                 hint=f"With norm_first={norm_first} the result is {placement}.")
-    assert result["calls"] == 1, (
-        f"the sublayer should be called once, not {result['calls']} times")
+                 hint=named(mistake) if mistake else
+                 f"With norm_first={norm_first} the result is {placement}.")
+    assert result["calls"] == 1, named("5.3/sublayer-called-twice", calls=result["calls"])
 
 
 @pytest.mark.grade("5.3", points=1)
@@ -439,8 +461,15 @@ def test_residual_dropout_on_the_sublayer_output(learner, norm_first):
             expected = x + F.dropout(sublayer(norm(x)), 0.5)
         else:
             expected = norm(x + F.dropout(sublayer(x), 0.5))
+        torch.manual_seed(3)  # the same draw on the sum
+        if norm_first:
+            on_sum = F.dropout(x + sublayer(norm(x)), 0.5)
+        else:
+            on_sum = norm(F.dropout(x + sublayer(x), 0.5))
+    mistake = first_match(result["train"], {"5.3/dropout-on-the-sum": on_sum})
     assert_close(result["train"], expected, "ResidualConnection in train mode",
-                 hint="Dropout applies to the sublayer's output, before it is added to x.")
+                 hint=named(mistake) if mistake else
+                 "Dropout applies to the sublayer's output, before it is added to x.")
 
 
 # ---------------------------------------------------------------- 5.4 and 5.5 layers
@@ -517,12 +546,24 @@ def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
     theirs = load_into(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
                                                   norm_first=norm_first).double(),
                        state, [("self_attn", "self_attn")], 2)
+    mistakes = {}
     with torch.no_grad():
         expected = theirs(x, src_key_padding_mask=~allowed if masked else None)
-    assert_close(result["output"], expected, f"EncoderLayer(norm_first={norm_first})"
+        if masked:
+            mistakes["5.4/mask-not-passed"] = theirs(x)
+        if norm_first:
+            post = load_into(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                                        norm_first=False).double(),
+                             state, [("self_attn", "self_attn")], 2)
+            mistakes["5.4/norm-first-not-passed-on"] = post(
+                x, src_key_padding_mask=~allowed if masked else None)
+    output = result["output"]
+    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
+        output.double(), expected) else first_match(output, mistakes)
+    assert_close(output, expected, f"EncoderLayer(norm_first={norm_first})"
                  + (" with a padding mask" if masked else "") + ", called as layer(x, mask)",
-                 hint="residuals[0] wraps self-attention (with the mask), residuals[1] the "
-                 "feed-forward network, in that order.")
+                 hint=named(mistake) if mistake else "residuals[0] wraps self-attention (with "
+                 "the mask), residuals[1] the feed-forward network, in that order.")
 
 
 def explain_size_error(result, call):
@@ -579,9 +620,7 @@ def test_decoder_output_depends_on_the_memory(learner):
     explain_size_error(result, "DecoderLayer(x [1, 3, 8], memory [1, 4, 8])")
     first = assert_tensor(result["first"], "DecoderLayer(x, memory)", shape=(1, 3, 8))
     second = assert_tensor(result["second"], "DecoderLayer(x, memory * 2 + 1)", shape=(1, 3, 8))
-    assert not torch.allclose(first, second), (
-        "changing the encoder's memory did not change the decoder's output: cross-attention "
-        "must take its keys and values from memory")
+    assert not torch.allclose(first, second), named("5.5/memory-unused")
 
 
 @pytest.mark.grade("5.4", points=1)

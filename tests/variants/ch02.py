@@ -145,13 +145,15 @@ def unscaled(q, k, v, mask=None, dropout=None):
 
 
 @wrong("2.2", "scaled_dot_product_attention",
-       "divided by sqrt of the width of all heads (d_model) instead of one head's d_k")
+       "divided by sqrt of the width of all heads (d_model) instead of one head's d_k",
+       mistake="2.2/divided-by-sqrt-d_model")
 def scaled_by_sqrt_d_model(q, k, v, mask=None, dropout=None):
     heads = q.size(-3) if q.dim() >= 4 else 1
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(q.size(-1) * heads))
 
 
-@wrong("2.2", "scaled_dot_product_attention", "scaled by the value's width d_v")
+@wrong("2.2", "scaled_dot_product_attention", "scaled by the value's width d_v",
+       mistake="2.2/scaled-by-d_v")
 def scaled_by_d_v(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, scale=lambda q, k, v: math.sqrt(v.size(-1)))
 
@@ -168,7 +170,8 @@ def mask_after_softmax(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, where="after")
 
 
-@wrong("2.2", "scaled_dot_product_attention", "-1e9 instead of -inf: empty rows become uniform")
+@wrong("2.2", "scaled_dot_product_attention", "-1e9 instead of -inf: empty rows become uniform",
+       mistake="2.2/large-negative-fill")
 def large_negative_fill(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, fill=-1e9)
 
@@ -179,7 +182,8 @@ def inverted_mask(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, invert=True)
 
 
-@wrong("2.2", "scaled_dot_product_attention", "returns the weights from before dropout")
+@wrong("2.2", "scaled_dot_product_attention", "returns the weights from before dropout",
+       mistake="2.2/weights-before-dropout")
 def weights_before_dropout(q, k, v, mask=None, dropout=None):
     output, weights = _attention(q, k, v, mask, None)
     if dropout is None:
@@ -187,7 +191,8 @@ def weights_before_dropout(q, k, v, mask=None, dropout=None):
     return dropout(weights) @ v, weights
 
 
-@wrong("2.2", "scaled_dot_product_attention", "dropout applied to the output")
+@wrong("2.2", "scaled_dot_product_attention", "dropout applied to the output",
+       mistake="2.2/dropout-on-output")
 def dropout_on_output(q, k, v, mask=None, dropout=None):
     output, weights = _attention(q, k, v, mask, None)
     return (output if dropout is None else dropout(output)), weights
@@ -254,17 +259,20 @@ def functional_multi_head(q, k, v, mask=None, dropout=None):
 # ------------------------------------------------------------------ 2.3
 
 
-@wrong("2.3", "softmax_jacobian", "the outer product's sign flipped: diag(p) + p p^T")
+@wrong("2.3", "softmax_jacobian", "the outer product's sign flipped: diag(p) + p p^T",
+       mistake="2.3/outer-added")
 def plus_outer(p):
     return torch.diag_embed(p) + p.unsqueeze(-1) * p.unsqueeze(-2)
 
 
-@wrong("2.3", "softmax_jacobian", "only the diagonal, p (1 - p)")
+@wrong("2.3", "softmax_jacobian", "only the diagonal, p (1 - p)",
+       mistake="2.3/diagonal-only")
 def diagonal_only(p):
     return torch.diag_embed(p * (1 - p))
 
 
-@wrong("2.3", "softmax_jacobian", "p p^T without diag(p)")
+@wrong("2.3", "softmax_jacobian", "p p^T without diag(p)",
+       mistake="2.3/no-diagonal-term")
 def outer_only(p):
     return -p.unsqueeze(-1) * p.unsqueeze(-2)
 

@@ -47,20 +47,23 @@ EpsOutsideSqrt = wrong("5.1", "LayerNorm", "eps added outside the square root",
         / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps)
     ),), {}))
 
-OverTheBatch = wrong("5.1", "LayerNorm", "statistics over the batch (dim 0), like BatchNorm")(
+OverTheBatch = wrong("5.1", "LayerNorm", "statistics over the batch (dim 0), like BatchNorm",
+       mistake="5.1/statistics-over-the-batch")(
     type("OverTheBatch", (_layer_norm_class(
         lambda x, eps: (x - x.mean(0, keepdim=True))
         / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps)
     ),), {}))
 
-OverAllFeaturesAndPositions = wrong("5.1", "LayerNorm", "statistics over positions and features")(
+OverAllFeaturesAndPositions = wrong("5.1", "LayerNorm", "statistics over positions and features",
+       mistake="5.1/statistics-over-positions-too")(
     type("OverAllFeaturesAndPositions", (_layer_norm_class(
         lambda x, eps: (x - x.mean((-2, -1), keepdim=True))
         / torch.sqrt(x.var((-2, -1), keepdim=True, unbiased=False) + eps)
     ),), {}))
 
 
-@wrong("5.1", "LayerNorm", "no learnable weight and bias")
+@wrong("5.1", "LayerNorm", "no learnable weight and bias",
+       mistake="5.1/no-parameters")
 class NoAffine(nn.Module):
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
@@ -101,19 +104,22 @@ class _FFN(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
 
-@wrong("5.2", "PositionwiseFeedForward", "no ReLU between the two layers")
+@wrong("5.2", "PositionwiseFeedForward", "no ReLU between the two layers",
+       mistake="5.2/no-activation")
 class NoActivation(_FFN):
     def forward(self, x):
         return self.linear2(self.dropout(self.linear1(x)))
 
 
-@wrong("5.2", "PositionwiseFeedForward", "GELU instead of the paper's ReLU")
+@wrong("5.2", "PositionwiseFeedForward", "GELU instead of the paper's ReLU",
+       mistake="5.2/gelu")
 class Gelu(_FFN):
     def forward(self, x):
         return self.linear2(self.dropout(nn.functional.gelu(self.linear1(x))))
 
 
-@wrong("5.2", "PositionwiseFeedForward", "dropout on the output instead of the hidden layer")
+@wrong("5.2", "PositionwiseFeedForward", "dropout on the output instead of the hidden layer",
+       mistake="5.2/dropout-on-output")
 class DropoutOnOutput(_FFN):
     def forward(self, x):
         return self.dropout(self.linear2(torch.relu(self.linear1(x))))
@@ -148,13 +154,15 @@ class _Residual(nn.Module):
         self.norm_first = norm_first
 
 
-@wrong("5.3", "ResidualConnection", "always post-LN: norm_first ignored")
+@wrong("5.3", "ResidualConnection", "always post-LN: norm_first ignored",
+       mistake="5.3/always-post-ln")
 class AlwaysPostLN(_Residual):
     def forward(self, x, sublayer):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@wrong("5.3", "ResidualConnection", "the placements swapped: pre-LN when norm_first=False")
+@wrong("5.3", "ResidualConnection", "the placements swapped: pre-LN when norm_first=False",
+       mistake="5.3/placements-swapped")
 class PlacementsSwapped(_Residual):
     def forward(self, x, sublayer):
         if not self.norm_first:
@@ -162,7 +170,8 @@ class PlacementsSwapped(_Residual):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@wrong("5.3", "ResidualConnection", "the norm on the sublayer's output only: x + norm(f(x))")
+@wrong("5.3", "ResidualConnection", "the norm on the sublayer's output only: x + norm(f(x))",
+       mistake="5.3/norm-on-the-branch")
 class NormOnBranch(_Residual):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -170,7 +179,8 @@ class NormOnBranch(_Residual):
         return x + self.dropout(self.norm(sublayer(x)))
 
 
-@wrong("5.3", "ResidualConnection", "dropout on the sum instead of the sublayer's output")
+@wrong("5.3", "ResidualConnection", "dropout on the sum instead of the sublayer's output",
+       mistake="5.3/dropout-on-the-sum")
 class DropoutOnSum(_Residual):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -178,7 +188,8 @@ class DropoutOnSum(_Residual):
         return self.norm(self.dropout(x + sublayer(x)))
 
 
-@wrong("5.3", "ResidualConnection", "the sublayer called twice")
+@wrong("5.3", "ResidualConnection", "the sublayer called twice",
+       mistake="5.3/sublayer-called-twice")
 class CalledTwice(_Residual):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -233,14 +244,16 @@ class FeedForwardFirst(_Encoder):
         return self.residuals[1](x, lambda y: self.self_attn(y, y, y, mask))
 
 
-@wrong("5.4", "EncoderLayer", "the mask not passed to self-attention")
+@wrong("5.4", "EncoderLayer", "the mask not passed to self-attention",
+       mistake="5.4/mask-not-passed")
 class MaskDropped(_Encoder):
     def forward(self, x, mask=None):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y))
         return self.residuals[1](x, self.feed_forward)
 
 
-@wrong("5.4", "EncoderLayer", "norm_first not passed on: always post-LN")
+@wrong("5.4", "EncoderLayer", "norm_first not passed on: always post-LN",
+       mistake="5.4/norm-first-not-passed-on")
 class NormFirstIgnored(_Encoder):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, dropout, norm_first=False)
@@ -263,7 +276,8 @@ class _Decoder(_Layer):
     CROSS = True
 
 
-@wrong("5.5", "DecoderLayer", "cross-attention to its own input instead of the memory")
+@wrong("5.5", "DecoderLayer", "cross-attention to its own input instead of the memory",
+       mistake="5.5/memory-unused")
 class AttendsToItself(_Decoder):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
