@@ -7,6 +7,7 @@ output reads the weights every ``MultiHeadAttention`` keeps after its forward
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import matplotlib.pyplot as plt
@@ -14,6 +15,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.task import Task, pad_rows
 from annotated_transformer.data.vocab import EOS, SPECIALS
 from annotated_transformer.model import Model
@@ -39,8 +41,23 @@ class AttentionMaps:
 
 
 def _labels(task: Task, ids: list[int]) -> list[str]:
-    return [SHORT.get(task.vocab.tokens[i], task.vocab.tokens[i]) if i < len(SPECIALS)
-            else task.vocab.tokens[i].replace(" ", "␣") for i in ids]
+    """Each token as a label: specials by one character; a subword that continues a word
+    marked ``##`` (as in BERT's vocabulary), one that starts a word (or punctuation) as it
+    is, a space alone as ``_``; in a vocabulary of characters a space shown as ``␣``."""
+    subwords = isinstance(task.vocab, SubwordVocabulary)
+    labels = []
+    for position, i in enumerate(ids):
+        token = task.vocab.tokens[i]
+        if i < len(SPECIALS):
+            labels.append(SHORT.get(token, token))
+        elif not subwords:
+            labels.append(token.replace(" ", "␣"))
+        elif (token.startswith(" ") or not token[0].isalnum() or position == 0
+              or ids[position - 1] < len(SPECIALS)):  # a word's start, or punctuation
+            labels.append(token.strip() or "_")  # a space alone
+        else:
+            labels.append(f"##{token}")
+    return labels
 
 
 @torch.no_grad()
@@ -61,23 +78,39 @@ def attention_maps(model: Model, task: Task, text: str, max_len: int | None = No
                          task.vocab.decode(output), **weights)
 
 
-def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = None) -> Figure:
-    """One heatmap per layer and head: rows are the kinds of attention, by layer."""
+def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = None,
+                        layers: Sequence[int] | None = None,
+                        columns: int | None = None) -> Figure:
+    """One heatmap per layer and head of each kind (``encoder``, ``decoder``, ``cross``; by
+    default all the model has), of the ``layers`` given (default all; -1 is the last),
+    ``columns`` to a row (default one per head). Each panel grows with its tokens, so that
+    every label is readable; the keys' labels are written vertically."""
     kinds = kinds or tuple(k for k in ("encoder", "decoder", "cross") if getattr(maps, k))
     axes_of = {"encoder": (maps.source_tokens, maps.source_tokens, "encoder self-attention"),
                "decoder": (maps.output_tokens, maps.output_tokens, "decoder self-attention"),
                "cross": (maps.output_tokens, maps.source_tokens, "cross-attention")}
-    rows = [(kind, layer) for kind in kinds for layer in range(len(getattr(maps, kind)))]
     heads = getattr(maps, kinds[0])[0].size(0)
-    figure, axes = plt.subplots(len(rows), heads, squeeze=False,
-                                figsize=(2.6 * heads, 2.5 * len(rows)), layout="constrained")
-    for row, (kind, layer) in enumerate(rows):
+    panels = []
+    for kind in kinds:
+        count = len(getattr(maps, kind))
+        chosen = range(count) if layers is None else sorted({layer % count for layer in layers})
+        panels += [(kind, layer, head) for layer in chosen for head in range(heads)]
+    columns = columns or heads
+    rows = -(-len(panels) // columns)
+    longest_keys = max(len(axes_of[kind][1]) for kind in kinds)
+    longest_queries = max(len(axes_of[kind][0]) for kind in kinds)
+    width, height = max(2.6, 0.16 * longest_keys + 1.2), max(2.5, 0.16 * longest_queries + 1.4)
+    figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(width * columns,
+                                                                       height * rows),
+                                layout="constrained")
+    for ax, (kind, layer, head) in zip(axes.flat, panels):
         queries, keys, name = axes_of[kind]
-        for head in range(heads):
-            heatmap(axes[row, head], getattr(maps, kind)[layer][head],
-                    f"{name}\nlayer {layer + 1}, head {head + 1}", "key", "query",
-                    cmap="viridis", symmetric=False, xticklabels=keys, yticklabels=queries,
-                    colorbar=False)
-            axes[row, head].tick_params(labelsize=7)
-            axes[row, head].title.set_fontsize(8)
+        heatmap(ax, getattr(maps, kind)[layer][head], f"{name}\nlayer {layer + 1}, head {head + 1}",
+                "key", "query", cmap="viridis", symmetric=False, xticklabels=keys,
+                yticklabels=queries, colorbar=False)
+        ax.tick_params(labelsize=7)
+        ax.tick_params(axis="x", labelrotation=90)
+        ax.title.set_fontsize(8)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     return figure

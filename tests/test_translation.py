@@ -325,3 +325,28 @@ def test_translation_trains_compiled_in_bf16_on_cuda(capsys, tmp_path, corpus):
                            "--device", "cuda", "--json")
     assert status == 0, err
     assert 0 <= json.loads(out)["bleu"] <= 100
+
+
+def test_attention_maps_of_subwords_are_labelled_by_word_and_sized_to_their_tokens(trained):
+    """A piece that continues a word is marked ``##`` (no space glyph the font may lack);
+    the figure has one panel per chosen layer and head, wider for longer sentences."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from annotated_transformer.inspect_attention import attention_maps, plot_attention_maps
+
+    state = checkpoint.load(trained / "checkpoint.pt")
+    task, model = checkpoint.build_task(state), checkpoint.build_model(state)
+    maps = attention_maps(model, task, "das ist ein langes Wortungeheuer", max_len=20)
+    pieces = [task.vocab.tokens[i] for i in task.source_ids("das ist ein langes Wortungeheuer")]
+    assert maps.source_tokens[0] == pieces[0].strip() and maps.source_tokens[-1] == "$"
+    for label, piece in zip(maps.source_tokens[1:-1], pieces[1:], strict=False):
+        continues = not piece.startswith(" ") and piece[0].isalnum()
+        assert label == (f"##{piece}" if continues else piece.strip() or "_"), (label, piece)
+    assert not any("␣" in label for label in maps.source_tokens + maps.output_tokens)
+    heads = maps.cross[0].size(0)
+    figure = plot_attention_maps(maps, kinds=("cross",), layers=[-1], columns=2)
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert len(visible) == heads
+    assert visible[0].get_title().endswith(f"layer {len(maps.cross)}, head 1")
+    assert figure.get_size_inches()[0] >= 2 * (0.16 * len(maps.source_tokens) + 1.2) - 1e-9
