@@ -264,21 +264,26 @@ def test_the_class_summary_counts_learners_per_mistake_most_common_first():
     """Rows of three learners: a learner counts once per mistake; the most common first."""
     from annotated_transformer.course.grading import class_summary
 
-    def row(who, exercise, status, mistake=""):
+    def row(who, exercise, status, mistake="", message=""):
         return regrade.Row(who, exercise, f"title {exercise}", 0, 1, status,
-                           f"what went wrong [mistake {mistake}]" if mistake else "", "", 0,
-                           mistake)
+                           f"what went wrong [mistake {mistake}]" if mistake else message, "",
+                           0, mistake)
 
+    blamed = "4.3 uses your causal_mask (4.2), which does not pass yet: fix 4.2 first."
     rows = [row("a", "4.1", "passed"), row("b", "4.1", "failed", "4.1/inverted"),
             row("c", "4.1", "failed", "4.1/inverted"), row("a", "4.2", "failed"),
             row("b", "4.2", "failed", "4.2/no-diagonal"), row("c", "4.2", "passed"),
+            row("a", "4.3", "failed", message=blamed), row("b", "4.3", "not implemented"),
+            row("c", "4.3", "failed", message="4.3 differs"),
             regrade.Row("d", "", "", 0, 2, "error", "not graded", "", 0)]
     summary = class_summary.summarize(rows)
-    assert [(e.id, e.passed, e.learners, e.unnamed) for e in summary] == [
-        ("4.1", 1, 3, 0), ("4.2", 1, 3, 1)]
+    assert [(e.id, e.passed, e.learners, e.unnamed, e.blocked, e.not_started)
+            for e in summary] == [("4.1", 1, 3, 0, 0, 0), ("4.2", 1, 3, 1, 0, 0),
+                                  ("4.3", 0, 3, 1, 1, 1)]
     assert class_summary.most_common(summary) == [("4.1/inverted", 2), ("4.2/no-diagonal", 1)]
     text = class_summary.markdown(summary, learners=4)
-    assert "| 4.1 | title 4.1 | 1/3 | `4.1/inverted` (2) | 0 |" in text
+    assert "| 4.1 | title 4.1 | 1/3 | `4.1/inverted` (2) | 0 | 0 | 0 |" in text
+    assert "| 4.3 | title 4.3 | 0/3 | - | 1 | 1 | 1 |" in text
     assert text.index("`4.1/inverted`**: 2") < text.index("`4.2/no-diagonal`**: 1")
     assert "[mistake" not in text.split("## The named mistakes")[1]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from annotated_transformer.course.grading import dependencies
 from annotated_transformer.course.grading.messages import MISTAKE_TAG
 from annotated_transformer.course.grading.report import write_report
 
@@ -27,7 +28,9 @@ class ExerciseSummary:
     learners: int = 0  # graded on it
     passed: int = 0  # with every test passed
     mistakes: Counter[str] = field(default_factory=Counter)  # {mistake id: learners}
-    unnamed: int = 0  # did not pass, with no known mistake named
+    unnamed: int = 0  # did not pass for a reason of its own, with no known mistake named
+    blocked: int = 0  # did not pass because an exercise it builds on does not
+    not_started: int = 0  # still the release's stub
     example: dict[str, str] = field(default_factory=dict)  # {mistake id: a message naming it}
 
 
@@ -52,6 +55,10 @@ def summarize(rows: Iterable[Any]) -> list[ExerciseSummary]:
             entry.mistakes[mistake] += 1
             message = MISTAKE_TAG.sub("", row.message).strip()
             entry.example.setdefault(mistake, message)
+        elif row.status == "not implemented":
+            entry.not_started += 1
+        elif dependencies.is_blame(exercise, row.message):
+            entry.blocked += 1
         else:
             entry.unnamed += 1
     return [found[e] for e in sorted(found, key=_order)]
@@ -71,13 +78,18 @@ def markdown(summary: list[ExerciseSummary], learners: int) -> str:
     lines = ["# Class summary", "",
              f"{learners} submission(s). Per exercise: how many learners pass it, and the "
              f"known mistakes the grader named, with how many learners made each.", "",
-             "| exercise | title | pass | named mistakes (learners) | other failures |",
-             "| --- | --- | --- | --- | --- |"]
+             "Besides the named mistakes: *blocked*, learners whose exercise fails because one "
+             "it builds on does not pass; *not started*, still the release's stub; *other*, "
+             "failures no known mistake explains.", "",
+             "| exercise | title | pass | named mistakes (learners) | blocked | not started "
+             "| other |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for entry in summary:
         named = ", ".join(f"`{m}` ({n})" for m, n in entry.mistakes.most_common())
         title = entry.title.replace("|", "\\|")
         lines.append(f"| {entry.id} | {title} | {entry.passed}/{entry.learners} | "
-                     f"{named or '-'} | {entry.unnamed} |")
+                     f"{named or '-'} | {entry.blocked} | {entry.not_started} | "
+                     f"{entry.unnamed} |")
     ranked = most_common(summary)
     lines += ["", "## The named mistakes, most common first", ""]
     if not ranked:
