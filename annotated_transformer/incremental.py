@@ -46,6 +46,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)  # the first step's check: same up to rounding
@@ -107,12 +108,18 @@ class Attention:
     contract), with the keys and values given."""
 
     def __init__(self, module: nn.Module, parts) -> None:
+        from annotated_transformer.fast_parts.ch03_multi_head import MultiHeadAttention
+
         self.m = module
         self.heads = module.num_heads
         self.split, self.merge = parts.split_heads, parts.merge_heads
         for name in ("q_proj", "k_proj", "v_proj", "out_proj", "attention", "dropout"):
             if not hasattr(module, name):
                 raise NotCacheable(f"its attention has no {name}")
+        # The fast parts' attention is PyTorch's: its fused kernel serves a query that needs
+        # no weights (one new position over the cached keys) without a batch of tiny
+        # matrix products per head.
+        self.fused = isinstance(module, MultiHeadAttention)
 
     def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``x [N, L, D]`` -> keys and values ``[N, H, L, d_k]``."""
@@ -123,7 +130,10 @@ class Attention:
                  ) -> Tensor:
         """Queries ``x [N, n, D]`` over ``keys``, ``values [N, H, Lk, d_k]`` -> ``[N, n, D]``."""
         q = self.split(self.m.q_proj(x), self.heads)
-        heads, _ = self.m.attention(q, keys, values, mask=mask, dropout=self.m.dropout)
+        if self.fused and not self.m.training:
+            heads = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        else:
+            heads, _ = self.m.attention(q, keys, values, mask=mask, dropout=self.m.dropout)
         return self.m.out_proj(self.merge(heads))
 
 

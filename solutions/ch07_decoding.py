@@ -89,7 +89,15 @@ def beam_search(model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int, b
         best_len[better] = length
         best_score = torch.where(better, step_best, best_score)
 
+    # A row is done once no live hypothesis can beat its best finished one: a sum of
+    # log-probabilities only falls as tokens are added, and a penalty that grows with n
+    # (length_penalty >= 0) is at most penalty(max_len - 1), so a live hypothesis of sum s
+    # ends with a score of at most s / penalty(max_len - 1). Stopping there changes nothing
+    # in the result, and saves the steps up to max_len.
     while ys.size(1) < max_len and scores.isfinite().any():
+        if length_penalty >= 0 and bool(
+                (best_score >= scores.amax(dim=-1) / penalty(max_len - 1)).all()):
+            break
         length = ys.size(1)
         hidden = model.decode(memory, src_mask, ys, causal_mask(length, device=device))
         log_probs = torch.log_softmax(model.generator(hidden[:, -1]), dim=-1)  # [B*k, V]
