@@ -159,6 +159,32 @@ def test_a_missing_library_names_the_command_that_installs_it():
 
 # ---------------------------------------------------------------- end to end
 
+def test_the_length_penalty_a_run_records_is_the_default_of_evaluate_and_translate(
+        capsys, trained, tmp_path):
+    """A recipe records the length penalty chosen for its model (the CPU recipe: 1.0);
+    `evaluate` and `translate` use it unless --alpha says otherwise."""
+    from annotated_transformer.recipes import RECIPES
+    from annotated_transformer.train import TrainConfig
+
+    assert RECIPES["translation"].with_model("cpu").train.length_penalty == 1.0
+    assert checkpoint.load(trained / "checkpoint.pt")["train_config"]["length_penalty"] == 0.6
+    with pytest.raises(ValueError, match="length_penalty"):
+        TrainConfig(length_penalty=-0.5)
+    state = checkpoint.load(trained / "checkpoint.pt")
+    state["train_config"]["length_penalty"] = 2.5
+    path = tmp_path / "long.pt"
+    checkpoint.save(path, state)
+    sources = [de for de, _ in SPLITS["test"]]
+    task, model = checkpoint.build_task(state), checkpoint.build_model(state)
+    for given, alpha in ((), 2.5), (("--alpha", 0.0), 0.0):
+        status, out, _ = run(capsys, "evaluate", "--checkpoint", path, "--device", "cpu",
+                             "--json", *given)
+        assert status == 0 and json.loads(out)["alpha"] == alpha
+        status, out, _ = run(capsys, "translate", "--checkpoint", path, "--device", "cpu",
+                             *given, *sources)
+        assert out.splitlines() == translate_texts(model, task, sources, Decoding(alpha=alpha))
+
+
 @pytest.mark.slow
 def test_train_translate_evaluate_average(capsys, trained, corpus):
     assert sorted(p.name for p in trained.glob("checkpoint-*.pt")) == [

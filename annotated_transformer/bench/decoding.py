@@ -16,7 +16,12 @@ def decoding(path: Path, dataset: str | None = None, split: str = "test", beam: 
     ``split`` with the checkpoint at ``path`` (its corpus, or ``dataset``), without and
     with the cache; ``identical``: whether the two give the same translations."""
     from annotated_transformer import checkpoint
-    from annotated_transformer.metrics import Decoding, corpus_scores, translate_texts
+    from annotated_transformer.metrics import (
+        Decoding,
+        corpus_scores,
+        length_penalty_of,
+        translate_texts,
+    )
 
     state = checkpoint.load(path)
     task = checkpoint.build_task(state, dataset)
@@ -28,8 +33,8 @@ def decoding(path: Path, dataset: str | None = None, split: str = "test", beam: 
     outputs = {}
     for name, cache in (("recomputed", False), ("cached", True)):
         wall, cpu = time.perf_counter(), time.process_time()
-        outputs[name] = translate_texts(model, task, sources, Decoding(beam_size=beam,
-                                                                       cache=cache))
+        decoding = Decoding(beam_size=beam, alpha=length_penalty_of(state), cache=cache)
+        outputs[name] = translate_texts(model, task, sources, decoding)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         result[name] = {"seconds": wall, "cpu_seconds": cpu,
                         "sentences_per_second": len(pairs) / wall}

@@ -83,13 +83,13 @@ def run_translate(args) -> int:
     texts = args.inputs or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise UsageError("nothing to translate: give inputs or lines on stdin")
-    _, task, model = load_checkpoint(args)
+    state, task, model = load_checkpoint(args)
     try:
         model.check_decoding(args.beam, args.temperature, args.top_k)
     except UnsupportedDecoding as error:
         raise UsageError(str(error)) from None
     if task.name == "translation":  # the paper's decoding, detokenized output
-        return run_translate_translation(args, task, model, texts)
+        return run_translate_translation(args, state, task, model, texts)
     for line in translate(model, task, texts, args.beam, args.temperature, args.top_k,
                           args.seed):
         print(line)

@@ -83,8 +83,10 @@ def add_decoding_options(p, evaluate: bool) -> None:
         p.add_argument("--beam", type=int,
                        help="translation: beam size (default 4, the paper's; 1 is greedy)")
         p.add_argument("--greedy", action="store_true", help="translation: --beam 1")
-    p.add_argument("--alpha", type=float, default=0.6,
-                   help="translation: the beam's length penalty exponent (default 0.6)")
+    p.add_argument("--alpha", type=float,
+                   help="translation: the beam's length penalty exponent (default: the one "
+                   "the checkpoint's recipe records, 1.0 for --model cpu; else the paper's "
+                   "0.6)")
     p.add_argument("--no-cache", action="store_true",
                    help="translation: recompute every prefix at each step instead of keeping "
                    "each layer's keys and values (the same tokens, slower)")
@@ -93,13 +95,15 @@ def add_decoding_options(p, evaluate: bool) -> None:
                    "(default 50)")
 
 
-def decoding_of(args):
-    """The :class:`~annotated_transformer.metrics.Decoding` that ``args`` ask for."""
-    from annotated_transformer.metrics import Decoding
+def decoding_of(args, state: dict):
+    """The :class:`~annotated_transformer.metrics.Decoding` that ``args`` ask for (the
+    length penalty: ``--alpha``, else the one the checkpoint ``state``'s run records)."""
+    from annotated_transformer.metrics import Decoding, length_penalty_of
 
     beam = 1 if getattr(args, "greedy", False) else (args.beam if args.beam is not None else 4)
+    alpha = length_penalty_of(state) if args.alpha is None else args.alpha
     try:
-        return Decoding(beam_size=beam, alpha=args.alpha, extra_len=args.extra_len,
+        return Decoding(beam_size=beam, alpha=alpha, extra_len=args.extra_len,
                         cache=not args.no_cache)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -110,7 +114,8 @@ def run_evaluate_translation(args, state: dict, task, model) -> int:
     signatures), exact match and loss on ``--split``."""
     from annotated_transformer.metrics import evaluate_split
 
-    result = evaluate_split(model, task, args.split, args.size, decoding_of(args))
+    decoding = decoding_of(args, state)
+    result = evaluate_split(model, task, args.split, args.size, decoding)
     result = {"task": "translation", "step": state["step"],
               **{k: v for k, v in result.items() if k != "hypotheses"}}
     if args.json:
@@ -118,18 +123,18 @@ def run_evaluate_translation(args, state: dict, task, model) -> int:
     else:
         print(f"translation {task.source_lang}-{task.target_lang} at step {result['step']}, "
               f"{result['split']} split ({result['num_examples']} sentences, beam "
-              f"{result['beam_size']}):\n"
+              f"{result['beam_size']}, length penalty {decoding.alpha:g}):\n"
               f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
               f"chrF {result['chrf']:.2f}  {result['chrf_signature']}\n"
               f"exact match {result['exact_match']:.1%}, loss {result['loss']:.4f} per token")
     return 0
 
 
-def run_translate_translation(args, task, model, texts: list[str]) -> int:
+def run_translate_translation(args, state: dict, task, model, texts: list[str]) -> int:
     """``translate`` with a translation checkpoint: detokenized text, one line each."""
     from annotated_transformer.metrics import translate_texts
 
-    for line in translate_texts(model, task, texts, decoding_of(args)):
+    for line in translate_texts(model, task, texts, decoding_of(args, state)):
         print(line)
     return 0
 
