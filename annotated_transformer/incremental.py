@@ -108,18 +108,17 @@ class Attention:
     contract), with the keys and values given."""
 
     def __init__(self, module: nn.Module, parts) -> None:
-        from annotated_transformer.fast_parts.ch03_multi_head import MultiHeadAttention
-
         self.m = module
         self.heads = module.num_heads
         self.split, self.merge = parts.split_heads, parts.merge_heads
         for name in ("q_proj", "k_proj", "v_proj", "out_proj", "attention", "dropout"):
             if not hasattr(module, name):
                 raise NotCacheable(f"its attention has no {name}")
-        # The fast parts' attention is PyTorch's: its fused kernel serves a query that needs
-        # no weights (one new position over the cached keys) without a batch of tiny
-        # matrix products per head.
-        self.fused = isinstance(module, MultiHeadAttention)
+        # A module whose attention is PyTorch's (the fast parts' says so): its fused kernel
+        # serves a query that needs no weights (one new position over the cached keys)
+        # without a batch of tiny matrix products per head. The first step's check still
+        # compares the result with the module's own forward pass.
+        self.fused = getattr(module, "attention_is_pytorchs", False) is True
 
     def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``x [N, L, D]`` -> keys and values ``[N, H, L, d_k]``."""

@@ -129,6 +129,7 @@ class MultiHeadAttention(_reference.MultiHeadAttention):
 
     keep_weights: bool | None = None  # set on a module to change its own
     sdpa_min_length: int | None = None
+    attention_is_pytorchs = True  # incremental decoding may call F.scaled_dot_product_attention
 
     def _fused_wins(self, key: Tensor, dropout: float) -> bool:
         """Whether ``F.scaled_dot_product_attention`` is the faster way here."""
