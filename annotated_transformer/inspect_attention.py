@@ -103,7 +103,7 @@ def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = Non
     figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(width * columns,
                                                                        height * rows),
                                 layout="constrained")
-    for ax, (kind, layer, head) in zip(axes.flat, panels):
+    for ax, (kind, layer, head) in zip(axes.flat, panels, strict=False):  # spare axes hidden
         queries, keys, name = axes_of[kind]
         heatmap(ax, getattr(maps, kind)[layer][head], f"{name}\nlayer {layer + 1}, head {head + 1}",
                 "key", "query", cmap="viridis", symmetric=False, xticklabels=keys,

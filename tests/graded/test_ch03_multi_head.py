@@ -221,7 +221,8 @@ def heads_without_transpose(state, query, memory, bias, heads=4):
     def split(x):
         return x.reshape(x.size(0), heads, x.size(1), x.size(2) // heads)
 
-    q, k, v = (split(project(p, x)) for p, x in zip(PROJECTIONS, (query, memory, memory)))
+    q, k, v = (split(project(p, x)) for p, x in zip(PROJECTIONS[:3], (query, memory, memory),
+                                                     strict=True))
     weights = torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1)
     out = weights @ v
     return project("out_proj", out.reshape(out.size(0), out.size(2), -1))
