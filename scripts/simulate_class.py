@@ -4,7 +4,8 @@
         --out /tmp/class --copy-to book/images
 
 Each simulated learner answers every exercise of the chapters asked for: with probability
-``--wrong`` (0.35) by one of its wrong variants (``tests/variants/``), drawn uniformly, else by
+``--wrong`` (0.35) by one of its wrong variants (``tests/variants/``; not those that take a
+road the rules refuse, which fails the whole chapter file), drawn uniformly, else by
 the reference or one of its right variants. A learner's chapter file is the reference's text
 with the chapter's variants module appended (its ``right``/``wrong`` decorators made no-ops)
 and each answered name bound to the variant drawn, so the grader sees an ordinary file. The
@@ -43,18 +44,30 @@ def chapter_file(chapter: int) -> Path:
 
 class _AsLearnerCode(ast.NodeTransformer):
     """What an exercise file may not hold, rewritten: an import of the same chapter's
-    reference (its names are the file's own) is dropped, and ``type(name, bases, {})`` becomes
-    a class statement before the statement that held it."""
+    reference (its names are the file's own) is dropped, one of another chapter's becomes
+    ``name = active_parts().name`` (the learner's own parts), and ``type(name, bases, {})``
+    becomes a class statement before the statement that held it."""
 
     def __init__(self, chapter_module: str) -> None:
         self.chapter_module = chapter_module
         self.hoisted: list[ast.stmt] = []
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | list[ast.stmt] | None:
         if node.module == f"solutions.{self.chapter_module}":
             return ast.Pass()
         if node.module == "__future__":
             return None
+        if node.module and node.module.startswith("solutions."):
+            # another chapter's reference: a learner's file reaches it through the parts
+            return [ast.ImportFrom(module="annotated_transformer.parts",
+                                   names=[ast.alias(name="active_parts")], level=0),
+                    *(ast.Assign(targets=[ast.Name(id=alias.asname or alias.name,
+                                                   ctx=ast.Store())],
+                                 value=ast.Attribute(value=ast.Call(
+                                     func=ast.Name(id="active_parts", ctx=ast.Load()),
+                                     args=[], keywords=[]), attr=alias.name, ctx=ast.Load()),
+                                 lineno=0)
+                      for alias in node.names)]
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -79,7 +92,8 @@ def variants_source(chapter: int) -> str:
     for statement in ast.parse(text).body:
         statement = rewrite.visit(statement)
         if statement is not None:
-            body += [*rewrite.hoisted, statement]
+            body += [*rewrite.hoisted,
+                     *(statement if isinstance(statement, list) else [statement])]
             rewrite.hoisted = []
     return ast.unparse(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])))
 
@@ -129,7 +143,9 @@ def draw_class(learners: int, chapters: list[int], wrong: float, rng: random.Ran
             answers = {}
             for exercise in sorted(by_exercise):
                 options = by_exercise[exercise]
-                wrongs = [v for v in options if not v.correct]
+                # a road the rules refuse (says=) fails the whole chapter file, which
+                # tells nothing about the other exercises: not drawn
+                wrongs = [v for v in options if not v.correct and not v.says]
                 rights = [v for v in options if v.correct]
                 if wrongs and rng.random() < wrong:
                     pick = rng.choice(wrongs)
