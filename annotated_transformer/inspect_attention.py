@@ -52,7 +52,7 @@ def _labels(task: Task, ids: list[int]) -> list[str]:
             labels.append(SHORT.get(token, token))
         elif not subwords:
             labels.append(token.replace(" ", "␣"))
-        elif (token.startswith(" ") or not token[0].isalnum() or position == 0
+        elif (token.startswith(" ") or not token[:1].isalnum() or position == 0
               or ids[position - 1] < len(SPECIALS)):  # a word's start, or punctuation
             labels.append(token.strip() or "_")  # a space alone
         else:

@@ -49,13 +49,13 @@ class Decoding:
                              f"{self.extra_len}")
 
 
-@torch.no_grad()
 def length_penalty_of(state: dict) -> float:
     """The length penalty a checkpoint's run records for its model (the recipe's, chosen on
     the validation split), or the paper's 0.6 for a run that records none."""
     return state.get("train_config", {}).get("length_penalty", Decoding.alpha)
 
 
+@torch.no_grad()
 def translate_texts(model: nn.Module, task: Task, texts: list[str],
                     decoding: Decoding = Decoding()) -> list[str]:
     """The detokenized translations of ``texts``, in their order."""

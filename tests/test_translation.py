@@ -306,6 +306,19 @@ def test_bad_corpora_exit_2_with_a_message(capsys, tmp_path, corpus):
     assert status == 2 and "--keep-last" in err
 
 
+def test_a_checkpoint_whose_relative_corpus_is_not_here_exits_2(capsys, trained, tmp_path,
+                                                                monkeypatch):
+    """Evaluated from another folder, a corpus recorded as a relative path is named, with
+    the flag that gives it, not a traceback of the hub's loader."""
+    state = checkpoint.load(trained / "checkpoint.pt")
+    state["task"]["dataset"] = "corpus/that/moved"
+    checkpoint.save(tmp_path / "moved.pt", state)
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(capsys, "evaluate", "--checkpoint", tmp_path / "moved.pt",
+                         "--device", "cpu")
+    assert status == 2 and "no folder corpus/that/moved" in err and "--data" in err
+
+
 @pytest.mark.slow
 def test_a_translation_checkpoint_without_its_tokenizer_exits_2(capsys, trained, tmp_path):
     state = checkpoint.load(trained / "checkpoint.pt")
