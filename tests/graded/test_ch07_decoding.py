@@ -285,10 +285,9 @@ def every_sequence(vocab_size, max_len):
                 yield from ((*body, last) for last in others)
 
 
-def brute_force(rule, src, vocab_size, max_len, alpha, n_offset=0):
-    """``(score, tokens)`` of the best-scoring sequence, every sequence scored (``n_offset``:
-    what the penalty adds to the count of generated tokens, 1 for a BOS counted)."""
-    return max((penalised(log_prob(rule, src, seq), len(seq) + n_offset, alpha), seq)
+def brute_force(rule, src, vocab_size, max_len, alpha):
+    """``(score, tokens)`` of the best-scoring sequence, every sequence scored."""
+    return max((penalised(log_prob(rule, src, seq), len(seq), alpha), seq)
                for seq in every_sequence(vocab_size, max_len))
 
 
@@ -308,7 +307,7 @@ def by_the_rules(rule, src, max_len, beam_size, alpha, mistake=None):
         extensions = []
         for tokens, total in live:
             for token, lp in enumerate(rule(src, tokens)):
-                lp = lp / ((5 + length) / 6) ** alpha if per_token else lp
+                lp = penalised(lp, length, alpha) if per_token else lp
                 extensions.append((tokens + (token,),
                                    lp if mistake == "7.1/scores-not-accumulated" else total + lp))
         kept = sorted(extensions + parked, key=lambda e: e[1], reverse=True)[:beam_size]
