@@ -317,6 +317,10 @@ def test_a_checkpoint_whose_relative_corpus_is_not_here_exits_2(capsys, trained,
     status, _, err = run(capsys, "evaluate", "--checkpoint", tmp_path / "moved.pt",
                          "--device", "cpu")
     assert status == 2 and "no folder corpus/that/moved" in err and "--data" in err
+    # drawing attention needs no corpus: the output is decoded as translate decodes it
+    status, out, _ = run(capsys, "attention", "--checkpoint", tmp_path / "moved.pt",
+                         "--out", tmp_path / "map.png", "--device", "cpu", "das ist ein Hund")
+    assert status == 0 and (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.slow

@@ -110,8 +110,14 @@ def add_attention(sub) -> None:
 def run_attention(args) -> int:
     from annotated_transformer.inspect_attention import attention_maps, plot_attention_maps
 
+    from annotated_transformer.metrics import Decoding
+
     _, task, model = load_checkpoint(args)
-    maps = attention_maps(model, task, args.input)
+    max_len = None  # the task's longest target
+    if task.name == "translation":  # no corpus needed: as translate decodes, input + 50
+        max_len = min(len(task.source_ids(args.input)) + Decoding.extra_len + 1,
+                      model.config.max_len)
+    maps = attention_maps(model, task, args.input, max_len)
     figure = plot_attention_maps(maps)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
