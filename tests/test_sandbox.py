@@ -11,13 +11,17 @@ reached it.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from probes.worker_probes import call
 
+from annotated_transformer.course.grading import watch
 from annotated_transformer.course.grading.sandbox import (
     OUTPUT_LIMIT,
     ForbiddenCall,
@@ -141,6 +145,60 @@ def writes_small(path):
     with open(path, "w") as handle:
         handle.write("changed")
     return "written"
+
+
+def waits(x):
+    torch.futures.Future().wait()
+
+
+def naps(x):
+    while True:
+        __import__("time").sleep(0.01)
+
+
+def stops_itself(x):
+    import signal
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _reply_channel():
+    frame = sys._getframe()
+    while "replies" not in frame.f_locals:  # the worker's main() holds its reply channel
+        frame = frame.f_back
+    return frame.f_locals["replies"]
+
+
+def half_replies(x):
+    channel = _reply_channel()
+    channel.write((1000).to_bytes(8, "big") + b"half")
+    channel.flush()
+    torch.futures.Future().wait()
+
+
+def trickles(x):
+    channel = _reply_channel()
+    channel.write((10**6).to_bytes(8, "big"))
+    while True:
+        channel.write(b"x")
+        channel.flush()
+        __import__("time").sleep(0.05)
+
+
+def computes(x):
+    total = 0
+    for i in range(int(x)):
+        total += i % 7
+    return total
+'''
+
+BLOCKS_AT_IMPORT = '''
+import torch
+
+torch.futures.Future().wait()
+
+
+def softmax(x, dim=-1):
+    return x
 '''
 
 
@@ -164,6 +222,14 @@ def folder():
 
 @pytest.fixture(scope="module")
 def pool():
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def fresh():
+    """A pool of its own: what earlier tests taught it (a chapter that waits) is not there."""
     pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
@@ -203,6 +269,55 @@ def test_an_endless_loop_is_stopped_and_its_line_named(pool, folder):
     line = HOSTILE.splitlines().index("    while True:") + 1
     assert stopped.value.where in (f"ch02_attention.py:{line}", f"ch02_attention.py:{line + 1}")
     assert learner(pool, folder).run(call, name="softmax", x=X).shape == X.shape
+
+
+@pytest.mark.parametrize("name", ["waits", "naps", "stops_itself", "half_replies"])
+def test_code_that_waits_without_computing_is_stopped_and_blamed(fresh, folder, name,
+                                                                 monkeypatch):
+    monkeypatch.setattr(watch, "WAIT_SECONDS", 3.0)
+    with pytest.raises(WorkerTimeout, match="waited 3 s without computing") as stopped:
+        learner(fresh, folder, cpu_seconds=60).run(call, name=name, x=X)
+    assert stopped.value.reason == "waited" and not stopped.value.at_import
+    if name != "stops_itself":  # a stopped process cannot print its stack
+        assert stopped.value.where.startswith("ch02_attention.py:")
+    assert learner(fresh, folder).run(call, name="softmax", x=X).shape == X.shape
+    with pytest.raises(WorkerTimeout, match="waited 2 s without computing"):  # once is enough
+        learner(fresh, folder, cpu_seconds=60).run(call, name=name, x=X)
+
+
+def test_a_reply_never_finished_is_stopped_and_blamed(pool, folder, monkeypatch):
+    monkeypatch.setattr(watch, "REPLY_SECONDS", 3.0)
+    with pytest.raises(WorkerTimeout, match="had not finished it 3 s later") as stopped:
+        learner(pool, folder, cpu_seconds=60).run(call, name="trickles", x=X)
+    assert stopped.value.reason == "reply"
+    assert learner(pool, folder).run(call, name="softmax", x=X).shape == X.shape
+
+
+def test_a_chapter_whose_import_waits_costs_its_wait_once(fresh, tmp_path, monkeypatch):
+    monkeypatch.setattr(watch, "WAIT_SECONDS", 3.0)
+    tmp_path.chmod(0o755)
+    (tmp_path / "ch02_attention.py").write_text(BLOCKS_AT_IMPORT)
+    (tmp_path / "ch02_attention.py").chmod(0o644)
+    with pytest.raises(WorkerTimeout, match="waited 3 s without computing") as first:
+        learner(fresh, tmp_path).run(call, name="softmax", x=X)
+    assert first.value.at_import and first.value.where == "ch02_attention.py:4"
+    with pytest.raises(WorkerTimeout, match="its tests are not run again"):
+        learner(fresh, tmp_path).run(call, name="softmax", x=X)
+    assert str(tmp_path) not in fresh.workers  # refused without starting a worker
+
+
+def test_code_slowed_by_a_busy_machine_is_not_waiting(pool, folder, monkeypatch):
+    monkeypatch.setattr(watch, "WAIT_SECONDS", 0.5)  # far less than the machine delays it
+    learner(pool, folder).run(call, name="softmax", x=X)  # the worker started
+    spinners = [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"])
+                for _ in range(4 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(1)  # they run
+        assert learner(pool, folder, cpu_seconds=60).run(call, name="computes", x=3e7) > 0
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def test_printed_output_is_bounded(pool, folder):

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 SCRATCH_BYTES = 64 * 2**20  # the worker's private /tmp
 # What the dynamic linker and Python read of /etc (no secrets: no shadow, no ssl keys).
@@ -164,9 +165,39 @@ class CpuMeter:
         return tree, used
 
     def seconds(self) -> float:
+        return self.sample().seconds
+
+    def sample(self) -> Sample:
+        """The tree's CPU seconds, whether one of its threads is runnable now (running or
+        waiting for a core: wanting the machine, not waiting for something else), and how
+        many processes it has."""
         tree, used = self._tree()
-        return sum(used.get(pid, 0) for pid in tree) / self.ticks
+        return Sample(sum(used.get(pid, 0) for pid in tree) / self.ticks,
+                      any(_runnable(pid) for pid in tree), len(tree))
 
     def descendants(self) -> list[int]:
         """The processes under ``pid``, itself excluded."""
         return self._tree()[0][1:]
+
+
+class Sample(NamedTuple):
+    seconds: float
+    runnable: bool
+    processes: int
+
+
+def _runnable(pid: int) -> bool:
+    """Whether a thread of ``pid`` is in state R (running, or ready to run)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2:][:1] == b"R":
+            return True
+    return False

@@ -38,11 +38,16 @@ def decode(data: bytes) -> Any:
                             f"{str(error)[:300]}") from None
 
 
-def write_frame(stream: BinaryIO, message: Any) -> None:
+def frame(message: Any) -> bytes:
+    """``message`` as the bytes of one frame."""
     data = encode(message)
     if len(data) > MAX_FRAME:
         raise ProtocolError(f"a message of {len(data):,} bytes (at most {MAX_FRAME:,})")
-    stream.write(HEADER.pack(len(data)) + data)
+    return HEADER.pack(len(data)) + data
+
+
+def write_frame(stream: BinaryIO, message: Any) -> None:
+    stream.write(frame(message))
     stream.flush()
 
 
@@ -58,8 +63,38 @@ def _read_exactly(fd: int, size: int) -> bytes:
 
 
 def read_frame(fd: int) -> Any:
-    """One message from the file descriptor ``fd`` (blocking)."""
+    """One message from the file descriptor ``fd`` (blocking: the worker's side only; the
+    grader reads with :class:`FrameReader` and a deadline)."""
     (size,) = HEADER.unpack(_read_exactly(fd, HEADER.size))
     if size > MAX_FRAME:
         raise ProtocolError(f"a message of {size:,} bytes announced (at most {MAX_FRAME:,})")
     return decode(_read_exactly(fd, size))
+
+
+class FrameReader:
+    """A frame read piece by piece, as its bytes arrive (without ever blocking)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) >= HEADER.size and self._size() > MAX_FRAME:
+            raise ProtocolError(f"a message of {self._size():,} bytes announced (at most "
+                                f"{MAX_FRAME:,})")
+
+    def _size(self) -> int:
+        return HEADER.unpack_from(self.buffer)[0]
+
+    @property
+    def started(self) -> bool:
+        return bool(self.buffer)
+
+    def complete(self) -> bool:
+        return len(self.buffer) >= HEADER.size and len(self.buffer) >= HEADER.size + self._size()
+
+    def message(self) -> Any:
+        """The message of the complete frame (any bytes after it are refused)."""
+        if len(self.buffer) != HEADER.size + self._size():
+            raise ProtocolError("more bytes than the message announced")
+        return decode(bytes(self.buffer[HEADER.size:]))

@@ -27,7 +27,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import boundary
+from annotated_transformer.course.grading import boundary, outcomes, watch
+from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the tests' names
+    ForbiddenCall,
+    GraderFault,
+    LearnerNotImplemented,
+    LearnerRaised,
+    MachineBusy,
+    WorkerCrashed,
+    WorkerTimeout,
+)
 from annotated_transformer.layout import (
     FAST_PARTS_DIR,
     GRADED_DIR,
@@ -40,9 +49,7 @@ from annotated_transformer.layout import (
 OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
 DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
 START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the tests
-BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
-# times BUSY_FACTOR, and at least BUSY_FLOOR seconds
-POLL = 0.25  # seconds between two readings of the worker's CPU time
+POLL = 0.25  # seconds between two looks at the worker (its CPU time, its threads)
 DEFAULT_CPU_SECONDS = 10.0  # CPU seconds a call may use (the reference's largest: under 1)
 # Once a call of an exercise has run out of CPU time, each later call of that exercise (from
 # the same source) may use this many: an endless loop costs its full budget once, not once
@@ -56,51 +63,6 @@ STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most r
 WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
                "from annotated_transformer.course.grading.worker import main; sys.exit(main())")
 STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
-
-
-# ---------------------------------------------------------------- what a call can end with
-
-
-class LearnerNotImplemented(NotImplementedError):
-    """The code under test reached a stub that is still ``raise NotImplementedError``."""
-
-
-class LearnerRaised(RuntimeError):
-    """The code under test raised; ``types`` names the exception's classes (most derived
-    first), ``message`` its text, ``where`` the learner's ``file:line``."""
-
-    def __init__(self, types: list[str], message: str, where: str) -> None:
-        self.types, self.message, self.where = types, message, where
-        suffix = f" (at {where})" if where else ""
-        super().__init__(f"{types[0] if types else 'Exception'}: {message}{suffix}")
-
-
-class ForbiddenCall(RuntimeError):
-    """The code under test broke a rule of what an exercise may do (a forbidden op, a
-    forbidden name, PyTorch or the course replaced)."""
-
-
-class WorkerTimeout(RuntimeError):
-    """The code under test used more CPU time than its test allows (the worker was
-    stopped); ``where`` is the learner's ``file:line`` it was running, when known."""
-
-    def __init__(self, message: str, where: str = "") -> None:
-        self.where = where
-        super().__init__(message)
-
-
-class MachineBusy(RuntimeError):
-    """The wall-clock backstop ran out while the code under test was still within its CPU
-    budget: the machine was too busy to grade, which is no fault of the learner's code."""
-
-
-class GraderFault(RuntimeError):
-    """The worker could not start before any learner code ran: a fault of the grader or of
-    its installation, never of the code under test."""
-
-
-class WorkerCrashed(RuntimeError):
-    """The worker ended while it ran the code under test (``os._exit``, a crash, memory)."""
 
 
 # ---------------------------------------------------------------- the worker process
@@ -151,7 +113,7 @@ class WorkerProcess:
         self.staged: tempfile.TemporaryDirectory[str] | None = None
         if sandboxed and learner_dir is not None:
             self.staged, learner_dir = _staged(learner_dir)
-        self.learner_dir = learner_dir
+        self.learner_dir, self.probes = learner_dir, probes
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
                   "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
@@ -174,11 +136,14 @@ class WorkerProcess:
                                         stderr=subprocess.PIPE, cwd=cwd, env=env,
                                         start_new_session=True)
         assert self.process.stdout and self.process.stderr and self.process.stdin
+        for stream in (self.process.stdin, self.process.stdout):
+            os.set_blocking(stream.fileno(), False)  # read and written by _exchange only
         self.meter = boundary.CpuMeter(self.process.pid)
         self.output = _Output(self.process.stderr.fileno())
         self.output.start()
         self.ready, self.mark = False, 0
         self.stack_asked = False  # the grader asked for the stack: not the learner's output
+        self.stack: list[tuple[str, str]] = []  # its frames (file, line), most recent first
 
     @staticmethod
     def _shown(learner_dir: Path | None, probes: Path) -> list[Path]:
@@ -196,23 +161,25 @@ class WorkerProcess:
             return []
         return [FAST_PARTS_DIR] if learner_dir is not None and FAST_PARTS_DIR.is_dir() else []
 
-    def call(self, request: dict[str, Any], cpu_seconds: float,
-             locate: bool = True) -> dict[str, Any]:
+    def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
+             wait_seconds: float = watch.WAIT_SECONDS) -> dict[str, Any]:
         """Send ``request``; its reply, once the worker has used at most ``cpu_seconds`` of
-        CPU time on it (all its processes together). ``locate``: when it runs out, name the
-        line it was running (half a second of waiting for its stack)."""
+        CPU time on it (all its processes together) and waited without computing at most
+        ``wait_seconds`` (:mod:`.watch`). ``locate``: when it is stopped, name the line it
+        was running (half a second of waiting for its stack)."""
         from annotated_transformer.course.grading import protocol
 
-        assert self.process.stdin is not None
         if not self.ready:
             self._wait_ready()
         self.mark = self.output.total
+        self.stack_asked, self.stack = False, []
+        calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds)
         try:
-            protocol.write_frame(self.process.stdin, request)
-        except (BrokenPipeError, OSError) as error:
-            raise WorkerCrashed(self._ended(f"it could not be sent the test ({error})")) from None
-        self._wait(cpu_seconds, locate)
-        return self._receive()
+            return self._exchange(protocol.frame(request), calls.look)
+        except EOFError as error:
+            raise WorkerCrashed(self._ended(str(error))) from None
+        except watch.Stop as stop:
+            raise self._stopped(stop, cpu_seconds, locate) from None
 
     def printed(self) -> str:
         """What the code under test printed during the last call (at most its end), without
@@ -223,13 +190,15 @@ class WorkerProcess:
     def _wait_ready(self) -> None:
         """Wait for the worker's ``{"ready": True}``: it has imported PyTorch and the tests,
         and no learner code has run yet, so a failure here is the grader's."""
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout.fileno()], [], [], START_SECONDS)
-        try:
-            if not ready:
+        start = time.monotonic()
+
+        def look(moved: bool, started: bool) -> None:
+            if time.monotonic() - start > START_SECONDS:
                 raise EOFError(f"it did not start within {START_SECONDS:g} s")
-            self._receive()
-        except (EOFError, WorkerCrashed) as error:
+
+        try:
+            self._exchange(b"", look)
+        except EOFError as error:
             self.close()
             printed = [line for line in self.output.text().strip().splitlines() if line]
             cause = printed[-1][:300] if printed else str(error)
@@ -237,29 +206,51 @@ class WorkerProcess:
                               f"no fault of the code under test") from None
         self.ready = True
 
-    def _wait(self, cpu_seconds: float, locate: bool = True) -> None:
-        """Return when a reply can be read; stop the worker when it has used more than
-        ``cpu_seconds`` of CPU time, or when the wall-clock backstop runs out first."""
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        start, cpu_start = time.monotonic(), self.meter.seconds()
-        backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
-        while not select.select([fd], [], [], POLL)[0]:
-            used = self.meter.seconds() - cpu_start
-            if used > cpu_seconds:
-                where = self._running_line() if locate else ""
-                self.close()
-                at = f" It was running {where}." if where else ""
-                unit = "second" if cpu_seconds == 1 else "seconds"
-                raise WorkerTimeout(f"Timeout: your code used more than {cpu_seconds:g} CPU "
-                                    f"{unit} and was stopped (an endless loop? a very slow "
-                                    f"loop in Python?).{at}", where)
-            if time.monotonic() - start > backstop:
-                self.close()
-                raise MachineBusy(f"the machine was too busy: after {backstop:g} s of wall "
-                                  f"time your code had used only {used:.1f} of its "
-                                  f"{cpu_seconds:g} CPU seconds. Not your code's fault: "
-                                  f"grade again when the machine is quieter")
+    def _exchange(self, send: bytes, look: Callable[[bool, bool], None]) -> dict[str, Any]:
+        """Write ``send`` to the worker and read its reply, never blocking: ``look(moved,
+        started)`` runs after each pass (at least every :data:`POLL` seconds) and raises to
+        stop. ``EOFError`` when the worker ended or answered something that is not a reply."""
+        from annotated_transformer.course.grading import protocol
+
+        assert self.process.stdin is not None and self.process.stdout is not None
+        out, into = self.process.stdout.fileno(), self.process.stdin.fileno()
+        left, reader = memoryview(send), protocol.FrameReader()
+        while True:
+            readable, writable, _ = select.select([out], [into] if left else [], [], POLL)
+            moved = False
+            if writable:
+                try:
+                    sent = os.write(into, left[:2**16])
+                except BlockingIOError:
+                    sent = 0
+                except OSError as error:
+                    raise EOFError(f"it could not be sent the test ({error})") from None
+                left, moved = left[sent:], sent > 0
+            if readable:
+                try:
+                    chunk = os.read(out, 2**20)
+                except BlockingIOError:
+                    chunk = None
+                if chunk == b"":
+                    raise EOFError("it closed its channel to the grader")
+                if chunk:
+                    moved = True
+                    try:
+                        reader.feed(chunk)
+                        if reader.complete():
+                            reply = reader.message()
+                            if not isinstance(reply, dict):
+                                raise protocol.ProtocolError("something that is not a reply")
+                            return reply
+                    except protocol.ProtocolError as error:
+                        raise EOFError(f"it answered {error}") from None
+            look(moved, reader.started)
+
+    def _stopped(self, stop: watch.Stop, cpu_seconds: float, locate: bool) -> Exception:
+        """The exception that tells what stopped a call (the worker is stopped too)."""
+        where = self._running_line() if locate and stop.reason != "busy" else ""
+        self.close()
+        return outcomes.stopped(stop, cpu_seconds, where, self._at_import())
 
     def _running_line(self) -> str:
         """The learner's ``file:line`` the worker is running: asked for with SIGUSR1 (the
@@ -278,22 +269,20 @@ class WorkerProcess:
                 continue
             time.sleep(0.5)
             break
-        for path, line in STACK_FRAME.findall(self.output.text()):
+        self.stack = STACK_FRAME.findall(self.output.since(self.mark))
+        for path, line in self.stack:
             if Path(path).is_relative_to(self.learner_dir):
                 return f"{Path(path).name}:{line}"  # most recent call first
         return ""
 
-    def _receive(self) -> dict[str, Any]:
-        from annotated_transformer.course.grading import protocol
-
-        assert self.process.stdout is not None
-        try:
-            reply = protocol.read_frame(self.process.stdout.fileno())
-        except (EOFError, protocol.ProtocolError) as error:
-            raise WorkerCrashed(self._ended(str(error))) from None
-        if not isinstance(reply, dict):
-            raise WorkerCrashed(self._ended("it answered something that is not a reply"))
-        return reply
+    def _at_import(self) -> bool:
+        """Whether the stack the worker printed when it was stopped is in the learner's
+        files and not in a probe (the chapter file was being imported). The worker could
+        print a stack of its choice: the answer only ever costs the learner's own tests."""
+        files = {Path(path) for path, _ in self.stack}
+        inside = any(self.learner_dir is not None and path.is_relative_to(self.learner_dir)
+                     for path in files)
+        return inside and not any(path.is_relative_to(self.probes) for path in files)
 
     def _ended(self, why: str) -> str:
         code = self.process.poll()
@@ -434,6 +423,8 @@ class WorkerPool:
         self.workers: dict[str, WorkerProcess] = {}
         self.last_printed: dict[str, str] = {}
         self.timed_out: set[tuple[str, str | None]] = set()  # (worker, exercise) past its CPU
+        self.waited: set[tuple[str, int]] = set()  # (worker, chapter) stopped for waiting
+        self.blocks: dict[tuple[str, int], str] = {}  # (worker, chapter): its import waits
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -454,17 +445,28 @@ class WorkerPool:
         return worker
 
     def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
-        key = self._key(source)
+        key, chapter = self._key(source), request.get("chapter")
+        if (key, chapter) in self.blocks:  # its import waits: each test would wait as long
+            self.last_printed[key] = ""
+            raise WorkerTimeout(self.blocks[key, chapter], reason="waited", at_import=True)
         worker = self.start(source)
         request = {**request, "source": source}
         spent = (key, request.get("exercise")) in self.timed_out
+        waits = watch.WAIT_AFTER_SECONDS if (key, chapter) in self.waited else watch.WAIT_SECONDS
         try:
             if spent:  # the exercise's first timeout named the line; the same loop, likely
                 return worker.call(request, min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS),
-                                   locate=False)
-            return worker.call(request, cpu_seconds)
-        except WorkerTimeout:
-            self.timed_out.add((key, request.get("exercise")))
+                                   locate=False, wait_seconds=waits)
+            return worker.call(request, cpu_seconds, wait_seconds=waits)
+        except WorkerTimeout as stopped:
+            if stopped.reason == "cpu":
+                self.timed_out.add((key, request.get("exercise")))
+            else:
+                self.waited.add((key, chapter))
+            if stopped.reason == "waited" and stopped.at_import:
+                self.blocks[key, chapter] = (
+                    f"{stopped} Importing your chapter file waited: its tests are not run "
+                    f"again (fix the wait, then grade again).")
             worker.close()
             del self.workers[key]
             raise
