@@ -63,3 +63,39 @@ def test_every_exercise_box_says_how_to_grade_it(path):
         assert "Check yourself" in markdown and "{dropdown}" in markdown, (
             f"{path.name}: no 'Check yourself' section with answers in dropdowns")
     assert "Learning goals" in markdown, f"{path.name}: no learning goals"
+
+
+GLUE_ROLE = re.compile(r"\{glue(?::[a-z]+)?\}`(?:[^`:]+::)?([A-Za-z0-9_]+)(?::[^`]*)?`")
+
+
+def glue_names(notebook: dict) -> tuple[set[str], set[str]]:
+    """(names glued in the code cells' outputs, names cited by `{glue:...}` roles in the prose)."""
+    glued = {output["metadata"]["scrapbook"]["name"]
+             for cell in notebook["cells"] if cell["cell_type"] == "code"
+             for output in cell["outputs"] if "scrapbook" in output.get("metadata", {})}
+    cited = {name for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+             for name in GLUE_ROLE.findall("".join(cell["source"]))}
+    return glued, cited
+
+
+def test_glue_names_are_found_in_prose_and_outputs():
+    notebook = {"cells": [
+        {"cell_type": "code", "outputs": [{"output_type": "display_data", "data": {},
+                                           "metadata": {"scrapbook": {"name": "loss"}}}]},
+        {"cell_type": "markdown", "source": ["ends at {glue:text}`loss:.2f` and "
+                                             "{glue:text}`other` {glue}`plot`"]}]}
+    assert glue_names(notebook) == ({"loss"}, {"loss", "other", "plot"})
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_number_cited_in_the_prose_is_glued_and_every_glued_one_cited(path):
+    """A number the prose takes from a computation comes from that computation's output
+    (`glue(name, value)` in the code, `{glue:text}`name`` in the markdown), so re-executing
+    the notebook updates the prose; a name on one side only is a stale or a lost number."""
+    glued, cited = glue_names(json.loads(path.read_text()))
+    assert not cited - glued, (
+        f"{path.name}: the prose cites {sorted(cited - glued)} but no code cell glues them "
+        "(glue(name, value) from annotated_transformer.glue, then re-execute the notebook)")
+    assert not glued - cited, (
+        f"{path.name}: {sorted(glued - cited)} are glued but never cited in the prose "
+        "({glue:text}`name`): cite them or stop gluing them")
