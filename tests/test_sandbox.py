@@ -21,7 +21,7 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import watch
+from annotated_transformer.course.grading import limits, watch
 from annotated_transformer.course.grading.sandbox import (
     OUTPUT_LIMIT,
     ForbiddenCall,
@@ -184,6 +184,26 @@ def trickles(x):
         __import__("time").sleep(0.05)
 
 
+def hogs(x):
+    blocks = []
+    while True:
+        blocks.append(torch.ones(2**27, dtype=torch.uint8))  # 128 MiB, written
+
+
+def forks(x):
+    children = []
+    try:
+        for _ in range(1000):
+            child = os.fork()
+            if child == 0:
+                __import__("time").sleep(600)
+                os._exit(0)
+            children.append(child)
+    except OSError:
+        pass
+    return len(children)
+
+
 def computes(x):
     total = 0
     for i in range(int(x)):
@@ -318,6 +338,36 @@ def test_code_slowed_by_a_busy_machine_is_not_waiting(pool, folder, monkeypatch)
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+CGROUP = pytest.mark.skipif(limits.why() is not None, reason=f"no cgroup: {limits.why()}")
+
+
+@CGROUP
+def test_memory_is_bounded_for_the_whole_worker(fresh, folder, monkeypatch):
+    monkeypatch.setattr(limits, "MEMORY_BYTES", 2**30)
+    with pytest.raises(WorkerCrashed, match="more than 1 GiB of memory"):
+        learner(fresh, folder, cpu_seconds=60).run(call, name="hogs", x=X)
+    assert learner(fresh, folder).run(call, name="softmax", x=X).shape == X.shape
+
+
+@CGROUP
+def test_processes_are_bounded_and_die_with_the_worker(fresh, folder, monkeypatch):
+    monkeypatch.setattr(limits, "TASKS", 40)
+    started = learner(fresh, folder, cpu_seconds=60).run(call, name="forks", x=X)
+    assert 0 < started < 40
+    worker = fresh.workers[str(folder)]
+    group = worker.group.pids
+    fresh.discard(str(folder))
+    assert not group.exists() and not worker.meter.descendants()
+
+
+def test_without_a_cgroup_the_grader_counts_the_processes(fresh, folder, monkeypatch):
+    monkeypatch.setattr(limits.Cgroup, "make", classmethod(lambda cls: None))
+    monkeypatch.setattr(limits, "TASKS", 40)
+    with pytest.raises(WorkerCrashed, match="more processes than the grader allows"):
+        learner(fresh, folder, cpu_seconds=60).run(call, name="forks", x=X)
+    assert learner(fresh, folder).run(call, name="softmax", x=X).shape == X.shape
 
 
 def test_printed_output_is_bounded(pool, folder):

@@ -31,6 +31,8 @@ from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
+from annotated_transformer.course.grading import limits
+
 SCRATCH_BYTES = 64 * 2**20  # the worker's private /tmp
 # What the dynamic linker and Python read of /etc (no secrets: no shadow, no ssl keys).
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
@@ -64,7 +66,8 @@ def describe(sandboxed: bool) -> str:
         version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True)
         return (f"{version.stdout.strip() or 'bubblewrap'}: the code under test ran in its own "
                 f"PID, network and IPC namespaces, saw only what it needs, read-only, and was "
-                f"limited in CPU seconds")
+                f"limited in CPU seconds and in waiting; memory and processes: "
+                f"{limits.describe()}")
     why = unavailable() or "not asked for"
     return (f"none ({why}): the code under test ran with the rights of the user who graded, "
             f"limited in CPU seconds; this grade is feedback, not a grade to record")

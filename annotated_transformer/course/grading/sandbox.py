@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import boundary, outcomes, watch
+from annotated_transformer.course.grading import boundary, limits, outcomes, watch
 from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the tests' names
     ForbiddenCall,
     GraderFault,
@@ -129,9 +129,14 @@ class WorkerProcess:
             self.home = tempfile.TemporaryDirectory(prefix="grading-worker-")
             env = {**env, "HOME": self.home.name, "TMPDIR": self.home.name,
                    "TORCH_HOME": self.home.name, "PATH": os.environ.get("PATH", env["PATH"])}
-            if user:
-                _open_to(user, Path(self.home.name))
+            if user:  # the worker's home is the user's
+                import pwd
+
+                os.chown(self.home.name, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
             cwd = self.home.name
+        self.group = limits.Cgroup.make()  # its memory and processes, all together
+        if self.group is not None:
+            argv = self.group.command(argv)
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, cwd=cwd, env=env,
                                         start_new_session=True)
@@ -157,8 +162,6 @@ class WorkerProcess:
     @staticmethod
     def _hidden(learner_dir: Path | None) -> list[Path]:
         """What a learner's worker must not see inside what it is shown."""
-        if learner_dir is None:
-            return []
         return [FAST_PARTS_DIR] if learner_dir is not None and FAST_PARTS_DIR.is_dir() else []
 
     def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
@@ -173,7 +176,8 @@ class WorkerProcess:
             self._wait_ready()
         self.mark = self.output.total
         self.stack_asked, self.stack = False, []
-        calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds)
+        calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds,
+                                processes=None if self.group else limits.TASKS)
         try:
             return self._exchange(protocol.frame(request), calls.look)
         except EOFError as error:
@@ -285,12 +289,17 @@ class WorkerProcess:
         return inside and not any(path.is_relative_to(self.probes) for path in files)
 
     def _ended(self, why: str) -> str:
+        memory = self.group is not None and self.group.out_of_memory()
         code = self.process.poll()
         if code is None:
             self.close()
             code = self.process.returncode
         printed = [line[:100] for line in self.output.text().strip().splitlines()[-3:]]
         tail = f"; its last output: {' | '.join(printed)}" if printed else ""
+        if memory:
+            return (f"the process running your code was stopped while it ran this test: your "
+                    f"code used more than {limits.MEMORY_BYTES / 2**30:g} GiB of memory (all "
+                    f"its processes together){tail}")[:2000]
         how = (f"was killed by signal {-code}" if code is not None and code < 0
                else f"exited with code {code}")
         return (f"the process running your code {how} while it ran this test ({why}): "
@@ -306,6 +315,8 @@ class WorkerProcess:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
+        if self.group is not None:
+            self.group.close()  # what left the process group (a daemon, without bubblewrap)
         for stream in (self.process.stdin, self.process.stdout):
             if stream:
                 try:
@@ -329,14 +340,6 @@ def _staged(folder: Path) -> tuple[tempfile.TemporaryDirectory[str], Path]:
             (target / path.name).write_bytes(path.read_bytes())
             (target / path.name).chmod(0o644)
     return staged, target
-
-
-def _open_to(user: str, folder: Path) -> None:
-    """Hand ``folder`` (the worker's home) to ``user``."""
-    import pwd
-
-    entry = pwd.getpwnam(user)
-    os.chown(folder, entry.pw_uid, entry.pw_gid)
 
 
 # ---------------------------------------------------------------- the tests' handle on it

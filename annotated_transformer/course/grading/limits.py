@@ -1,0 +1,203 @@
+"""Memory and processes of one worker, bounded for all its processes together: a cgroup.
+
+Each worker gets a control group of its own, made by the grader before the worker starts
+and entered by the worker's first process before it runs anything else, so that everything
+it ever starts is inside: at most :data:`MEMORY_BYTES` of memory (no swap) and
+:data:`TASKS` processes and threads together. Past the memory, the kernel stops the
+worker (the grader tells the learner so); past the tasks, a new process or thread fails
+inside the learner's code.
+
+The group is made under the grader's own (cgroup v2 where its memory and pids controllers
+are delegated to it, else v1's memory and pids hierarchies), or at the top of cgroup v2;
+this needs the right to write there, which a grader running as root has on most Linux
+machines (GitHub's runners, a container's root). Where no group can be made,
+:func:`cgroup` says why, and what holds instead is each process's address space
+(``RLIMIT_AS``, set by the worker) and a bounded number of its processes (counted by the
+grader at each look, :mod:`.watch`, and ``RLIMIT_NPROC`` of the worker's user).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from functools import cache
+from pathlib import Path
+
+MEMORY_BYTES = 4 * 2**30  # all the worker's processes together (the reference's: 0.3 GiB)
+TASKS = 128  # processes and threads of a worker together (the reference's worker: 4)
+_names = itertools.count()
+
+
+class Cgroup:
+    """One worker's control group: ``memory`` and ``pids`` are its folders (one folder in
+    cgroup v2, one per hierarchy in v1)."""
+
+    def __init__(self, memory: Path, pids: Path) -> None:
+        self.memory, self.pids = memory, pids
+        self.v2 = memory == pids
+
+    @classmethod
+    def make(cls) -> Cgroup | None:
+        """A new group bounded by :data:`MEMORY_BYTES` and :data:`TASKS`, or None where none
+        can be made (see :func:`why`)."""
+        bases = _bases()
+        if bases is None:
+            return None
+        name = f"grading-{os.getpid()}-{next(_names)}"
+        memory, pids = bases[0] / name, bases[1] / name
+        made = []
+        try:
+            for folder in dict.fromkeys([memory, pids]):
+                folder.mkdir()
+                made.append(folder)
+            group = cls(memory, pids)
+            group._bound(MEMORY_BYTES, TASKS)
+        except OSError:
+            for folder in made:
+                _remove(folder)
+            return None
+        return group
+
+    def _bound(self, memory_bytes: int, tasks: int) -> None:
+        if self.v2:
+            (self.memory / "memory.max").write_text(str(memory_bytes))
+            if (self.memory / "memory.swap.max").exists():
+                (self.memory / "memory.swap.max").write_text("0")
+        else:
+            (self.memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            if (self.memory / "memory.memsw.limit_in_bytes").exists():
+                (self.memory / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+        (self.pids / "pids.max").write_text(str(tasks))
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv``, run by a shell that first moves itself into the group."""
+        entry = 'echo $$ > "$1" && echo $$ > "$2" && shift 2 && exec "$@"'
+        return ["/bin/sh", "-c", entry, "sh", str(self.memory / "cgroup.procs"),
+                str(self.pids / "cgroup.procs"), *argv]
+
+    def out_of_memory(self) -> bool:
+        """Whether the kernel stopped a process of the group for its memory."""
+        try:
+            if self.v2:
+                events = (self.memory / "memory.events").read_text().split()
+                return int(dict(zip(events[::2], events[1::2])).get("oom_kill", 0)) > 0
+            control = (self.memory / "memory.oom_control").read_text().split()
+            if "oom_kill" in control:
+                return int(control[control.index("oom_kill") + 1]) > 0
+            return int((self.memory / "memory.failcnt").read_text()) > 0
+        except (OSError, ValueError):
+            return False
+
+    def peak(self) -> int:
+        """The most memory the group used, bytes (0 where the kernel does not say)."""
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.memory / name).read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def close(self) -> None:
+        """Stop whatever is left in the group, then remove it."""
+        for folder in dict.fromkeys([self.memory, self.pids]):
+            for _ in range(50):
+                try:
+                    pids = (folder / "cgroup.procs").read_text().split()
+                except OSError:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (OSError, ValueError):
+                        pass
+                if _remove(folder):
+                    break
+                time.sleep(0.02)
+
+
+def _remove(folder: Path) -> bool:
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+@cache
+def _bases() -> tuple[Path, Path] | None:
+    """Where this process may make groups with memory and pids bounds: (memory, pids)."""
+    mounts, own = _mounts(), _own()
+    if "v2" in mounts:
+        for base in (mounts["v2"] / own.get("v2", "/").lstrip("/"), mounts["v2"]):
+            try:
+                enabled = (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                continue
+            if {"memory", "pids"} <= set(enabled) and os.access(base, os.W_OK):
+                return base, base
+    if "memory" in mounts and "pids" in mounts:
+        memory = mounts["memory"] / own.get("memory", "/").lstrip("/")
+        pids = mounts["pids"] / own.get("pids", "/").lstrip("/")
+        if all(os.access(p, os.W_OK) for p in (memory, pids)):
+            return memory, pids
+    return None
+
+
+def _mounts() -> dict[str, Path]:
+    """The cgroup v2 mount (``v2``) and v1's ``memory`` and ``pids`` hierarchies."""
+    found: dict[str, Path] = {}
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, kind = left.split(), right.split()
+        if len(fields) < 5 or len(kind) < 3:
+            continue
+        if kind[0] == "cgroup2":
+            found.setdefault("v2", Path(fields[4]))
+        elif kind[0] == "cgroup":
+            for controller in ("memory", "pids"):
+                if controller in kind[2].split(","):
+                    found.setdefault(controller, Path(fields[4]))
+    return found
+
+
+def _own() -> dict[str, str]:
+    """This process's group in each hierarchy (``v2``, ``memory``, ``pids``)."""
+    own: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return own
+    for line in lines:
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and not controllers:
+            own["v2"] = path
+        for controller in ("memory", "pids"):
+            if controller in controllers.split(","):
+                own[controller] = path
+    return own
+
+
+def why() -> str | None:
+    """Why no group can be made here (None when one can)."""
+    if _bases() is not None:
+        return None
+    if os.geteuid() != 0:
+        return "the grader is not root, and no cgroup was delegated to it"
+    return "no writable cgroup with the memory and pids controllers"
+
+
+def describe() -> str:
+    """What a report or the instructor hears about these bounds."""
+    reason = why()
+    if reason is None:
+        return (f"a cgroup per learner: {MEMORY_BYTES / 2**30:g} GiB of memory and {TASKS} "
+                f"processes and threads, all its processes together")
+    return (f"no cgroup ({reason}): each process's address space is bounded and the grader "
+            f"stops a worker of more than {TASKS} processes")
