@@ -1,6 +1,7 @@
-"""A decoder-only model's completion of prompts: greedy, or sampled with a temperature and
-top-k. Used by :meth:`~annotated_transformer.model.DecoderOnlyTransformer.generate`; it
-needs only the model's forward pass and its parts' ``causal_mask``.
+"""A decoder-only model's completion of prompts: greedy, or sampled with a temperature,
+top-k and top-p. Used by :meth:`~annotated_transformer.model.DecoderOnlyTransformer.generate`;
+it needs only the model's forward pass and its parts' ``causal_mask`` (Chapter 4) and
+``sample_next`` (Chapter 8), which draws each token.
 """
 
 from __future__ import annotations
@@ -16,30 +17,14 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def pick_token(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
-               generator: torch.Generator | None = None) -> Tensor:
-    """The next token per row from ``logits [B, V]``: the argmax when ``temperature`` is 0,
-    otherwise a sample from ``softmax(logits / temperature)`` over the ``top_k`` likeliest."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
-    if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
-
-
 @torch.no_grad()
 def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature: float = 0.0,
              top_k: int | None = None, generator: torch.Generator | None = None,
-             cache: bool = True) -> Tensor:
+             cache: bool = True, top_p: float | None = None) -> Tensor:
     """Continue each prompt of ``prompt [B, Lp]`` (BOS first, padded on the right with PAD)
     until EOS or ``max_new_tokens``; returns the continuations ``[B, <= max_new_tokens]``,
-    EOS included, PAD after it.
+    EOS included, PAD after it. Each token is ``model.parts.sample_next(logits,
+    temperature, top_k, top_p, generator)``: the argmax at temperature 0.
 
     Rows of different lengths decode together: while a row is still inside its prompt,
     its next token is the prompt's, not the model's. With ``cache``, each step computes
@@ -49,7 +34,7 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
     from annotated_transformer.incremental import DecoderCache
 
     incremental = DecoderCache(model) if cache else None
-    causal_mask = model.parts.causal_mask
+    causal_mask, sample_next = model.parts.causal_mask, model.parts.sample_next
     lengths = (prompt != PAD).sum(dim=1)  # [B]
     batch, width = prompt.shape
     ys = prompt[:, :1]
@@ -58,7 +43,7 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
         mask = causal_mask(ys.size(1), device=ys.device)
         logits = (incremental.next_logits(ys, mask) if incremental  # [B, V]
                   else model(ys, mask)[:, -1])
-        token = pick_token(logits, temperature, top_k, generator)
+        token = sample_next(logits.float(), temperature, top_k, top_p, generator)
         in_prompt = t < lengths
         forced = prompt[:, t] if t < width else torch.full_like(token, PAD)
         token = torch.where(in_prompt, forced, token)

@@ -274,6 +274,44 @@ MISTAKES = {
     "7.1/beam-of-bos-copies": "Your beam started with beam_size live copies of BOS, so it "
     "filled with the same hypothesis several times: start with one live hypothesis (the others "
     "at score -inf) so that each step keeps beam_size different ones.",
+    # 8.1 next_token_distribution
+    "8.1/temperature-after-softmax": "This is the softmax of the logits with the temperature "
+    "applied after it (or not at all): divide the logits by the temperature first, then take "
+    "the softmax, softmax(logits / T).",
+    "8.1/temperature-multiplied": "This is softmax(logits * T): divide the logits by the "
+    "temperature, softmax(logits / T), so that T < 1 sharpens and T > 1 flattens.",
+    "8.1/top-k-keeps-k-minus-1": "This keeps {kept} tokens for top_k={k}: keep the tokens whose "
+    "logit is at least the k-th largest (logits < kth are removed, not logits <= kth).",
+    "8.1/not-renormalised": "The rows do not sum to 1: after removing tokens, divide the "
+    "probabilities that are left by their sum (or set the removed logits to -inf before the "
+    "softmax).",
+    "8.1/top-p-excludes-crossing": "This nucleus leaves out the token that makes the mass reach "
+    "p: keep a token when the tokens more probable than it add up to less than p (the mass "
+    "before it, not including it), so that the kept tokens add up to at least p.",
+    # 8.2 sample_next
+    "8.2/generator-unused": "The same seed gave different tokens: draw with the generator "
+    "passed in, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces "
+    "the samples.",
+    # 8.3 attention_step
+    "8.3/cache-ignored": "This is the new position attending to itself alone: its query must "
+    "attend to the cached keys and values too (concatenate them before the new ones, "
+    "dim=2).",
+    "8.3/new-position-first": "The returned cache has the new key and value before the old "
+    "ones: append them after, torch.cat([cached, new], dim=2), so that the cache's position "
+    "i is the sequence's position i.",
+    "8.3/cache-not-extended": "The returned cache is the one passed in: return the keys and "
+    "values with the new position appended, so that the next step sees it.",
+    # 8.4 language_model_loss
+    "8.4/not-shifted": "This is the loss of each position's logits against its own token: the "
+    "logits at position i predict token i + 1 (logits[:, :-1] against tokens[:, 1:]).",
+    "8.4/shifted-backwards": "This is the loss of logits[:, 1:] against tokens[:, :-1] (each "
+    "position predicting the token before it): the logits at position i predict token i + 1, "
+    "logits[:, :-1] against tokens[:, 1:].",
+    "8.4/padding-counted": "This loss counts the padding: leave out every target equal to "
+    "pad_id (ignore_index=pad_id) and divide by the number of tokens that are left.",
+    "8.4/mean-of-row-means": "This is the mean of each row's mean: every predicted token "
+    "weighs the same, so sum over all of them and divide by their number, whatever their "
+    "rows' lengths.",
 }
 
 

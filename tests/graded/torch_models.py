@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["TorchEncoderDecoder", "greedy_decode", "sinusoidal_table"]
+__all__ = ["TorchEncoderDecoder", "TorchLanguageModel", "greedy_decode", "sinusoidal_table"]
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
@@ -201,6 +201,61 @@ class TorchEncoderDecoder(nn.Module):
             return f"{prefix}.norm{int(norm[1]) + 1}.{norm[2]}"
         return None
 
+
+class TorchLanguageModel(TorchEncoderDecoder):
+    """The course's decoder-only model (``annotated_transformer.model.DecoderOnlyTransformer``)
+    made of PyTorch's own modules: its layers are encoder layers run with the causal mask.
+    ``forward(tokens [B, L], mask)`` -> logits ``[B, L, V]``, as the course's model returns.
+    :meth:`load_course_state_dict` reads the course model's state dict (``embed.*``,
+    ``layers.*``, ``norm.*``, ``generator.*``)."""
+
+    def __init__(self, config) -> None:
+        nn.Module.__init__(self)
+        c = self.config = config
+        self.d_model, self.num_heads = c.d_model, c.num_heads
+        self.src_embed = nn.Embedding(c.tgt_vocab_size, c.d_model)
+        self.register_buffer("pe", sinusoidal_table(c.max_len, c.d_model), persistent=False)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        self.encoder_layers = nn.ModuleList([nn.TransformerEncoderLayer(
+            d_model=c.d_model, nhead=c.num_heads, dim_feedforward=c.d_ff, dropout=c.dropout,
+            activation="relu", batch_first=True, norm_first=c.norm_first)
+            for _ in range(c.num_layers)])
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.projection = nn.Linear(c.d_model, c.tgt_vocab_size)
+        if c.tie_embeddings:
+            self.projection.weight = self.src_embed.weight
+
+    def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
+        return self.projection(self.encode(tokens, mask))
+
+    _RENAMED = (("embed.", "src_embed."), ("layers.", "encoder_layers."),
+                ("norm.", "encoder_norm."))
+
+    def load_course_state_dict(self, state_dict: Mapping[str, Tensor]) -> None:
+        """Load the course's ``DecoderOnlyTransformer`` state dict (names of the syllabus);
+        ``KeyError`` as :meth:`TorchEncoderDecoder.load_course_state_dict`."""
+        renamed = {}
+        for key, value in state_dict.items():
+            for course, here in self._RENAMED:
+                if key.startswith(course):
+                    key = here + key[len(course):]
+                    break
+            else:
+                if not key.startswith("generator."):
+                    key = "unknown:" + key
+            renamed[key] = value
+        super().load_course_state_dict(renamed)
+
+
+@torch.no_grad()
+def complete_greedily(model, prompts: Tensor, new_tokens: int) -> Tensor:
+    """A decoder-only model's greedy continuation of ``prompts [B, Lp]`` (no padding):
+    ``new_tokens`` more tokens, the whole prefix re-run at each step."""
+    ys = prompts
+    for _ in range(new_tokens):
+        causal = torch.ones(ys.size(1), ys.size(1), dtype=torch.bool).tril()
+        ys = torch.cat([ys, model(ys, causal)[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return ys[:, prompts.size(1):]
 
 def greedy_decode(model, src: Tensor, src_mask: Tensor | None, max_len: int, bos_id: int,
                   eos_id: int, pad_id: int) -> Tensor:

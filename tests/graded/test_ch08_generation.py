@@ -1,0 +1,523 @@
+"""Graded tests of chapter 8: sampling, the key-value cache, the language model's loss, and
+the capstone (a decoder-only model from the learner's parts learns a small language).
+
+Expected values, all computed here without the code under test: the sampling distribution
+row by row with Python's ``math`` and sorted lists (the definition followed literally),
+frequencies of many seeded draws against it, multi-head attention in float64 from the
+grader's own weights, PyTorch's ``F.cross_entropy`` for the loss, and, for the capstone, the
+learner's trained weights run in PyTorch's own layers (``torch_models.TorchLanguageModel``).
+
+The functions of the probes section run in the grading worker, with ``impl`` the chapter
+module under test, and return plain data. Everything else runs in the grader, which never
+imports the code under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from annotated_transformer.course.grading.sandbox import LearnerNotImplemented
+
+from checks import (ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor,
+                    check_names, load_trusted, trusted_state)
+from mistakes import first_match, named
+from torch_models import TorchLanguageModel, complete_greedily
+
+CHAPTER = 8
+EXERCISES = {
+    "8.1": "next_token_distribution: temperature, top-k, top-p",
+    "8.2": "sample_next: seeded draws from that distribution",
+    "8.3": "attention_step: one new position with a key-value cache",
+    "8.4": "language_model_loss: each position predicts the next token",
+    "8.5": "Capstone: your decoder-only model learns arithmetic progressions",
+}
+# What each exercise's code uses of the learner's earlier exercises (what those use counts
+# too): a failure there is named first (annotated_transformer.course.grading.dependencies).
+BUILDS_ON = {"8.2": ("8.1",), "8.3": ("2.2", "3.1", "3.2", "3.3"), "8.4": ("6.2",),
+             "8.5": ("1.2", "1.3", "4.3", "5.1", "5.4", "8.4")}
+# Graded by a whole-course test rather than one solution region (see test_grading.py).
+INTEGRATION = {"8.5"}
+# 8.3 attends with the learner's chapter 2 (through chapter 3's module), as chapter 3 does:
+# PyTorch's attention and softmax are refused while it runs. Sampling may use PyTorch's
+# softmax, topk, sort and multinomial: the exercise is what to keep, not how to draw.
+FORBIDDEN = {"8.3": ("MultiheadAttention", "scaled_dot_product_attention")}
+FORBIDDEN_OPS = {"8.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS)}
+f64 = torch.float64
+D_MODEL, HEADS = 16, 4
+CAPSTONE_STEPS = 300
+CAPSTONE_THRESHOLD = 0.9
+
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def distribution_of(impl, logits, **options):
+    return impl.next_token_distribution(logits, **options)
+
+
+def samples_of(impl, logits, seed, **options):
+    """``sample_next`` with a generator seeded ``seed``."""
+    return impl.sample_next(logits, generator=torch.Generator().manual_seed(seed), **options)
+
+
+def samples_twice(impl, logits, seed, **options):
+    """Two calls, each with a fresh generator seeded ``seed``."""
+    return [samples_of(impl, logits, seed, **options) for _ in range(2)]
+
+
+def attention_steps(impl, state, xs, cache=None):
+    """A fresh chapter 3 ``MultiHeadAttention(D_MODEL, HEADS)`` (float64) with the grader's
+    weights; ``attention_step`` on each position of ``xs [B, n, D]`` in turn, starting from
+    ``cache``. The module's state-dict names, then every output and cache."""
+    from annotated_transformer.parts import active_parts
+
+    attn = active_parts().MultiHeadAttention(D_MODEL, HEADS).double().eval()
+    names = load_trusted(attn, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    outputs, caches = [], []
+    for t in range(xs.size(1)):
+        output, cache = impl.attention_step(attn, xs[:, t:t + 1], cache)
+        keys, values = cache
+        outputs.append(output)
+        caches.append((keys, values))
+    return {"names": names, "outputs": outputs, "caches": caches}
+
+
+def attention_step_raises(impl, x):
+    from annotated_transformer.parts import active_parts
+
+    impl.attention_step(active_parts().MultiHeadAttention(D_MODEL, HEADS), x, None)
+
+
+def loss_of(impl, logits, tokens, pad_id):
+    return impl.language_model_loss(logits, tokens, pad_id)
+
+
+def trained_language_model(impl, steps):
+    """The package's capstone run on the parts under test: the trained weights."""
+    from annotated_transformer.language_model import train_language_model
+    from annotated_transformer.parts import active_parts
+
+    torch.set_num_threads(1)
+    model, losses = train_language_model(active_parts(), steps=steps)
+    return {"state": model.state_dict(), "config": dataclasses.asdict(model.config),
+            "last_loss": losses[-1]}
+
+
+# ---------------------------------------------------------------- expected values
+
+
+def expected_distribution(logits, temperature=1.0, top_k=None, top_p=None):
+    """The contract of 8.1 followed literally, row by row, with Python floats."""
+    rows = []
+    for row in logits.tolist():
+        if temperature == 0:
+            best = row.index(max(row))
+            rows.append([float(i == best) for i in range(len(row))])
+            continue
+        scaled = [x / temperature for x in row]
+        kept = list(range(len(row)))
+        if top_k is not None and top_k < len(row):
+            kth = sorted(scaled, reverse=True)[top_k - 1]
+            kept = [i for i in kept if scaled[i] >= kth]
+        top = max(scaled[i] for i in kept)
+        weights = {i: math.exp(scaled[i] - top) for i in kept}
+        total = sum(weights.values())
+        probs = {i: w / total for i, w in weights.items()}
+        if top_p is not None:
+            probs = {i: p for i, p in probs.items()
+                     if sum(q for q in probs.values() if q > p) < top_p}
+            total = sum(probs.values())
+            probs = {i: p / total for i, p in probs.items()}
+        rows.append([probs.get(i, 0.0) for i in range(len(row))])
+    return torch.tensor(rows, dtype=f64)
+
+
+def mistaken_distributions(logits, temperature, top_k, top_p):
+    """``{mistake id: what it gives}`` for the plausible mistakes of 8.1 (float64)."""
+    mistakes = {}
+    if temperature not in (0, 1):
+        softmax = torch.softmax(logits, dim=-1)
+        mistakes["8.1/temperature-after-softmax"] = softmax
+        mistakes["8.1/temperature-after-softmax "] = softmax / temperature  # not normalised
+        mistakes["8.1/temperature-multiplied"] = torch.softmax(logits * temperature, dim=-1)
+    if top_k is not None and 1 < top_k < logits.size(-1) and top_p is None:
+        mistakes["8.1/top-k-keeps-k-minus-1"] = expected_distribution(
+            logits, temperature, top_k - 1)
+        kept = expected_distribution(logits, temperature, top_k) > 0
+        full = expected_distribution(logits, temperature)
+        mistakes["8.1/not-renormalised"] = full * kept
+    if top_p is not None and top_p < 1 and top_k is None:
+        full = expected_distribution(logits, temperature)
+        # the mass of each token, its ties and the tokens more probable than it
+        inclusive = torch.stack([(full >= p_i[..., None]).mul(full).sum(-1)
+                                 for p_i in full.unbind(-1)], dim=-1)
+        crossing = full.masked_fill(inclusive >= top_p, 0.0)
+        crossing = torch.where(crossing.sum(-1, keepdim=True) > 0,
+                               crossing / crossing.sum(-1, keepdim=True), crossing)
+        mistakes["8.1/top-p-excludes-crossing"] = crossing
+        mistakes["8.1/not-renormalised"] = full * (expected_distribution(
+            logits, temperature, None, top_p) > 0)
+    return mistakes
+
+
+def check_distribution(got, logits, what, temperature=1.0, top_k=None, top_p=None):
+    expected = expected_distribution(logits, temperature, top_k, top_p)
+    right = (isinstance(got, torch.Tensor) and got.shape == expected.shape
+             and torch.allclose(got.double(), expected, atol=1e-6))
+    if not right:
+        mistake = first_match(got, mistaken_distributions(logits, temperature, top_k, top_p))
+        if mistake is not None:
+            mistake = mistake.strip()
+            kept = int((got[0] > 0).sum()) if isinstance(got, torch.Tensor) else 0
+            raise AssertionError(named(mistake, k=top_k, kept=kept))
+    assert_close(got, expected, what, atol=1e-6, hint="Each row is the distribution of the "
+                 "docstring: temperature, then top-k, then top-p over what is left.")
+
+
+def logits_of(rows, vocab):
+    """Random float64 logits with distinct values (no ties), spread enough that top-k and
+    top-p keep different sets."""
+    return torch.randn(rows, vocab, dtype=f64) * 2
+
+
+def heads(x):
+    """``[B, L, D]`` -> ``[B, H, L, d_k]``."""
+    batch, length, _ = x.shape
+    return x.view(batch, length, HEADS, -1).transpose(1, 2)
+
+
+def projections(state, x, name):
+    return x @ state[f"{name}.weight"].T + state[f"{name}.bias"]
+
+
+def attention_over(state, x, keys, values):
+    """The new position's output ``[B, 1, D]``: its query over ``keys``, ``values``."""
+    q = heads(projections(state, x, "q_proj"))
+    weights = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(keys.size(-1)), dim=-1)
+    merged = (weights @ values).transpose(1, 2).reshape(x.size(0), 1, -1)
+    return projections(state, merged, "out_proj")
+
+
+MHA_SHAPES = {f"{p}_proj.{k}": [D_MODEL, D_MODEL] if k == "weight" else [D_MODEL]
+              for p in ("q", "k", "v", "out") for k in ("weight", "bias")}
+
+
+def run_steps(learner, state, xs, cache=None):
+    result = learner.run(attention_steps, state=state, xs=xs, cache=cache)
+    check_names(result["names"], state, "your MultiHeadAttention (3.3)",
+                "attention_step uses chapter 3's q_proj, k_proj, v_proj and out_proj")
+    return result
+
+
+# ---------------------------------------------------------------- 8.1 next_token_distribution
+
+
+@pytest.mark.grade("8.1", points=2)
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_temperature(learner, temperature):
+    logits = logits_of(3, 7)
+    check_distribution(learner.run(distribution_of, logits=logits, temperature=temperature),
+                       logits, f"next_token_distribution(logits, temperature={temperature})",
+                       temperature)
+
+
+@pytest.mark.grade("8.1", points=1)
+def test_temperature_zero_is_greedy_and_ties_go_to_the_first(learner):
+    logits = torch.tensor([[0.5, 3.0, -1.0, 3.0], [2.0, 1.0, 0.0, -1.0]], dtype=f64)
+    for options in ({}, {"top_k": 3}, {"top_p": 0.5}):
+        got = learner.run(distribution_of, logits=logits, temperature=0.0, **options)
+        extra = "".join(f", {k}={v}" for k, v in options.items())
+        assert_close(got, expected_distribution(logits, 0.0),
+                     f"next_token_distribution(logits, temperature=0{extra})",
+                     hint="Temperature 0 is greedy: probability 1 on the argmax (the first of "
+                     "tied maxima, as torch.argmax) and 0 elsewhere.")
+
+
+@pytest.mark.grade("8.1", points=2)
+@pytest.mark.parametrize("top_k", [1, 3, 7, 12])
+def test_top_k(learner, top_k):
+    logits = logits_of(3, 7)
+    check_distribution(learner.run(distribution_of, logits=logits, top_k=top_k), logits,
+                       f"next_token_distribution(logits, top_k={top_k}) with V = 7",
+                       top_k=top_k)
+
+
+@pytest.mark.grade("8.1", points=1)
+def test_top_k_keeps_the_ties_of_the_kth(learner):
+    logits = torch.tensor([[2.0, 1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0]], dtype=f64)
+    check_distribution(learner.run(distribution_of, logits=logits, top_k=2), logits,
+                       "next_token_distribution([[2, 1, 1, 0, 1], [0, 0, 0, 0, 0]], top_k=2), "
+                       "whose second largest logit is tied", top_k=2)
+
+
+@pytest.mark.grade("8.1", points=2)
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.5, 1e-9])
+def test_top_p(learner, top_p):
+    logits = logits_of(3, 7)
+    check_distribution(learner.run(distribution_of, logits=logits, top_p=top_p), logits,
+                       f"next_token_distribution(logits, top_p={top_p})", top_p=top_p)
+
+
+@pytest.mark.grade("8.1", points=1)
+def test_top_p_keeps_the_ties_of_the_crossing_token(learner):
+    # probabilities 0.4, 0.2, 0.2, 0.2: p = 0.5 is crossed at a tie of three tokens
+    logits = torch.tensor([[math.log(0.4), math.log(0.2), math.log(0.2), math.log(0.2)]],
+                          dtype=f64)
+    check_distribution(learner.run(distribution_of, logits=logits, top_p=0.5), logits,
+                       "next_token_distribution(log [0.4, 0.2, 0.2, 0.2], top_p=0.5)",
+                       top_p=0.5)
+
+
+@pytest.mark.grade("8.1", points=2)
+def test_all_three_together(learner):
+    logits = logits_of(4, 9)
+    options = dict(temperature=0.7, top_k=5, top_p=0.8)
+    check_distribution(learner.run(distribution_of, logits=logits, **options), logits,
+                       "next_token_distribution(logits, temperature=0.7, top_k=5, top_p=0.8)",
+                       **options)
+
+
+@pytest.mark.grade("8.1", points=1)
+def test_distribution_keeps_float32(learner):
+    got = learner.run(distribution_of, logits=torch.randn(2, 5), top_k=2, top_p=0.9)
+    assert_tensor(got, "next_token_distribution(float32 logits)", shape=(2, 5),
+                  dtype=torch.float32)
+
+
+@pytest.mark.grade("8.1", points=1, errors=True)
+@pytest.mark.parametrize("options, named_argument", [
+    ({"temperature": -1.0}, "temperature"), ({"top_k": 0}, "top_k"),
+    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")])
+def test_bad_arguments_are_explained(learner, options, named_argument):
+    message = learner.raises("ValueError", distribution_of, logits=torch.randn(2, 5), **options)
+    assert named_argument in message, (
+        f"the ValueError for {options} should name {named_argument}; it says: {message!r}")
+
+
+# ---------------------------------------------------------------- 8.2 sample_next
+
+
+@pytest.mark.grade("8.2", points=2)
+def test_samples_follow_the_distribution(learner):
+    logits = logits_of(1, 6)
+    options = dict(temperature=0.8, top_k=4, top_p=0.9)
+    draws = learner.run(samples_of, logits=logits.expand(20_000, -1), seed=1, **options)
+    draws = assert_tensor(draws, "sample_next(logits [20000, 6], ...)", shape=(20_000,))
+    assert not draws.is_floating_point(), (
+        f"sample_next should return token ids (torch.long), not {draws.dtype}")
+    assert bool(((draws >= 0) & (draws < 6)).all()), "a sampled id is not in the vocabulary"
+    expected = expected_distribution(logits, **options)[0]
+    frequencies = torch.bincount(draws.long(), minlength=6).double() / len(draws)
+    never = (expected == 0) & (frequencies > 0)
+    assert not never.any(), (
+        f"token {int(never.nonzero()[0])} has probability 0 (removed by top-k or top-p) but "
+        f"was drawn: draw from next_token_distribution (8.1)")
+    worst = int((frequencies - expected).abs().argmax())
+    assert abs(frequencies[worst] - expected[worst]) < 0.02, (
+        f"token {worst} was drawn {frequencies[worst]:.3f} of the time in 20,000 draws, "
+        f"expected {expected[worst]:.3f}: draw from next_token_distribution (8.1)")
+
+
+@pytest.mark.grade("8.2", points=2)
+def test_the_same_seed_gives_the_same_tokens(learner):
+    logits = logits_of(500, 8)
+    first, second = learner.run(samples_twice, logits=logits, seed=7, temperature=1.5)
+    first = assert_tensor(first, "sample_next(logits [500, 8], ...)", shape=(500,))
+    assert torch.equal(first, second), named("8.2/generator-unused")
+    other = learner.run(samples_of, logits=logits, seed=8, temperature=1.5)
+    assert not torch.equal(first, other), (
+        "seeds 7 and 8 gave the same 500 tokens: draw with the generator passed in")
+
+
+@pytest.mark.grade("8.2", points=1)
+def test_temperature_zero_draws_the_argmax(learner):
+    logits = logits_of(6, 5)
+    got = learner.run(samples_of, logits=logits, seed=0, temperature=0.0, top_k=3)
+    got = assert_tensor(got, "sample_next(logits, temperature=0)", shape=(6,))
+    assert got.tolist() == logits.argmax(-1).tolist(), (
+        f"temperature 0 should give the argmax of each row, {logits.argmax(-1).tolist()}; "
+        f"got {got.tolist()}")
+
+
+@pytest.mark.grade("8.2", points=1, errors=True)
+def test_sample_next_checks_its_arguments(learner):
+    message = learner.raises("ValueError", samples_of, logits=torch.randn(2, 5), seed=0,
+                             top_k=-2)
+    assert "top_k" in message, f"the ValueError should name top_k; it says: {message!r}"
+
+
+# ---------------------------------------------------------------- 8.3 attention_step
+
+
+def check_step(got, expected, what, mistakes):
+    mistake = first_match(got, mistakes)
+    if mistake is not None and not torch.allclose(got.double(), expected, atol=1e-8):
+        raise AssertionError(named(mistake))
+    assert_close(got, expected, what, atol=1e-8, rtol=1e-7)
+
+
+@pytest.mark.grade("8.3", points=3)
+def test_one_step_over_a_given_cache(learner):
+    state = trusted_state(MHA_SHAPES)
+    x = torch.randn(2, 1, D_MODEL, dtype=f64)
+    cache = tuple(torch.randn(2, HEADS, 3, D_MODEL // HEADS, dtype=f64) for _ in range(2))
+    result = run_steps(learner, state, x, cache)
+    output, (keys, values) = result["outputs"][0], result["caches"][0]
+    new_k, new_v = (heads(projections(state, x, n)) for n in ("k_proj", "v_proj"))
+    full_k, full_v = torch.cat([cache[0], new_k], 2), torch.cat([cache[1], new_v], 2)
+    check_step(output, attention_over(state, x, full_k, full_v),
+               "attention_step's output (new position over 3 cached ones)",
+               {"8.3/cache-ignored": attention_over(state, x, new_k, new_v)})
+    for got, want, old, new, name in ((keys, full_k, cache[0], new_k, "keys"),
+                                      (values, full_v, cache[1], new_v, "values")):
+        mistakes = {"8.3/new-position-first": torch.cat([new, old], 2),
+                    "8.3/cache-not-extended": old}
+        mistake = first_match(got, mistakes)
+        assert mistake is None, named(mistake)
+        assert_close(got, want, f"the returned cache's {name} [B, H, t + 1, d_k]",
+                     atol=1e-8, hint="Append the new position along dim 2, after the old.")
+
+
+@pytest.mark.grade("8.3", points=3)
+def test_steps_equal_recomputing_the_prefix(learner):
+    state = trusted_state(MHA_SHAPES)
+    xs = torch.randn(3, 5, D_MODEL, dtype=f64)
+    result = run_steps(learner, state, xs)
+    # the whole prefix recomputed: causal self-attention, every position at once
+    q, k, v = (heads(projections(state, xs, n)) for n in ("q_proj", "k_proj", "v_proj"))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    full = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+    full = projections(state, full.transpose(1, 2).reshape(3, 5, D_MODEL), "out_proj")
+    for t, output in enumerate(result["outputs"]):
+        alone = attention_over(state, xs[:, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1])
+        check_step(output, full[:, t:t + 1],
+                   f"attention_step's output at position {t}, stepping from cache=None",
+                   {"8.3/cache-ignored": alone} if t else {})
+    keys, values = result["caches"][-1]
+    assert_close(keys, k, "the cache's keys after 5 steps", atol=1e-8,
+                 hint="The cache holds every position's key, in order, [B, H, t, d_k].")
+    assert_close(values, v, "the cache's values after 5 steps", atol=1e-8)
+
+
+@pytest.mark.grade("8.3", points=1, errors=True)
+def test_more_than_one_position_is_refused(learner):
+    message = learner.raises("ValueError", attention_step_raises,
+                             x=torch.randn(2, 3, D_MODEL))
+    assert re.search(r"\[B, 1, D\]|one|1", message), (
+        f"the ValueError for x of shape [2, 3, 16] should say that x is [B, 1, D]; it says: "
+        f"{message!r}")
+
+
+# ---------------------------------------------------------------- 8.4 language_model_loss
+
+
+def padded_batch(batch, length, vocab, pad_id):
+    tokens = torch.randint(0, vocab, (batch, length))
+    tokens[tokens == pad_id] = (pad_id + 1) % vocab
+    for b in range(1, batch):  # rows of different lengths, padded at the end
+        tokens[b, length - b:] = pad_id
+    return tokens
+
+
+def mistaken_losses(logits, tokens, pad_id):
+    def ce(lg, tg, ignore=pad_id):
+        return F.cross_entropy(lg.reshape(-1, lg.size(-1)), tg.reshape(-1),
+                               ignore_index=ignore if ignore is not None else -100)
+
+    shifted_logits, targets = logits[:, :-1], tokens[:, 1:]
+    rows = [ce(lg[None], tg[None]) for lg, tg in zip(shifted_logits, targets, strict=True)
+            if (tg != pad_id).any()]
+    return {"8.4/not-shifted": ce(logits, tokens),
+            "8.4/shifted-backwards": ce(logits[:, 1:], tokens[:, :-1]),
+            "8.4/padding-counted": ce(shifted_logits, targets, None),
+            "8.4/mean-of-row-means": torch.stack(rows).mean()}
+
+
+@pytest.mark.grade("8.4", points=4)
+@pytest.mark.parametrize("pad_id", [0, 3])
+def test_language_model_loss(learner, pad_id):
+    logits = torch.randn(4, 6, 9, dtype=f64) * 2
+    tokens = padded_batch(4, 6, 9, pad_id)
+    got = learner.run(loss_of, logits=logits, tokens=tokens, pad_id=pad_id)
+    expected = F.cross_entropy(logits[:, :-1].reshape(-1, 9), tokens[:, 1:].reshape(-1),
+                               ignore_index=pad_id)
+    assert_tensor(got, f"language_model_loss(logits, tokens, pad_id={pad_id})", shape=())
+    if not torch.allclose(got.double(), expected, atol=1e-8):
+        mistake = first_match(got.reshape(()), mistaken_losses(logits, tokens, pad_id))
+        assert mistake is None, named(mistake)
+    assert_close(got, expected, f"language_model_loss(logits, tokens, pad_id={pad_id})",
+                 atol=1e-8, hint="The logits at position i predict token i + 1; padding "
+                 "targets are left out; the mean is over the tokens that count.")
+
+
+@pytest.mark.grade("8.4", points=1)
+def test_loss_of_one_sequence_of_two_tokens(learner):
+    logits = torch.randn(1, 2, 5, dtype=f64)
+    tokens = torch.tensor([[4, 2]])
+    got = learner.run(loss_of, logits=logits, tokens=tokens, pad_id=0)
+    assert_close(got, -torch.log_softmax(logits[0, 0], -1)[2],
+                 "language_model_loss for tokens [[4, 2]]", atol=1e-8,
+                 hint="Two tokens make one prediction: the first position's logits score "
+                 "the second token.")
+
+
+@pytest.mark.grade("8.4", points=1, errors=True)
+def test_loss_refuses_what_predicts_nothing(learner):
+    message = learner.raises("ValueError", loss_of, logits=torch.randn(2, 1, 5),
+                             tokens=torch.ones(2, 1, dtype=torch.long), pad_id=0)
+    assert re.search(r"L|length|2|token", message), (
+        f"the ValueError for sequences of one token should say that L must be at least 2; it "
+        f"says: {message!r}")
+    message = learner.raises("ValueError", loss_of, logits=torch.randn(2, 4, 5),
+                             tokens=torch.ones(2, 3, dtype=torch.long), pad_id=0)
+    assert re.search(r"shape|\[|match", message), (
+        f"the ValueError for logits [2, 4, 5] with tokens [2, 3] should name the shapes; it "
+        f"says: {message!r}")
+
+
+# ---------------------------------------------------------------- 8.5 capstone
+
+
+def progressions():
+    """Every progression's tokens, as the package's capstone task writes them: BOS (1),
+    8 terms a, a + d, ... modulo 10 as ids 3..12, EOS (2); 100 rows."""
+    start, step = torch.arange(10).repeat_interleave(10), torch.arange(10).repeat(10)
+    terms = (start[:, None] + step[:, None] * torch.arange(8)) % 10 + 3
+    return torch.cat([torch.ones(100, 1, dtype=torch.long), terms,
+                      torch.full((100, 1), 2)], dim=1)
+
+
+@pytest.mark.grade("8.5", points=5)
+@pytest.mark.cpu_seconds(300)
+def test_capstone_your_decoder_only_model_learns_progressions(learner):
+    try:
+        trained = learner.run(trained_language_model, steps=CAPSTONE_STEPS)
+    except LearnerNotImplemented as error:
+        raise LearnerNotImplemented(
+            f"the capstone builds and trains a decoder-only model from your parts of chapters "
+            f"1 to 5 with your language_model_loss (8.4), and met a stub: {error}") from error
+    model = TorchLanguageModel(SimpleNamespace(**trained["config"]))
+    try:
+        model.load_course_state_dict(trained["state"])
+    except KeyError as error:
+        raise AssertionError(
+            f"the trained model's weights do not have the names and shapes the syllabus "
+            f"gives them: {error}") from error
+    rows = progressions()
+    continued = complete_greedily(model.eval(), rows[:, :3], 7)  # 6 terms and EOS
+    accuracy = (continued == rows[:, 3:]).all(dim=1).double().mean().item()
+    assert accuracy >= CAPSTONE_THRESHOLD, (
+        f"after {CAPSTONE_STEPS} steps your model continues {accuracy:.0%} of the "
+        f"progressions exactly from their first two terms (its last loss "
+        f"{trained['last_loss']:.3f}; about 0.5 is the least possible, the first two terms "
+        f"being random); at least {CAPSTONE_THRESHOLD:.0%} is expected. If every other "
+        f"exercise passes, check that the loss is shifted (8.4) and nothing is detached.")
