@@ -33,12 +33,12 @@ if TYPE_CHECKING:
 
 def translate(model: Model, task: Task, texts: list[str], beam_size: int | None = None,
               temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
-              batch_size: int = 256) -> list[str]:
+              batch_size: int = 256, top_p: float | None = None) -> list[str]:
     """Decode ``texts`` (unknown characters raise ``VocabularyError``) to output texts with
     the model's ``generate``: greedy, beam search with ``beam_size`` beams (encoder-decoder),
-    or sampling with ``temperature`` and ``top_k`` (decoder-only); an option the model does
-    not have raises :class:`~annotated_transformer.model.UnsupportedDecoding`."""
-    model.check_decoding(beam_size, temperature, top_k)
+    or sampling with ``temperature``, ``top_k`` and ``top_p`` (decoder-only); an option the
+    model does not have raises :class:`~annotated_transformer.model.UnsupportedDecoding`."""
+    model.check_decoding(beam_size, temperature, top_k, top_p)
     model.eval()
     device = model_device(model)
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -46,6 +46,7 @@ def translate(model: Model, task: Task, texts: list[str], beam_size: int | None 
     for start in range(0, len(texts), batch_size):
         chunk = texts[start:start + batch_size]
         src = pad_rows([task.source_ids(t) for t in chunk]).to(device)
-        ids = model.generate(src, task.max_target_len, beam_size, temperature, top_k, generator)
+        ids = model.generate(src, task.max_target_len, beam_size, temperature, top_k, generator,
+                             top_p=top_p)
         outputs.extend(task.vocab.decode(row) for row in ids.tolist())
     return outputs

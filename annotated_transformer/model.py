@@ -143,14 +143,14 @@ class Model(nn.Module, metaclass=ABCMeta):
 
     @abstractmethod
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
-                       top_k: int | None = None) -> None:
+                       top_k: int | None = None, top_p: float | None = None) -> None:
         """Raise :class:`UnsupportedDecoding`, saying why, for an option this kind lacks."""
 
     @abstractmethod
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
                  generator: torch.Generator | None = None,
-                 length_penalty: float = 0.6) -> Tensor:
+                 length_penalty: float = 0.6, top_p: float | None = None) -> Tensor:
         """The model's outputs ``[B, <= max_len]`` for the inputs ``src [B, Ls]`` of a task."""
 
     @abstractmethod
@@ -252,24 +252,25 @@ class EncoderDecoder(Model):
                           batch.tgt_labels)
 
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
-                       top_k: int | None = None) -> None:
+                       top_k: int | None = None, top_p: float | None = None) -> None:
         """Greedy or beam search; sampling is for decoder-only models."""
-        if temperature or top_k is not None:
+        if temperature or top_k is not None or top_p is not None:
             raise UnsupportedDecoding(
-                "sampling (--temperature, --top-k) is for decoder-only models; this one is an "
-                "encoder-decoder (decode greedily, or with --beam)")
+                "sampling (--temperature, --top-k, --top-p) is for decoder-only models; this "
+                "one is an encoder-decoder (decode greedily, or with --beam)")
 
     @torch.no_grad()
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
                  generator: torch.Generator | None = None,
-                 length_penalty: float = 0.6, cache: bool = True) -> Tensor:
+                 length_penalty: float = 0.6, cache: bool = True,
+                 top_p: float | None = None) -> Tensor:
         """``src [B, Ls]`` -> outputs ``[B, <= max_len]`` starting with BOS: chapter 6's
         ``greedy_decode``, or chapter 7's ``beam_search`` with ``beam_size`` beams and
         ``length_penalty`` (the paper's alpha), from this model's parts; with ``cache``,
         each layer's keys and values are kept between steps (the same tokens, faster:
         :mod:`~annotated_transformer.incremental`)."""
-        self.check_decoding(beam_size, temperature, top_k)
+        self.check_decoding(beam_size, temperature, top_k, top_p)
         parts = self.parts
         src_mask = parts.padding_mask(src, PAD)
         with cached(self, cache):
@@ -356,24 +357,27 @@ class DecoderOnlyTransformer(Model):
         return LabelledInputs((inputs, parts.target_mask(inputs, PAD)), labels)
 
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
-                       top_k: int | None = None) -> None:
+                       top_k: int | None = None, top_p: float | None = None) -> None:
         """Greedy completion or sampling; beam search is for encoder-decoder models."""
         if beam_size is not None:
             raise UnsupportedDecoding(
                 "beam search (--beam) is for encoder-decoder models; this one is "
-                "decoder-only (use --temperature and --top-k to sample)")
+                "decoder-only (use --temperature, --top-k and --top-p to sample)")
 
     def generate(self, src: Tensor, max_len: int, beam_size: int | None = None,
                  temperature: float = 0.0, top_k: int | None = None,
                  generator: torch.Generator | None = None,
-                 length_penalty: float = 0.6, cache: bool = True) -> Tensor:
+                 length_penalty: float = 0.6, cache: bool = True,
+                 top_p: float | None = None) -> Tensor:
         """The continuations ``[B, <= max_len]`` of the prompts ``src [B, Lp]``, EOS
         included (:func:`~annotated_transformer.sampling.complete`): greedy when
-        ``temperature`` is 0, otherwise sampled over the ``top_k`` likeliest tokens
+        ``temperature`` is 0, otherwise sampled with the parts' ``sample_next`` (chapter
+        8) over the ``top_k`` likeliest tokens and the ``top_p`` nucleus
         (``length_penalty`` scores beams, which this kind refuses); ``cache``: keys and
         values kept between steps (:mod:`~annotated_transformer.incremental`)."""
-        self.check_decoding(beam_size, temperature, top_k)
-        return complete(self, src, max_len, temperature, top_k, generator, cache=cache)
+        self.check_decoding(beam_size, temperature, top_k, top_p)
+        return complete(self, src, max_len, temperature, top_k, generator, cache=cache,
+                        top_p=top_p)
 
     @torch.no_grad()
     def read_attention(self, src: Tensor, output: Tensor

@@ -211,6 +211,32 @@ def test_decoder_only_samples_among_the_top_k(addition):
             assert token in logits[position].topk(2).indices.tolist()
 
 
+def test_decoder_only_samples_with_its_parts_sample_next(addition):
+    """Generation draws every token with the model's parts' ``sample_next`` (chapter 8): a
+    tiny nucleus keeps the likeliest token alone, so sampling is greedy decoding."""
+    task, model = addition
+    src = torch.tensor([task.source_ids("58+67=")] * 4)
+    nucleus = model.generate(src, task.max_target_len, temperature=3.0, top_p=1e-6,
+                             generator=torch.Generator().manual_seed(0))
+    assert torch.equal(nucleus, model.generate(src, task.max_target_len))
+    calls = []
+    parts = model.parts
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(parts, name)
+
+        def sample_next(self, *args, **kwargs):
+            calls.append(kwargs or args[1:])
+            return parts.sample_next(*args, **kwargs)
+    model.parts = Counting()
+    try:
+        model.generate(src[:1], task.max_target_len, temperature=0.5, top_k=2, top_p=0.9)
+    finally:
+        model.parts = parts
+    assert calls and all(tuple(c)[:3] == (0.5, 2, 0.9) for c in calls), calls
+
+
 def test_each_kind_refuses_the_options_it_lacks(dates, addition):
     (dates_task, encoder_decoder), (addition_task, decoder_only) = dates, addition
     src = torch.tensor([addition_task.source_ids("12+34=")])
@@ -218,17 +244,19 @@ def test_each_kind_refuses_the_options_it_lacks(dates, addition):
         decoder_only.generate(src, 5, beam_size=3)
     with pytest.raises(UnsupportedDecoding, match="beam search .* decoder-only"):
         translate(decoder_only, addition_task, ["12+34="], beam_size=3)
-    for options in ({"temperature": 0.8}, {"top_k": 3}):
+    for options in ({"temperature": 0.8}, {"top_k": 3}, {"top_p": 0.9}):
         with pytest.raises(UnsupportedDecoding, match="sampling .* for decoder-only models"):
             translate(encoder_decoder, dates_task, ["3 May 98"], **options)
-    decoder_only.check_decoding(temperature=0.8, top_k=3)  # its own options pass
+    decoder_only.check_decoding(temperature=0.8, top_k=3, top_p=0.9)  # its own options pass
     encoder_decoder.check_decoding(beam_size=3)
 
 
 @pytest.mark.parametrize("name, options, message", [
     ("addition.pt", ["--beam", "3"], "beam search (--beam) is for encoder-decoder models"),
-    ("dates.pt", ["--temperature", "0.8"], "(--temperature, --top-k) is for decoder-only"),
-    ("dates.pt", ["--top-k", "3"], "(--temperature, --top-k) is for decoder-only"),
+    ("dates.pt", ["--temperature", "0.8"], "(--temperature, --top-k, --top-p) is for decoder-only"),
+    ("dates.pt", ["--top-k", "3"], "(--temperature, --top-k, --top-p) is for decoder-only"),
+    ("dates.pt", ["--top-p", "0.9"], "(--temperature, --top-k, --top-p) is for decoder-only"),
+    ("addition.pt", ["--top-p", "1.5"], "--top-p must be in (0, 1]"),
 ])
 def test_the_command_line_refuses_them_with_exit_2(capsys, name, options, message):
     path = ROOT / "chapters" / "checkpoints" / name

@@ -38,6 +38,7 @@ LAYERS = {
     "annotated_transformer.metrics": 3,
     "annotated_transformer.recipes": 3,
     "annotated_transformer.inspect_attention": 3,
+    "annotated_transformer.language_model": 3,  # chapter 8's capstone: a small language learnt
     "annotated_transformer.cli": 4,  # the command line and the tools beside the library
     "annotated_transformer.commands": 4,
     "annotated_transformer.__main__": 4,

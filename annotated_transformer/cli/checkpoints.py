@@ -65,6 +65,8 @@ def add_translate(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0,
                    help="decoder-only: sample at this temperature (0: greedy)")
     p.add_argument("--top-k", type=int, help="decoder-only: sample among the k likeliest")
+    p.add_argument("--top-p", type=float, help="decoder-only: sample among the likeliest tokens "
+                   "whose probabilities add up to p (nucleus sampling)")
     p.add_argument("--seed", type=int, default=0)
     add_model_options(p)
     add_decoding_options(p, evaluate=False)
@@ -80,18 +82,20 @@ def run_translate(args) -> int:
         raise UsageError(f"--temperature must be at least 0, got {args.temperature}")
     if args.top_k is not None and args.top_k < 1:
         raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
     texts = args.inputs or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise UsageError("nothing to translate: give inputs or lines on stdin")
     state, task, model = load_checkpoint(args)
     try:
-        model.check_decoding(args.beam, args.temperature, args.top_k)
+        model.check_decoding(args.beam, args.temperature, args.top_k, args.top_p)
     except UnsupportedDecoding as error:
         raise UsageError(str(error)) from None
     if task.name == "translation":  # the paper's decoding, detokenized output
         return run_translate_translation(args, state, task, model, texts)
     for line in translate(model, task, texts, args.beam, args.temperature, args.top_k,
-                          args.seed):
+                          args.seed, top_p=args.top_p):
         print(line)
     return 0
 
