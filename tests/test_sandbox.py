@@ -255,8 +255,8 @@ def fresh():
     pool.close()
 
 
-def learner(pool, folder, forbid_ops=(), cpu_seconds=30.0):
-    return Learner(pool, str(folder), 2, "2.1", tuple(forbid_ops), seed=0,
+def learner(pool, folder, forbid_ops=(), cpu_seconds=30.0, exercise="2.1"):
+    return Learner(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0,
                    cpu_seconds=cpu_seconds)
 
 
@@ -300,17 +300,20 @@ def test_code_that_waits_without_computing_is_stopped_and_blamed(fresh, folder, 
     assert stopped.value.reason == "waited" and not stopped.value.at_import
     if name != "stops_itself":  # a stopped process cannot print its stack
         assert stopped.value.where.startswith("ch02_attention.py:")
-    assert learner(fresh, folder).run(call, name="softmax", x=X).shape == X.shape
-    with pytest.raises(WorkerTimeout, match="waited 2 s without computing"):  # once is enough
-        learner(fresh, folder, cpu_seconds=60).run(call, name=name, x=X)
+    assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
+    with pytest.raises(WorkerTimeout, match="its other tests are not run"):  # once is enough
+        learner(fresh, folder, cpu_seconds=60).run(call, name="softmax", x=X)
+    assert str(folder) in fresh.workers  # refused without stopping the worker
+    with pytest.raises(WorkerTimeout, match="waited 2 s without computing"):  # and its chapter
+        learner(fresh, folder, cpu_seconds=60, exercise="2.3").run(call, name=name, x=X)
 
 
-def test_a_reply_never_finished_is_stopped_and_blamed(pool, folder, monkeypatch):
+def test_a_reply_never_finished_is_stopped_and_blamed(fresh, folder, monkeypatch):
     monkeypatch.setattr(watch, "REPLY_SECONDS", 3.0)
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later") as stopped:
-        learner(pool, folder, cpu_seconds=60).run(call, name="trickles", x=X)
+        learner(fresh, folder, cpu_seconds=60).run(call, name="trickles", x=X)
     assert stopped.value.reason == "reply"
-    assert learner(pool, folder).run(call, name="softmax", x=X).shape == X.shape
+    assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
 
 
 def test_a_chapter_whose_import_waits_costs_its_wait_once(fresh, tmp_path, monkeypatch):
@@ -321,8 +324,8 @@ def test_a_chapter_whose_import_waits_costs_its_wait_once(fresh, tmp_path, monke
     with pytest.raises(WorkerTimeout, match="waited 3 s without computing") as first:
         learner(fresh, tmp_path).run(call, name="softmax", x=X)
     assert first.value.at_import and first.value.where == "ch02_attention.py:4"
-    with pytest.raises(WorkerTimeout, match="its tests are not run again"):
-        learner(fresh, tmp_path).run(call, name="softmax", x=X)
+    with pytest.raises(WorkerTimeout, match="its other tests are not run"):
+        learner(fresh, tmp_path, exercise="2.2").run(call, name="softmax", x=X)
     assert str(tmp_path) not in fresh.workers  # refused without starting a worker
 
 

@@ -427,7 +427,8 @@ class WorkerPool:
         self.last_printed: dict[str, str] = {}
         self.timed_out: set[tuple[str, str | None]] = set()  # (worker, exercise) past its CPU
         self.waited: set[tuple[str, int]] = set()  # (worker, chapter) stopped for waiting
-        self.blocks: dict[tuple[str, int], str] = {}  # (worker, chapter): its import waits
+        # (worker, chapter) whose import waited, (worker, exercise) whose code waited: why
+        self.blocks: dict[tuple[str, int | str | None], str] = {}
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -448,10 +449,12 @@ class WorkerPool:
         return worker
 
     def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
-        key, chapter = self._key(source), request.get("chapter")
-        if (key, chapter) in self.blocks:  # its import waits: each test would wait as long
-            self.last_printed[key] = ""
-            raise WorkerTimeout(self.blocks[key, chapter], reason="waited", at_import=True)
+        key, chapter, exercise = self._key(source), request.get("chapter"), request.get("exercise")
+        for blocked in ((key, chapter), (key, exercise)):  # each test would wait as long
+            if blocked in self.blocks:
+                self.last_printed[key] = ""
+                raise WorkerTimeout(self.blocks[blocked], reason="waited",
+                                    at_import=blocked[1] == chapter)
         worker = self.start(source)
         request = {**request, "source": source}
         spent = (key, request.get("exercise")) in self.timed_out
@@ -463,13 +466,13 @@ class WorkerPool:
             return worker.call(request, cpu_seconds, wait_seconds=waits)
         except WorkerTimeout as stopped:
             if stopped.reason == "cpu":
-                self.timed_out.add((key, request.get("exercise")))
+                self.timed_out.add((key, exercise))
             else:
                 self.waited.add((key, chapter))
-            if stopped.reason == "waited" and stopped.at_import:
-                self.blocks[key, chapter] = (
-                    f"{stopped} Importing your chapter file waited: its tests are not run "
-                    f"again (fix the wait, then grade again).")
+                what = "Importing your chapter file" if stopped.at_import else "Your exercise"
+                self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (
+                    f"{stopped} {what} waited: its other tests are not run (fix the wait, "
+                    f"then grade again).")
             worker.close()
             del self.workers[key]
             raise
