@@ -65,10 +65,10 @@ def train_language_model(parts: Parts | None = None, steps: int = 300, batch_siz
 
 def continue_progressions(model: DecoderOnlyTransformer, temperature: float = 0.0,
                           generator: torch.Generator | None = None) -> list[str]:
-    """Every progression's first two terms continued by ``model``: 100 strings of
-    ``LENGTH`` digits (right when each equals its progression)."""
+    """Every progression's first two terms continued by ``model`` (up to ``LENGTH - 2``
+    more terms and EOS): 100 strings of digits, right when each equals its progression."""
     prompts = progressions()[:, :3]
-    out = model.generate(prompts, LENGTH, temperature=temperature, generator=generator)
+    out = model.generate(prompts, LENGTH - 1, temperature=temperature, generator=generator)
     return [as_text(p) + as_text(o) for p, o in zip(prompts, out, strict=True)]
 
 
