@@ -18,6 +18,7 @@ device until they are logged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from annotated_transformer.data.vocab import PAD
 from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig
 from annotated_transformer.parts import Parts
 from annotated_transformer.teacher_forcing import LabelledInputs
+from annotated_transformer.time_budget import BudgetSchedule, Planner, format_duration
 
 
 @dataclass
@@ -62,8 +64,17 @@ class TrainConfig:
     # that `evaluate` and `translate` use unless told (the paper's 0.6, or the recipe's,
     # chosen on the validation split).
     length_penalty: float = 0.6
+    # Seconds of wall time for the whole run instead of a number of steps: the steps are
+    # planned (and re-planned) from the measured step time, `steps` only sets the warmup's
+    # share when fewer fit (time_budget.py).
+    time_budget: float | None = None
 
     def __post_init__(self) -> None:
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ValueError(f"time_budget must be positive seconds, got {self.time_budget}")
+        if self.time_budget is not None and self.decay != "linear":
+            raise ValueError("a run to a time budget decays its rate linearly to the deadline: "
+                             f"decay must be 'linear', got {self.decay!r}")
         if self.length_penalty < 0:
             raise ValueError(f"length_penalty must be at least 0, got {self.length_penalty}")
         if self.decay not in ("linear", "noam"):
@@ -84,6 +95,8 @@ class Runtime:
     progress: bool = False  # a tqdm progress bar
     log_every: int = 10  # steps between metrics lines
     keep_last: int = 0  # also keep the last N checkpoints as checkpoint-STEP.pt (averaging)
+    started: float | None = None  # time.perf_counter() when the command started (a budget's
+    # clock; default: when `train` starts)
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -105,6 +118,7 @@ class History:
     seconds: float = 0.0
     tokens: int = 0  # target tokens trained on (all processes)
     eval_examples: int = 0  # held-out examples per evaluation (a corpus may have fewer)
+    budget: dict = field(default_factory=dict)  # a budgeted run's budget and plans
 
 
 def make_optimizer(model: Model, config: TrainConfig
@@ -112,6 +126,11 @@ def make_optimizer(model: Model, config: TrainConfig
     """Adam (beta = 0.9, 0.98; eps = 1e-9, section 5.3) with the rate of
     :func:`learning_rate` (Noam's warmup, then its decay or a linear one) via ``LambdaLR``."""
     optimizer = adam(model.parameters(), lr=1.0)  # LambdaLR multiplies 1.0 by the schedule
+    if config.time_budget is not None:  # the same peak, the end planned as the run goes
+        peak = model.parts.noam_lr(config.warmup_steps, model.config.d_model,
+                                   config.warmup_steps, config.lr_factor)
+        schedule = BudgetSchedule(peak, config.warmup_steps, config.steps)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: learning_rate(step, config, model.parts.noam_lr,
                                               model.config.d_model))
@@ -299,8 +318,13 @@ def train(model: Model, task: Task, config: TrainConfig,
     examples every ``eval_every`` steps; checkpoint and write metrics when ``runtime.out``
     is set; resume from the checkpoint when ``runtime.resume``."""
     runtime = runtime or Runtime()
+    clock_start = time.perf_counter() if runtime.started is None else runtime.started
     device = next(model.parameters()).device
     rank, world = distributed.rank(), distributed.world_size()
+    if config.time_budget is not None and (runtime.resume or world > 1):
+        raise ValueError("a run to a time budget trains in one process from its start (its "
+                         "schedule ends at its deadline): give a number of steps instead to "
+                         + ("resume" if runtime.resume else "train with several processes"))
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
@@ -320,8 +344,12 @@ def train(model: Model, task: Task, config: TrainConfig,
         loss_fn.compile(dynamic=True, backend=runtime.compile_backend)
     net = distributed.wrap(model, device)
     metrics = Metrics(runtime.out if rank == 0 else None, append=runtime.resume)
-    bar = tqdm(total=config.steps, initial=start_step, disable=not runtime.progress or rank,
-               unit="step", dynamic_ncols=True)
+    planner = None if config.time_budget is None else Planner(
+        config.time_budget, clock_start, config.eval_every, config.warmup_steps, config.steps,
+        average_checkpoints=runtime.keep_last)
+    total = config.steps if planner is None else 10**9  # a budget's total: once planned
+    bar = tqdm(total=config.steps if planner is None else None, initial=start_step,
+               disable=not runtime.progress or rank, unit="step", dynamic_ncols=True)
     say = log if log is None or not runtime.progress else tqdm.write
     started, tokens_since, since = time.perf_counter(), 0, time.perf_counter()
     seconds_before = history.seconds
@@ -336,22 +364,90 @@ def train(model: Model, task: Task, config: TrainConfig,
             pending.clear()
         return history.loss[-1]
 
-    for step in range(start_step + 1, config.steps + 1):
+    def evaluate_and_save(step: int) -> None:
+        """Evaluate on the held-out set, log it and save the checkpoint (rank 0); with a
+        budget, time both for the planner."""
+        loss = read_losses()
+        if rank == 0:
+            began = time.perf_counter()
+            eval_loss, accuracy = evaluate(model, *held_out, loss_fn, runtime.precision)
+            history.eval_step.append(step)
+            history.eval_loss.append(eval_loss)
+            history.exact_match.append(accuracy)
+            metrics.write(step=step, eval_loss=round(eval_loss, 5),
+                          exact_match=accuracy, num_examples=held_out[0].size(0))
+            if say:
+                say(f"step {step:5d}  train loss {loss:.3f}  held-out loss "
+                    f"{eval_loss:.3f}  exact match {accuracy:.1%}")
+            history.seconds = seconds_before + time.perf_counter() - started
+            saving = time.perf_counter()
+            if runtime.out is not None:
+                saved = config
+                if planner is not None:
+                    history.budget = planner.record()
+                    schedule = scheduler.lr_lambdas[0]
+                    saved = dataclasses.replace(config, steps=min(total, schedule.total),
+                                                warmup_steps=schedule.warmup)
+                checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, model, task,
+                                         saved, step, optimizer, scheduler, generator, history)
+                if runtime.keep_last:  # copies for `average` (average.py)
+                    from annotated_transformer.average import keep_copy
+                    keep_copy(runtime.out, step, runtime.keep_last)
+            if planner is not None:
+                now = time.perf_counter()
+                planner.eval_done(now - began, now - saving)
+                evaluating[0] += now - began  # not a step's time
+        distributed.barrier()
+
+    def replan(step: int) -> int:
+        """A budget's (new) plan at ``step``: its total, logged when it moved."""
+        previous = planner.plans[-1].total if planner.plans else None
+        plan = planner.plan(step, time.perf_counter())
+        scheduler.lr_lambdas[0].replan(step, plan.total, plan.warmup)
+        metrics.write(step=step, plan=dataclasses.asdict(plan))
+        bar.total = plan.total
+        if say and (previous is None or abs(plan.total - previous) > 0.01 * previous):
+            when = f"{format_duration(plan.seconds)} into {format_duration(planner.budget)}"
+            say(f"time budget: {'planned' if previous is None else 're-planned'} at step "
+                f"{step} ({when}): {plan.describe()}")
+        return plan.total
+
+    step, mark, evaluating = start_step, time.perf_counter(), [0.0]
+    while step < total:
+        step += 1
         lr = scheduler.get_last_lr()[0]
         # The global batch, its masks and its token counts are made on the host; each
         # process trains on its own rows, weighted by its share of the scored tokens.
         batch = model.teacher_forcing(*next(batches))
-        total = batch.num_tokens()
+        batch_tokens = batch.num_tokens()
         mine = batch.rows(rank, world)
-        weight = mine.num_tokens() / max(total, 1)
+        weight = mine.num_tokens() / max(batch_tokens, 1)
         pending.append(train_step(model, mine.to(device), loss_fn, optimizer, scheduler,
                                   config.clip_norm, net, runtime.precision, weight))
         history.step.append(step)
         history.lr.append(lr)
-        history.tokens += total
-        tokens_since += total
+        history.tokens += batch_tokens
+        tokens_since += batch_tokens
         bar.update(1)
-        if step % runtime.log_every == 0 or step == config.steps:
+        evaluated = False
+        if planner is not None:
+            # a step's time: since the last one's end, less any evaluation in between
+            now = time.perf_counter()
+            planner.step_done(step, now - mark - evaluating[0])
+            mark, evaluating[0] = now, 0.0
+            if planner.wants_eval(step):  # the first plan needs an evaluation's time
+                evaluate_and_save(step)
+                evaluated = True
+            if planner.due(step):
+                total = replan(step)
+            if step < total and planner.must_stop(step, time.perf_counter()):
+                if say:
+                    say(f"time budget: stopping at step {step}, "
+                        + (f"{total - step} steps before the plan's end: " if planner.plans
+                           else "before any plan: ")
+                        + "one more step would leave too little time for the final evaluation")
+                total = step
+        if step % runtime.log_every == 0 or step == total:
             loss = read_losses()
             now = time.perf_counter()
             rate = tokens_since / (now - since)
@@ -359,30 +455,13 @@ def train(model: Model, task: Task, config: TrainConfig,
             metrics.write(step=step, loss=round(loss, 5), lr=lr, tokens_per_second=round(rate),
                           seconds=round(seconds_before + now - started, 2))
             tokens_since, since = 0, now
-        if step % config.eval_every == 0 or step == config.steps:
-            loss = read_losses()
-            if rank == 0:
-                eval_loss, accuracy = evaluate(model, *held_out, loss_fn, runtime.precision)
-                history.eval_step.append(step)
-                history.eval_loss.append(eval_loss)
-                history.exact_match.append(accuracy)
-                metrics.write(step=step, eval_loss=round(eval_loss, 5),
-                              exact_match=accuracy, num_examples=held_out[0].size(0))
-                if say:
-                    say(f"step {step:5d}  train loss {loss:.3f}  held-out loss "
-                        f"{eval_loss:.3f}  exact match {accuracy:.1%}")
-                history.seconds = seconds_before + time.perf_counter() - started
-                if runtime.out is not None:
-                    checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, model, task,
-                                             config, step, optimizer, scheduler, generator,
-                                             history)
-                    if runtime.keep_last:  # copies for `average` (average.py)
-                        from annotated_transformer.average import keep_copy
-                        keep_copy(runtime.out, step, runtime.keep_last)
-            distributed.barrier()
+        if (step % config.eval_every == 0 or step == total) and not evaluated:
+            evaluate_and_save(step)
     bar.close()
     metrics.close()
     history.seconds = seconds_before + time.perf_counter() - started
+    if planner is not None:
+        history.budget = planner.record()
     return history
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -41,7 +43,13 @@ def add_train(sub) -> None:
                    help="torch.compile the model's layers, once for every batch shape "
                    "(BACKEND: inductor, the default, generates kernels; aot_eager only "
                    "traces, a quick check that the model compiles)")
-    p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
+    p.add_argument("--steps", type=int, help="training steps (default: the recipe's; "
+                   "instead of --model cpu's time budget)")
+    p.add_argument("--time-budget", metavar="DURATION",
+                   help="train for this much wall time instead of a number of steps (30m, "
+                   "90s, 1h30m; --model cpu: 29m): the steps are planned from the measured "
+                   "step time, the rate decays to zero at the deadline, and the final "
+                   "evaluation and checkpoint fit inside it")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="instead of --batch-size: batches of sequences of similar length, at "
@@ -112,9 +120,36 @@ def recipe_parts(recipe) -> str:
     return wanted
 
 
+def time_budget(args, recipe_budget: float | None) -> float | None:
+    """The run's budget in seconds: ``--time-budget``, else the recipe's unless ``--steps``
+    is given; :class:`UsageError` for a bad duration or a budget with ``--steps``,
+    ``--decay noam`` or ``--resume``."""
+    from annotated_transformer.time_budget import format_duration, parse_duration
+
+    if args.time_budget is not None:
+        if args.steps is not None:
+            raise UsageError("--time-budget and --steps both say how long to train: give one")
+        try:
+            budget = parse_duration(args.time_budget)
+        except ValueError as error:
+            raise UsageError(f"--time-budget: {error}") from None
+    else:
+        budget = None if args.steps is not None else recipe_budget
+    if budget is not None and args.decay == "noam":
+        raise UsageError("a time budget decays the rate linearly to the deadline: --decay "
+                         "noam goes with --steps")
+    if budget is not None and args.resume:
+        raise UsageError(f"--resume continues a run of a number of steps, and this one trains "
+                         f"to a time budget ({format_duration(budget)}): give --steps N")
+    return budget
+
+
 def run_train(args) -> int:
     from annotated_transformer.recipes import RECIPES
+    from annotated_transformer.time_budget import format_duration
     from annotated_transformer.train import Runtime, train
+
+    started = time.perf_counter()  # a time budget counts from here
 
     if args.task not in TASKS:
         raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
@@ -148,6 +183,9 @@ def run_train(args) -> int:
                                  eval_every=args.eval_every, eval_size=args.eval_size,
                                  decay=args.decay, lr_factor=args.lr_factor,
                                  max_tokens=args.max_tokens, warmup_steps=args.warmup)
+    budget = time_budget(args, config.time_budget)
+    config = dataclasses.replace(config, time_budget=budget,
+                                 decay="linear" if budget is not None else config.decay)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.threads:
@@ -160,6 +198,7 @@ def run_train(args) -> int:
         runtime = Runtime(precision=args.precision, compile=args.compile is not None,
                           compile_backend=args.compile or "inductor",
                           out=args.out, resume=args.resume, keep_last=args.keep_last or 0,
+                          started=started,
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
@@ -171,9 +210,11 @@ def run_train(args) -> int:
                   f"{f', compiled ({args.compile})' if args.compile else ''}, "
                   f"{torch.get_num_threads()} "
                   f"thread(s), {distributed.world_size()} "
-                  f"process(es), {config.steps} steps of "
-                  + (f"{config.batch_size} examples" if config.max_tokens is None else
-                     f"at most {config.max_tokens} tokens"))
+                  f"process(es), "
+                  + (f"{config.steps} steps" if budget is None else
+                     f"as many steps as fit in {format_duration(budget)} (time budget)")
+                  + " of " + (f"{config.batch_size} examples" if config.max_tokens is None else
+                              f"at most {config.max_tokens} tokens"))
         log = functools.partial(print, flush=True) if main else None
         history = train(model, task, config, log=log, runtime=runtime)
         if main:
@@ -182,6 +223,13 @@ def run_train(args) -> int:
                   f"({history.eval_examples} examples), {history.seconds:.1f} s, "
                   f"{rate:,.0f} target tokens/s\nwrote {args.out / checkpoint.FILE_NAME} and "
                   f"{args.out / 'metrics.jsonl'}")
+            if budget is not None:
+                plans = history.budget["plans"]
+                print(f"time budget {format_duration(budget)}: finished in "
+                      f"{format_duration(time.perf_counter() - started)}, {history.step[-1]:,} "
+                      f"steps" + (f" (planned at step {plans[0]['step']}: "
+                                  f"{plans[0]['total']:,}; last plan {plans[-1]['total']:,})"
+                                  if plans else ""))
     finally:
         distributed.teardown()
     return 0
