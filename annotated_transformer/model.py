@@ -138,8 +138,18 @@ class Model(nn.Module, metaclass=ABCMeta):
         ``DistributedDataParallel`` wrapper, which must see the call to average the
         gradients. How many labels are scored is ``batch.num_tokens()``."""
         net = self if net is None else net
+        projected = getattr(loss_fn, "projected", None)
+        if projected is not None and net is self:  # the generator inside the loss (fast parts)
+            hidden = self.features(*batch.args)  # [B, L, D]
+            return projected(hidden.reshape(-1, hidden.size(-1)), self.generator.weight,
+                             self.generator.bias, batch.labels.reshape(-1))
         logits = net(*batch.args)  # [B, L, V]
         return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+
+    def features(self, *args: Tensor) -> Tensor:
+        """What the generator reads, ``[B, L, D]``: the forward pass without its last
+        layer (``forward(*args) == generator(features(*args))``)."""
+        raise NotImplementedError
 
     @abstractmethod
     def check_decoding(self, beam_size: int | None = None, temperature: float = 0.0,
@@ -233,7 +243,12 @@ class EncoderDecoder(Model):
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
         """``src [B, Ls]``, ``tgt [B, Lt]`` -> logits ``[B, Lt, V]``."""
-        return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
+        return self.generator(self.features(src, tgt, src_mask, tgt_mask))
+
+    def features(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                 tgt_mask: Tensor | None = None) -> Tensor:
+        """The decoder's output ``[B, Lt, D]``, which the generator projects."""
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
     kind = "encoder-decoder"
     decoder_only = False
@@ -330,10 +345,14 @@ class DecoderOnlyTransformer(Model):
 
     def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
         """``tokens [B, L]``, ``mask`` (causal, ``True`` = allowed) -> logits ``[B, L, V]``."""
+        return self.generator(self.features(tokens, mask))
+
+    def features(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
+        """The last layer's output, normalised, ``[B, L, D]``, which the generator projects."""
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x, mask)
-        return self.generator(self.norm(x))
+        return self.norm(x)
 
     kind = "decoder-only"
     decoder_only = True

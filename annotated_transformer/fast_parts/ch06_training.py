@@ -1,4 +1,6 @@
-"""Chapter 6, fast: the loss as one fused ``F.cross_entropy`` with label smoothing.
+"""Chapter 6, fast: the loss as one fused ``F.cross_entropy`` with label smoothing, and,
+given the generator's weights, the generator and the loss in one pass over chunks of rows
+(:meth:`LabelSmoothingLoss.projected`, which a model's ``loss`` uses when its loss has it).
 
 The schedule, the batch and greedy decoding are the reference's (they are not where a
 training step spends its time).
@@ -6,10 +8,12 @@ training step spends its time).
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from annotated_transformer.parts import load_chapter
+from annotated_transformer.fast_parts._projected_loss import projected_label_smoothing
+from annotated_transformer.parts import is_compiling, load_chapter
 
 _reference = load_chapter("solutions", 6)
 
@@ -35,3 +39,16 @@ class LabelSmoothingLoss(_reference.LabelSmoothingLoss):
         total = F.cross_entropy(logits, target, ignore_index=self.ignore_index,
                                 label_smoothing=self.smoothing, reduction="sum")
         return total / (target != self.ignore_index).sum().clamp(min=1)
+
+    def projected(self, hidden: Tensor, weight: Tensor, bias: Tensor | None,
+                  target: Tensor) -> Tensor:
+        """``self(F.linear(hidden, weight, bias), target)``: ``hidden [N, D]``, the
+        generator's ``weight [V, D]`` and ``bias [V]``. On a CPU the logits are computed
+        a chunk of rows at a time and never stored, the gradient with them
+        (:mod:`~annotated_transformer.fast_parts._projected_loss`); elsewhere, under
+        ``torch.compile`` or autocast, as written."""
+        if (hidden.device.type != "cpu" or is_compiling() or torch.is_autocast_enabled("cpu")
+                or hidden.dim() != 2 or target.dim() != 1):
+            return self(F.linear(hidden, weight, bias), target)
+        return projected_label_smoothing(hidden, weight, bias, target, self.smoothing,
+                                         self.ignore_index)
