@@ -160,3 +160,24 @@ def test_the_decoding_section_times_both_ways_and_compares_them(tmp_path, capsys
     assert goals["beam4_test2016_within_20s_cpu"]["value"] == result["cached"]["seconds"]
     status = main(["--decoding", str(tmp_path / "none.pt")])
     assert status == 2 and "no such checkpoint" in capsys.readouterr().err
+
+
+def test_the_recipe_shape_section_reports_ratio_parts_and_ceiling(tmp_path, capsys,
+                                                                   monkeypatch):
+    """``--recipe-shape`` (on a small shape here): per thread count the ceiling, each
+    contender's ratio to nn.Transformer, GFLOP/s, the parts of its step, and the load."""
+    from annotated_transformer.bench import recipe_shape
+
+    monkeypatch.setattr(recipe_shape, "SHAPE", SMALL)
+    path = tmp_path / "recipe.json"
+    assert main(["--recipe-shape", "--quick", "--threads", "1", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    entry = result["threads"]["1"]
+    assert entry["ceiling_gflops"] > 0 and set(entry["contenders"]) == {"fast", "torch"}
+    assert entry["contenders"]["torch"]["ratio_to_torch"] == 1.0
+    for stats in entry["contenders"].values():
+        assert list(stats["parts_ms"]) == list(recipe_shape.PARTS)
+        assert stats["gflops"] > 0 and 0 < stats["utilisation"]
+    assert len(result["load_before"]) == 3
+    out = capsys.readouterr().out
+    assert "x nn.Transformer" in out and "load average" in out and "goal: fast >= 1.5x" in out

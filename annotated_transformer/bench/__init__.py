@@ -1,7 +1,7 @@
 """How fast the course's Transformer trains, beside PyTorch's own, measured in one run.
 
     python -m annotated_transformer bench [--quick] [--json PATH] [--plot PATH] [--rounds N]
-        [--max-tokens N] [--shapes copy,medium,base] [--profile]
+        [--max-tokens N] [--shapes copy,medium,base] [--profile] [--recipe-shape]
 
 (``python -m annotated_transformer.bench`` is the same command.) One module a job:
 :mod:`~.shapes` (the sizes trained at and their FLOPs), :mod:`~.contenders` (the three
@@ -47,6 +47,11 @@ What it measures, in this order (the book's performance page shows the latest fi
    compiled, as ``train`` reports its time. Without a GPU these rows say
    "not measured (no GPU)".
 6. **The goals**, one line each: met, not met, or not measured (and why).
+
+``--recipe-shape`` instead measures only the CPU recipe's step (``--model cpu`` on
+Multi30k: :mod:`~.recipe_shape`): the fast parts against ``nn.Transformer`` on one thread
+and on two, interleaved in one run, with the ratio, the GFLOP/s against the matmul ceiling
+measured with as many threads, the share of each part of a step, and the machine's load.
 
 ``--profile`` instead profiles the copy recipe's training step with ``torch.profiler``
 (:func:`~.profiling.profile_step`): the time of each phase and of the busiest operators.

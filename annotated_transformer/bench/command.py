@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="only profile the copy recipe's training step (reference and "
                         "fast parts): time per phase and per operator")
+    parser.add_argument("--recipe-shape", action="store_true",
+                        help="only the CPU recipe's step (--model cpu on Multi30k): the fast "
+                        "parts against nn.Transformer on 1 and 2 threads, interleaved; ratio, "
+                        "GFLOP/s against the matmul ceiling, and the share of each part")
     parser.add_argument("--decoding", type=Path, metavar="CHECKPOINT",
                         help="only time a translation checkpoint's beam search (beam 4) over "
                         "its test split, without and with the decoder's cache")
@@ -151,6 +155,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         result["environment"] = environment(torch.device("cpu"), torch.get_num_threads(),
+                                            " ".join([PROG, *argv]))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+        return 0
+    if args.recipe_shape:
+        from annotated_transformer.bench.recipe_shape import recipe_shape
+
+        threads = (args.threads,) if args.threads else (1, 2)
+        result = recipe_shape(threads, rounds=args.rounds or (1 if args.quick else 7),
+                              steps=1 if args.quick else 2, part_steps=1 if args.quick else 3)
+        result["environment"] = environment(torch.device("cpu"), max(threads),
                                             " ".join([PROG, *argv]))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from annotated_transformer.bench.shapes import Shape
 from annotated_transformer.data.vocab import BOS, PAD
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
 from annotated_transformer.parts import Parts, load_chapter
+from annotated_transformer.teacher_forcing import LabelledInputs
 from annotated_transformer.train import adam
 
 REFERENCE = Parts.reference()
@@ -83,7 +84,11 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
-        return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
+        return self.generator(self.features(src, tgt, src_mask, tgt_mask))
+
+    def features(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                 tgt_mask: Tensor | None = None) -> Tensor:
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
     # Trained and decoded the way the course's encoder-decoder is: the same batches, loss
     # and decoding (from the reference's parts).
@@ -132,6 +137,9 @@ class Trainer:
         tgt[:, 0] = BOS
         self.src, self.tgt = src.to(device), tgt.to(device)
         self.batch = REFERENCE.make_batch(self.src, self.tgt, PAD)  # the same masks for all
+        batch = self.batch
+        self.inputs = LabelledInputs((batch.src, batch.tgt_input, batch.src_mask,
+                                      batch.tgt_mask), batch.tgt_labels)
         self.model.train()
         self.parameters = list(self.model.parameters())
 
@@ -140,10 +148,8 @@ class Trainer:
         device, batch = self.device, self.batch
         autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
                     if self.precision == "bf16" else _nothing())
-        with autocast:
-            logits = self.net(batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask)
-            loss = self.loss_fn(logits.reshape(-1, logits.size(-1)),
-                                batch.tgt_labels.reshape(-1))
+        with autocast:  # as `train` computes it (the fast parts: the generator in the loss)
+            loss = self.model.loss(self.inputs, self.loss_fn, self.net)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.parameters, 1.0, foreach=True)
