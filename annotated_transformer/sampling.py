@@ -1,7 +1,7 @@
 """A decoder-only model's completion of prompts: greedy, or sampled with a temperature,
 top-k and top-p. Used by :meth:`~annotated_transformer.model.DecoderOnlyTransformer.generate`;
 it needs only the model's forward pass and its parts' ``causal_mask`` (Chapter 4) and
-``sample_next`` (Chapter 8), which draws each token.
+``sample_next`` (Chapter 8), which draws each sampled token.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
              cache: bool = True, top_p: float | None = None) -> Tensor:
     """Continue each prompt of ``prompt [B, Lp]`` (BOS first, padded on the right with PAD)
     until EOS or ``max_new_tokens``; returns the continuations ``[B, <= max_new_tokens]``,
-    EOS included, PAD after it. Each token is ``model.parts.sample_next(logits,
-    temperature, top_k, top_p, generator)``: the argmax at temperature 0.
+    EOS included, PAD after it. At temperature 0 each token is the argmax (greedy
+    decoding needs no chapter 8); otherwise it is drawn by ``model.parts.sample_next(logits,
+    temperature, top_k, top_p, generator)``.
 
     Rows of different lengths decode together: while a row is still inside its prompt,
     its next token is the prompt's, not the model's. With ``cache``, each step computes
@@ -34,7 +35,8 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
     from annotated_transformer.incremental import DecoderCache
 
     incremental = DecoderCache(model) if cache else None
-    causal_mask, sample_next = model.parts.causal_mask, model.parts.sample_next
+    causal_mask = model.parts.causal_mask
+    sample_next = model.parts.sample_next if temperature else None  # greedy: not needed
     lengths = (prompt != PAD).sum(dim=1)  # [B]
     batch, width = prompt.shape
     ys = prompt[:, :1]
@@ -43,7 +45,8 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
         mask = causal_mask(ys.size(1), device=ys.device)
         logits = (incremental.next_logits(ys, mask) if incremental  # [B, V]
                   else model(ys, mask)[:, -1])
-        token = sample_next(logits.float(), temperature, top_k, top_p, generator)
+        token = (logits.argmax(dim=-1) if temperature == 0 else
+                 sample_next(logits.float(), temperature, top_k, top_p, generator))
         in_prompt = t < lengths
         forced = prompt[:, t] if t < width else torch.full_like(token, PAD)
         token = torch.where(in_prompt, forced, token)
