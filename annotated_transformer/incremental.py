@@ -34,7 +34,9 @@ Which parts it works with: it computes a layer from the parts' own modules, by t
 chapters' contract (Chapter 3's ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``,
 ``num_heads``, ``attention`` and ``dropout``, its ``split_heads`` and ``merge_heads``;
 Chapter 5's ``residuals``, ``self_attn``, ``cross_attn`` and ``feed_forward``, in that
-order). On the first step it checks its result against the model's own forward pass;
+order), and a new position's self-attention with the parts' ``attention_step`` (Chapter
+8's exercise) where they have one that works (checked on its first use; a stub or a
+wrong one leaves it to this module's own computation). On the first step it checks its result against the model's own forward pass;
 parts that lack a name, or whose forward computes something else, make it fall back to
 recomputing the whole prefix, which is always right. So do a target mask that is not
 causal and decoding in training mode (dropout).
@@ -153,6 +155,9 @@ class DecoderCache:
         self.memory: Tensor | None = None
         self.src_mask: Tensor | None = None
         self.wrapped: list | None = None  # per layer (layer, self-attention, cross)
+        # the parts' exercise 8.3 for one new position: None until asked, False once it
+        # is missing, raises or differs (checked on its first use)
+        self.step, self.step_checked = None, False
         self.reset()
 
     def reset(self) -> None:
@@ -189,6 +194,13 @@ class DecoderCache:
         new_keys, new_values = [], []
         for i, (layer, self_attn, cross_attn) in enumerate(self.attentions()):
             def attend(y: Tensor, i=i, self_attn=self_attn) -> Tensor:
+                if keys is not None and y.size(1) == 1 and mask is None \
+                        and not self_attn.fused:
+                    found = self.parts_step(self_attn, y, keys[i], values[i])
+                    if found is not None:
+                        new_keys.append(found[1])
+                        new_values.append(found[2])
+                        return found[0]
                 k, v = self_attn.keys_values(y)
                 if keys is not None:
                     k, v = torch.cat([keys[i], k], dim=2), torch.cat([values[i], v], dim=2)
@@ -203,6 +215,32 @@ class DecoderCache:
             x = residuals[-1](x, layer.feed_forward)
         self.keys, self.values = new_keys, new_values
         return self.norm(x)
+
+    def parts_step(self, attn: Attention, y: Tensor, keys: Tensor, values: Tensor
+                   ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """One new position ``y [N, 1, D]`` through the parts' ``attention_step`` (chapter
+        8: the learner's with ``Parts.learner()``): the output and the keys and values with
+        the new ones appended; ``None`` where the parts have none that works (a stub, a
+        chapter missing, a result that differs from this module's on its first use), and
+        then it is not asked again."""
+        if self.step is False:
+            return None
+        try:
+            if self.step is None:
+                self.step = self.model.parts.attention_step
+            output, (k, v) = self.step(attn.m, y, (keys, values))
+            if not self.step_checked:
+                new_k, new_v = attn.keys_values(y)
+                k_ref, v_ref = torch.cat([keys, new_k], dim=2), torch.cat([values, new_v], dim=2)
+                expected = (attn(y, k_ref, v_ref, None), k_ref, v_ref)
+                if any(a.shape != b.shape or not torch.allclose(a, b, **TOLERANCE)
+                       for a, b in zip((output, k, v), expected, strict=True)):
+                    raise NotCacheable("the parts' attention_step computes something else")
+                self.step_checked = True
+        except Exception:  # the parts' own code: anything it raises means "not this way"
+            self.step = False
+            return None
+        return output, k, v
 
     # ---------------------------------------------------------------- the steps
 

@@ -157,3 +157,41 @@ def test_a_mask_that_is_not_causal_and_training_mode_fall_back():
     with cached(model) as cache:
         model.decode(memory, None, tgt[:, :1], model.parts.causal_mask(1))
     assert not cache.enabled
+
+
+def test_a_new_position_goes_through_the_parts_attention_step():
+    """Chapter 8's exercise computes each new position's self-attention when it works; a
+    stub (or one that computes something else) is left out after its first try, and the
+    tokens are the same either way."""
+    task, model = load("addition.pt")
+    prompts, _ = task.held_out_set(8)
+    recomputed = model.generate(prompts, 8, cache=False)
+    parts, calls = model.parts, []
+
+    class Counting:
+        def __init__(self, step):
+            self.step = step
+
+        def __getattr__(self, name):
+            return getattr(parts, name)
+
+        def attention_step(self, *args):
+            calls.append(args[1].shape)
+            return self.step(*args)
+
+    def stub(*args):
+        raise NotImplementedError("Exercise 8.3: attention_step is not implemented yet")
+
+    def wrong(attn, x, cache):  # attends to the new position alone
+        output, (k, v) = parts.attention_step(attn, x, None)
+        return output, (torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2))
+
+    for step, used in ((parts.attention_step, True), (stub, False), (wrong, False)):
+        calls.clear()
+        model.parts = Counting(step)
+        try:
+            assert torch.equal(model.generate(prompts, 8), recomputed)
+        finally:
+            model.parts = parts
+        assert (len(calls) > 1) == used and calls  # asked once at least, then kept or dropped
+        assert all(shape[1] == 1 for shape in calls)
