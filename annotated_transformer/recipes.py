@@ -16,8 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from annotated_transformer.data import Task
-from annotated_transformer.model import TransformerConfig, model_for
-from annotated_transformer.train import TrainConfig
+from annotated_transformer.model import TransformerConfig
+from annotated_transformer.train import COPY_MODEL, TrainConfig, model_config
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,7 @@ class Recipe:
 
     def model_config(self, task: Task) -> TransformerConfig:
         """The model for ``task``: its vocabulary, positions for its longest sequence."""
-        longest = model_for(task).longest_sequence(task.max_source_len, task.max_target_len)
-        return TransformerConfig.small(len(task.vocab), max_len=max(64, longest),
-                                       **self.model)
+        return model_config(task, **self.model)
 
     def train_config(self, **changes) -> TrainConfig:
         """The recipe's run with ``changes`` (``None``: keep the recipe's). A batch size
@@ -119,8 +117,8 @@ CPU_TRANSLATION = TranslationRecipe(
     vocab_size=8000, parts="fast")  # the reference's function on fused kernels
 
 RECIPES: dict[str, Recipe] = {
-    # One layer each way suffices to copy: decoder position i attends to source position i.
-    "copy": Recipe(model={"num_layers": 1}, train=TrainConfig()),
+    # The chapter 6 capstone's run (train.train_copy_task): one layer each way.
+    "copy": Recipe(model=dict(COPY_MODEL), train=TrainConfig()),
     # Reversing needs each source position's distance to the end: two layers each way.
     "reverse": Recipe(model={"num_layers": 2}, train=TrainConfig(steps=1000)),
     # Many formats to one: the small model suffices; 1,500 steps reach every held-out date.

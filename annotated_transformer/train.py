@@ -35,7 +35,7 @@ from annotated_transformer.data.batching import TokenBudgetStream
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.vocab import PAD
-from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig
+from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig, model_for
 from annotated_transformer.parts import Parts
 from annotated_transformer.teacher_forcing import LabelledInputs
 from annotated_transformer.time_budget import BudgetSchedule, Planner, format_duration
@@ -468,10 +468,22 @@ def train(model: Model, task: Task, config: TrainConfig,
 def train_copy_task(parts: Parts | None = None, config: TrainConfig | None = None,
                     task: CopyTask | None = None, log: Callable[[str], None] | None = print
                     ) -> tuple[EncoderDecoder, History]:
-    """The course's default recipe: a small model learns to copy, from ``parts``."""
+    """The course's default recipe (``train --task copy`` runs the same: ``recipes.RECIPES
+    ["copy"]`` is :data:`COPY_MODEL` and ``TrainConfig()``): a small model learns to copy,
+    from ``parts``."""
     config = config or TrainConfig()
     task = task or CopyTask()
     torch.manual_seed(config.seed)
-    # One layer each way suffices to copy: decoder position i attends to source position i.
-    model = EncoderDecoder(TransformerConfig.small(task.vocab_size, num_layers=1), parts=parts)
+    model = EncoderDecoder(model_config(task, **COPY_MODEL), parts=parts)
     return model, train(model, task, config, log=log)
+
+
+# One layer each way suffices to copy: decoder position i attends to source position i.
+COPY_MODEL = {"num_layers": 1}
+
+
+def model_config(task: Task, **sizes) -> TransformerConfig:
+    """:meth:`TransformerConfig.small` with ``sizes``, for ``task``: its vocabulary, and
+    positions for its longest sequence (at least 64)."""
+    longest = model_for(task).longest_sequence(task.max_source_len, task.max_target_len)
+    return TransformerConfig.small(len(task.vocab), max_len=max(64, longest), **sizes)

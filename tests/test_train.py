@@ -153,3 +153,16 @@ def test_language_model_batch_scores_only_the_answer():
     inputs, labels = language_model_batch(prompt, answer)
     assert inputs.tolist() == [[BOS, 5, 6, 7, 9], [BOS, 8, 10, 11, EOS]]  # EOS: label PAD
     assert labels.tolist() == [[PAD, PAD, PAD, 9, EOS], [PAD, 10, 11, EOS, PAD]]
+
+
+def test_the_capstone_and_train_task_copy_train_the_same_model():
+    """Chapter 6's ``train_copy_task`` and ``train --task copy`` (``recipes.RECIPES["copy"]``)
+    are one recipe: the same model for the copy task and the same run."""
+    from annotated_transformer.data import make_task
+    from annotated_transformer.recipes import RECIPES
+    from annotated_transformer.train import train_copy_task
+
+    model, _ = train_copy_task(config=TrainConfig(steps=1, eval_every=1, eval_size=4),
+                               log=None)
+    assert model.config == RECIPES["copy"].model_config(make_task("copy"))
+    assert RECIPES["copy"].train == TrainConfig()
