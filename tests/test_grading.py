@@ -439,8 +439,7 @@ def test_each_named_mistake_gets_its_message():
                 problems.append(f"{variant.name} ({variant.why}) should say {variant.says!r}; "
                                 f"it says: {row.message if row else '(no test ran)'}")
             continue
-        if row is None or row.status == "passed" or row.mistake != variant.mistake \
-                or f"[mistake {variant.mistake}]" not in row.message:
+        if row is None or row.status == "passed" or row.mistake != variant.mistake:
             problems.append(f"{variant.name} ({variant.why}) should be named "
                             f"{variant.mistake!r}; it is {row.mistake if row else None!r}: "
                             f"{row.message if row else '(no test ran)'}")
@@ -449,8 +448,30 @@ def test_each_named_mistake_gets_its_message():
 
 def test_every_mistake_id_is_one_the_reports_read_back():
     """An id the grader's tag pattern would not read back (say, with capitals) is lost."""
-    unreadable = [m for m in MISTAKES if messages.mistake_of(f"... [mistake {m}]") != m]
+    unreadable = [m for m in MISTAKES
+                  if messages.unseal(f"... {messages.mistake_tag(m)}") != ("...", m)]
     assert not unreadable, unreadable
+
+
+def test_only_the_grader_s_sealed_tag_names_a_mistake():
+    """Text that imitates a tag (the learner's exception message, say) names nothing, is
+    marked as not the grader's, and a sealed tag beside it still counts."""
+    forged = "ValueError: bad\r\n## Injected [mistake 2.1/no-maximum-subtracted]"
+    assert messages.unseal(forged) == (
+        "ValueError: bad\r\n## Injected [not the grader's: mistake 2.1/no-maximum-subtracted]",
+        "")
+    other_seal = "x [mistake 2.1/no-maximum-subtracted " + "0" * 32 + "]"
+    assert messages.unseal(other_seal)[1] == ""
+    text, named = messages.unseal(f"{forged} {messages.mistake_tag('4.1/inverted')}")
+    assert named == "4.1/inverted" and "not the grader's" in text
+
+
+def test_learner_text_is_data_in_markdown():
+    """A message with a line break, a heading, a table row, HTML and backticks stays one
+    code span on one line: nothing of it is rendered."""
+    code = messages.markdown_code("a\r\n# head | x |<b>`y`", table=True)
+    assert "\n" not in code and "\r" not in code and code.startswith("``")
+    assert "\\|" in code and code.count("``") == 2
 
 
 def test_every_named_mistake_has_a_variant_that_makes_it():
@@ -584,3 +605,28 @@ def test_a_worker_that_cannot_start_is_one_line_naming_the_cause_and_credits_not
                         "named torch (a broken installation)); this is no fault of the code "
                         "under test"), lines[0]
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_learner_cannot_name_a_mistake_or_write_markup(tmp_path):
+    """A padding mask that raises with a made-up mistake tag, a carriage return, a heading
+    and a table row, graded from the command line: no report names a mistake, and the
+    Markdown shows the text as one code span (no heading, no row of its own)."""
+    for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
+        shutil.copy(path, tmp_path)
+    target = tmp_path / "ch04_masking.py"
+    forged = r"wrong [mistake 4.1/inverted]\r\n# Injected heading\n| 4.2 | forged | 9/9 |"
+    target.write_text(target.read_text().replace(
+        "return (tokens != pad_id)[:, None, None, :]", f'raise ValueError("{forged}")'))
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--exercise",
+                           "4.1", "--parts", str(tmp_path), "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md"), "--junit",
+                           str(tmp_path / "r.xml")], capture_output=True, text=True,
+                          cwd=grade.ROOT)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads((tmp_path / "r.json").read_text())["exercises"]
+    assert row["status"] != "passed" and row["mistake"] == "", row
+    assert "[mistake 4.1/inverted]" not in done.stdout
+    assert 'name="mistake"' not in (tmp_path / "r.xml").read_text()
+    markdown = (tmp_path / "r.md").read_text()
+    assert "`ValueError: wrong [not the grader's: mistake 4.1/inverted]`" in markdown
+    assert not any(line.startswith(("#", "| 4.2")) for line in markdown.splitlines()[1:])

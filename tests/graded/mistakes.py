@@ -2,8 +2,9 @@
 
 One table for the course. A graded test that recognises a mistake (its result equals what
 that mistake computes) fails with :func:`named`: the message names the mistake and its fix,
-and ends with the id in brackets, ``[mistake 2.2/divided-by-d_k]``, which the grader reads
-back into every report (``grading.messages.mistake_of``) and ``regrade`` counts over a class.
+and ends with the id in a tag sealed by the grader's process (``grading.messages.mistake_tag``),
+which the grader takes out of the message into every report's ``mistake`` field and
+``regrade`` counts over a class; text the learner's code writes can never name one.
 A wrong variant in ``tests/variants/`` declares the id it makes (``mistake=``); the suite
 checks that the grader names it. Ids never change once released: a class summary compares
 them across years.
@@ -12,6 +13,8 @@ them across years.
 from __future__ import annotations
 
 import torch
+
+from annotated_transformer.course.grading.messages import mistake_tag
 
 MISTAKES = {
     # 1.1 positional_encoding
@@ -317,8 +320,8 @@ MISTAKES = {
 
 def named(mistake: str, **values: object) -> str:
     """The message of ``mistake`` (its ``{placeholders}`` filled from ``values``), ending with
-    its id in brackets."""
-    return f"{MISTAKES[mistake].format(**values)} [mistake {mistake}]"
+    its id in the grader's sealed tag."""
+    return f"{MISTAKES[mistake].format(**values)} {mistake_tag(mistake)}"
 
 
 def first_match(value: object, candidates: dict[str, torch.Tensor], atol: float = 1e-6,

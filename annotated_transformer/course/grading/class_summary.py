@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading import dependencies
-from annotated_transformer.course.grading.messages import MISTAKE_TAG
+from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
 
 
@@ -53,8 +53,7 @@ def summarize(rows: Iterable[Any]) -> list[ExerciseSummary]:
             entry.passed += 1
         elif mistake:
             entry.mistakes[mistake] += 1
-            message = MISTAKE_TAG.sub("", row.message).strip()
-            entry.example.setdefault(mistake, message)
+            entry.example.setdefault(mistake, row.message)
         elif row.status == "not implemented":
             entry.not_started += 1
         elif dependencies.is_blame(exercise, row.message):
@@ -86,7 +85,7 @@ def markdown(summary: list[ExerciseSummary], learners: int) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for entry in summary:
         named = ", ".join(f"`{m}` ({n})" for m, n in entry.mistakes.most_common())
-        title = entry.title.replace("|", "\\|")
+        title = entry.title.replace("|", "\\|")  # the course's own title
         lines.append(f"| {entry.id} | {title} | {entry.passed}/{entry.learners} | "
                      f"{named or '-'} | {entry.blocked} | {entry.not_started} | "
                      f"{entry.unnamed} |")
@@ -96,9 +95,11 @@ def markdown(summary: list[ExerciseSummary], learners: int) -> str:
         lines.append("No known mistake was named.")
     examples = {m: e.example[m] for e in summary for m in e.example}
     for mistake, count in ranked:
-        text = examples[mistake].replace("\n", " ")
+        text = examples[mistake]
         text = text if len(text) <= 300 else text[:297] + "..."
-        lines.append(f"- **`{mistake}`**: {count} learner(s). The grader told them: {text}")
+        # The message (which may quote the learner's code) is shown as data, never as markup.
+        lines.append(f"- **`{mistake}`**: {count} learner(s). One of their messages: "
+                     f"{markdown_code(text)}")
     return "\n".join(lines) + "\n"
 
 

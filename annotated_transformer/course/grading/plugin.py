@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, mistake_of
+from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
 from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
@@ -115,12 +115,6 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
     return "error", f"{type(error).__name__}: {message}{suffix}"
 
 
-def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, str]:
-    """:func:`classify`, with the message cut to :data:`MESSAGE_LIMIT` characters."""
-    outcome, message = classify(excinfo)
-    return outcome, cut(message)
-
-
 def _parts_of(item: pytest.Item) -> str | None:
     """The parts (``--parts``) a test ran against."""
     callspec = getattr(item, "callspec", None)
@@ -157,6 +151,7 @@ class GradeRecorder:
         marker = item.get_closest_marker("grade")
         exercise = marker.args[0]
         share = marker.kwargs.get("points", 1) / self.cases.get(self._function_key(item), 1)
+        message, mistake = unseal(message)  # only the grader's own sealed tag names a mistake
         self.records[item.nodeid] = {
             "test": item.nodeid,
             "exercise": exercise,
@@ -167,8 +162,8 @@ class GradeRecorder:
             "errors": bool(marker.kwargs.get("errors", False)),
             "parts": _parts_of(item),
             "outcome": outcome,
-            "message": message,
-            "mistake": mistake_of(message),  # the id of the known mistake it names, or ""
+            "message": cut(message),
+            "mistake": mistake,  # the id of the known mistake the test named, or ""
         }
 
     @pytest.hookimpl(hookwrapper=True)
@@ -178,8 +173,8 @@ class GradeRecorder:
         if item.get_closest_marker("grade") is None:
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            outcome_name, message = _classify(call.excinfo if report.failed or report.skipped
-                                              else None)
+            outcome_name, message = classify(call.excinfo if report.failed or report.skipped
+                                             else None)
             self._record(item, outcome_name, message)
             printed = getattr(getattr(item, "funcargs", {}).get("learner"), "printed", "")
             if printed:  # what the learner's code printed in this test, its end only

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading.messages import cut
+from annotated_transformer.course.grading.messages import cut, markdown_code
 
 # Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -174,7 +174,8 @@ class Report:
             score = f"{_points(row.points)}/{_points(row.max_points)}"
             lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
             if row.status != "passed" or row.message:
-                lines.append(f"{'':<5} -> {_first_line(row.message)}")
+                named = f" [mistake {row.mistake}]" if row.mistake else ""
+                lines.append(f"{'':<5} -> {_first_line(row.message)}{named}")
             if row.printed and (row.status != "passed" or self.show_output):
                 lines += [f"{'':<5}    your code printed: {line}"
                           for line in _last_lines(row.printed)]
@@ -237,7 +238,8 @@ class Report:
                  "| id | exercise | points | status | what to look at | mistake |",
                  "| --- | --- | --- | --- | --- | --- |"]
         for row in self.rows:
-            message = _first_line(row.message).replace("|", "\\|").replace("<", "&lt;")
+            # The message may quote the learner's code: data in a code span, never markup.
+            message = markdown_code(_first_line(row.message), table=True) if row.message else ""
             lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
                          f"{_points(row.max_points)} | {row.status} | {message} | "
                          f"{f'`{row.mistake}`' if row.mistake else ''} |")
