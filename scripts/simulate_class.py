@@ -26,12 +26,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package, installed or not
 
 from annotated_transformer.course.grading import manifest  # noqa: E402
-from annotated_transformer.layout import SOLUTIONS_DIR, chapter_test_files  # noqa: E402
+from annotated_transformer.layout import (  # noqa: E402
+    EXERCISES_DIR,
+    ROOT,
+    SOLUTIONS_DIR,
+    VARIANTS_DIR,
+    chapter_test_files,
+    relative,
+)
 
+sys.path.insert(0, str(VARIANTS_DIR.parent))  # tests/: its variants package
 import variants  # noqa: E402  (tests/variants: the right and wrong answers)
 
 NO_OP_DECORATORS = ("def wrong(*args, **kwargs):\n    return lambda obj: obj\n\n\n"
@@ -84,7 +91,7 @@ class _AsLearnerCode(ast.NodeTransformer):
 
 def variants_source(chapter: int) -> str:
     """The chapter's variants module, ready to append to that chapter's file."""
-    text = (ROOT / "tests" / "variants" / f"ch{chapter:02d}.py").read_text()
+    text = (VARIANTS_DIR / f"ch{chapter:02d}.py").read_text()
     text = re.sub(r"^from variants import right, wrong\n", NO_OP_DECORATORS, text, flags=re.M)
     text = text.replace("nn.LayerNorm(", "LayerNorm(")  # 5.3 to 5.5 on the learner's own 5.1
     rewrite = _AsLearnerCode(chapter_file(chapter).stem)
@@ -180,9 +187,10 @@ def main() -> int:
         for path in [*manifest.graded_files(ROOT), "pyproject.toml"]:  # as a learner's copy
             (folder / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / path, folder / path)
-        (folder / "exercises").mkdir(parents=True, exist_ok=True)
+        exercises = folder / relative(EXERCISES_DIR)
+        exercises.mkdir(parents=True, exist_ok=True)
         for chapter in sorted(chapter_test_files()):  # the other chapters: the reference
-            target = folder / "exercises" / chapter_file(chapter).name
+            target = exercises / chapter_file(chapter).name
             target.write_text(learner_file(chapter, answers.get(chapter, {})))
         folders.append(str(folder))
     command = [sys.executable, "-m", "annotated_transformer", "regrade", *folders,

@@ -186,3 +186,43 @@ def test_the_cycle_finder_finds_a_cycle():
     finally:
         GRAPH.clear()
         GRAPH.update(saved)
+
+
+# ---------------------------------------------------------------- paths from layout only
+
+# The first folder of each of layout.py's paths: code joins them from there, never itself.
+LAYOUT_NAMES = {".github", "workflows", "solutions", "exercises", "tests", "graded",
+                "variants", "fast_parts", "course"}
+CODE = [p for p in sorted([*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "scripts").rglob("*.py")])
+        if p.name != "layout.py"]
+
+
+def spelled_paths(source: str) -> list[str]:
+    """Where ``source`` builds one of the course's paths itself: ``x / "solutions"``, or
+    an f-string that starts with ``.github/workflows/``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+                and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
+                and node.right.value.split("/")[0] in LAYOUT_NAMES):
+            found.append(f"line {node.lineno}: / {node.right.value!r}")
+        if (isinstance(node, ast.JoinedStr) and node.values
+                and isinstance(node.values[0], ast.Constant)
+                and str(node.values[0].value).split("/")[0] in LAYOUT_NAMES
+                and "/" in str(node.values[0].value)):
+            found.append(f"line {node.lineno}: f{node.values[0].value!r}...")
+    return found
+
+
+def test_the_path_checker_finds_a_spelled_path():
+    source = 'a = ROOT / "solutions"\nb = f".github/workflows/{name}"\nc = SOLUTIONS_DIR / "x"\n'
+    assert [q.split(":")[0] for q in spelled_paths(source)] == ["line 1", "line 2"]
+
+
+@pytest.mark.parametrize("path", CODE, ids=lambda p: p.relative_to(PACKAGE.parent).as_posix())
+def test_code_reads_the_course_paths_from_layout(path):
+    """``annotated_transformer/layout.py`` is the one module that knows the course's paths."""
+    spelled = spelled_paths(path.read_text(encoding="utf-8"))
+    assert not spelled, (f"{path.name} spells a path of the course itself: {spelled}; "
+                         f"use annotated_transformer.layout's (SOLUTIONS_DIR, "
+                         f"WORKFLOWS_DIR, ... and relative(...) under another root)")

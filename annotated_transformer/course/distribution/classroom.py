@@ -25,9 +25,9 @@ from pathlib import Path
 
 from annotated_transformer.course.grading.grade import exercise_points
 from annotated_transformer.course.grading.report import ExerciseResult
-from annotated_transformer.layout import ROOT
+from annotated_transformer.layout import WORKFLOWS_DIR
 
-WORKFLOW = ROOT / ".github" / "workflows" / "classroom.yml"
+WORKFLOW = WORKFLOWS_DIR / "classroom.yml"
 COMMAND_GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 # Outside the submission. The command grader passes its command almost no environment

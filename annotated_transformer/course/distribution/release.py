@@ -41,6 +41,7 @@ from pathlib import Path
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.layout import (
+    EXERCISES_DIR,
     FAST_PARTS_DIR,
     GRADED_DIR,
     ROOT,
@@ -105,7 +106,7 @@ def release_files(workflow: str = "grade") -> list[str]:
 def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False) -> list[str]:
     """Write the release into the new (or empty) folder ``out``; return its files."""
     out = Path(out)
-    if not (ROOT / "solutions").is_dir():
+    if not SOLUTIONS_DIR.is_dir():
         raise ReleaseError(f"{ROOT} has no solutions/: a release is made from the course's "
                            f"repository, not from a release")
     top = Path(_git("rev-parse", "--show-toplevel").strip())
@@ -128,11 +129,12 @@ def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False)
     readme = out / "README.md"
     if readme.is_file():
         readme.write_text(release_readme(readme.read_text()))
-    for stale in (out / "exercises").glob("ch*.py"):
+    exercises = out / relative(EXERCISES_DIR)
+    for stale in exercises.glob("ch*.py"):
         stale.unlink()
-    written = stubs.write_stubs(out / "exercises", force=True)
+    written = stubs.write_stubs(exercises, force=True)
     if not written:
-        raise ReleaseError(f"no stubs were written to {out / 'exercises'}")
+        raise ReleaseError(f"no stubs were written to {exercises}")
     return sorted(set(files) | {p.relative_to(out).as_posix() for p in written})
 
 

@@ -67,6 +67,7 @@ from annotated_transformer.layout import (
     ROOT,
     WORKFLOWS_DIR,
     chapter_test_files,
+    relative,
 )
 
 MAX_WORKFLOWS = 5_000  # the most workflow files of a submission looked at
@@ -91,9 +92,9 @@ def workflow_changes(root: Path, course_dir: Path = WORKFLOWS_DIR) -> dict[str, 
     """``{file name: "changed" | "added"}`` for the submission's workflow files (``root``'s
     ``.github/workflows/*.yml``, as committed) that are not the course's copies: computed
     from the files themselves, never from a path a workflow names."""
-    folder = root / ".github" / "workflows"
-    if os.path.islink(root / ".github") or os.path.islink(folder):
-        return {".github/workflows": "a symbolic link"}
+    folder = root / relative(WORKFLOWS_DIR)
+    if os.path.islink(folder.parent) or os.path.islink(folder):
+        return {relative(WORKFLOWS_DIR): "a symbolic link"}
     if not folder.is_dir():
         return {}
     changes = {}
@@ -432,7 +433,7 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
 
     integrity = (_verify(args.verify_manifest, args.submission_root or ROOT, parser)
                  if args.verify_manifest else None)
-    workflow = (WorkflowCheck(str(args.submission_root / ".github" / "workflows"),
+    workflow = (WorkflowCheck(str(args.submission_root / relative(WORKFLOWS_DIR)),
                               workflow_changes(args.submission_root))
                 if args.submission_root else None)
     sandbox = _sandbox(args.sandbox, parser)

@@ -56,6 +56,7 @@ from annotated_transformer.layout import (
     PACKAGE_DIR,
     ROOT,
     TESTS_DIR,
+    WORKFLOWS_DIR,
     chapter_test_files,
     relative,
 )
@@ -204,7 +205,7 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
                 continue
             data = read_regular(Path(entry.path))
             if isinstance(data, str):
-                who.flag(data, f"exercises/{entry.name}")
+                who.flag(data, relative(EXERCISES_DIR / entry.name))
                 continue
             (dest / entry.name).write_bytes(data)
             copied.add(entry.name)
@@ -266,7 +267,7 @@ def check_tests(root: Path, expected: dict[str, Any], who: Learner) -> None:
 def check_workflows(root: Path, who: Learner) -> None:
     """Flag ``workflow-changed`` for each workflow file that is not the course's copy."""
     for name, how in grade.workflow_changes(root).items():
-        path = name if name.startswith(".github") else f".github/workflows/{name}"
+        path = name if "/" in name else relative(WORKFLOWS_DIR / name)
         who.flag("workflow-changed", f"{path} ({how})")
 
 
@@ -300,7 +301,7 @@ def grade_submission(who: Learner, chapters: list[int], seed: int,
         check_workflows(root, who)
         check_tests(root, expected, who)
         check_reports(root, who)
-        impl = Path(tmp) / "exercises"
+        impl = Path(tmp) / EXERCISES_DIR.name
         impl.mkdir()
         collect_exercises(root, chapters, impl, who)
         rows = grade.grade(chapters, str(impl), seed=seed, cache_dir=None, sandbox=sandbox)[1]
