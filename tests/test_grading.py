@@ -288,8 +288,9 @@ def pytest_runtest_makereport(item, call):
 def test_the_grading_manifest_is_current():
     committed = manifest.load(grade.ROOT / manifest.MANIFEST)
     assert committed == manifest.compute(), (
-        "the tests, the grader or the pytest settings changed: run python -m "
-        "annotated_transformer.course.grading.grade --write-manifest tests/graded/grading_manifest.json")
+        "a file that decides a grade (the graded tests, the grader, a module they import, the "
+        "pytest settings) changed: run python -m annotated_transformer grade "
+        "--write-manifest tests/graded/grading_manifest.json")
 
 
 def copy_of_the_course(tmp_path):

@@ -4,8 +4,10 @@ Training the capstone takes from seconds to minutes; a learner who grades again 
 changing a file would wait for the same verdict. The records of a whole-course exercise
 (``INTEGRATION`` in its test file) are kept under a key: the sha256 of every learner file
 of the chapters it builds on and of its own chapter (and of the folder's other Python
-files, which every chapter may import), of the grading files (the package, the graded test
-file and what it loads, the pytest settings), and the versions of Python and PyTorch. Only a
+files, which every chapter may import), of the files that decide a grade (the manifest's,
+:func:`~annotated_transformer.course.grading.manifest.graded_files`: the graded tests, the
+grader, the capstone's training and all they import, and the pytest settings), and the
+versions of Python and PyTorch. Only a
 ``passed`` or ``failed`` verdict is kept, never an error or a timeout.
 
 The cache lives outside the course and the submission (``$XDG_CACHE_HOME/annotated-transformer``
@@ -23,11 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from annotated_transformer.course.grading import manifest
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     EXERCISES_DIR,
-    GRADED_DIR,
-    PACKAGE_DIR,
     ROOT,
     SOLUTIONS_DIR,
     TESTS_DIR,
@@ -73,11 +74,7 @@ def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
         match = CHAPTER_FILE.match(path.name)
         if match is None or int(match["chapter"]) in chapters:
             learner[path.name] = _digest(path)
-    grading = {str(p.relative_to(ROOT)): _digest(p) for p in sorted(PACKAGE_DIR.rglob("*.py"))}
-    # The graded folder's helpers (conftest.py, checks.py, ...) and the pytest settings.
-    helpers = [p for p in sorted(GRADED_DIR.glob("*.py")) if not p.name.startswith("test_")]
-    grading.update({relative(p): _digest(p) for p in [*helpers, ROOT / "pyproject.toml"]})
-    grading[str(test_file.relative_to(ROOT))] = _digest(test_file)
+    grading = {**manifest.compute(ROOT)["files"], relative(test_file): _digest(test_file)}
     facts = {"parts": parts, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),
              "python": platform.python_version(), "torch": torch.__version__}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()

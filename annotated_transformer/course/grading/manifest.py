@@ -4,10 +4,14 @@
     python -m annotated_transformer grade --verify-manifest tests/graded/grading_manifest.json \\
         --submission-root ../alice --parts ../alice/exercises
 
-The manifest holds the hash of every file of the graded tests' folder (``tests/graded/``,
-taken whole: the tests, their ``conftest.py`` and helpers), of the grader's modules
-(``annotated_transformer/course/grading/``), of the modules the worker builds the parts
-with and of the pytest settings in ``pyproject.toml``. Verifying a repository against it
+The manifest holds the hash of every file that decides a grade (:func:`graded_files`, the
+one list of them, which the capstone's cache keys on too): the graded tests' folder
+(``tests/graded/``, taken whole: the tests, their ``conftest.py`` and helpers), the
+grader's modules (``annotated_transformer/course/grading/``), and every module of the
+package that these import or the worker loads before a learner's code (its ``PRELOADED``),
+followed through their imports (at the top of a file or inside a function), so the parts,
+the model and the capstone's training (``train``, ``model``, ``data/``, ...) are in it;
+and the pytest settings in ``pyproject.toml``. Verifying a repository against it
 names each of those files that differs (``changed``), is gone (``missing``), or was added
 (``added``: another file in the graded folder, or a ``conftest.py`` or pytest
 configuration file where pytest would read it). Line endings do not count, so a checkout
@@ -17,14 +21,17 @@ files; ``tests/test_grading.py`` fails on a stale one.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+from annotated_transformer.course.grading.worker import PRELOADED
 from annotated_transformer.layout import (
     COURSE_TOOLS_DIR,
+    FAST_PARTS_DIR,
     GRADED_DIR,
     MANIFEST,
     PACKAGE_DIR,
@@ -33,8 +40,6 @@ from annotated_transformer.layout import (
     relative,
 )
 
-# The modules, besides the grading subpackage, that the worker builds the parts with.
-GRADER_MODULES = ("parts.py", "layout.py")
 PYTEST_SETTINGS = "pyproject.toml [tool.pytest.ini_options]"
 # Files from which pytest reads its settings; only pyproject.toml's section is the course's.
 CONFIG_FILES = {"pytest.ini": "", ".pytest.ini": "", "tox.ini": "[pytest]",
@@ -62,13 +67,71 @@ def _in(root: Path, folder: Path) -> Path:
 
 def graded_files(root: Path) -> list[str]:
     """The files of ``root`` that decide a grade (paths relative to it, with ``/``): the
-    graded tests' folder whole (the manifest and caches aside), the grader, the parts."""
+    graded tests' folder whole (the manifest and caches aside), the grader, and the
+    package's modules that either imports or the worker preloads, followed through their
+    imports. The fast parts are left out: they hold answers, which a release leaves out,
+    and a learner's grade never runs them."""
     graded = _in(root, GRADED_DIR)
     manifest = _in(root, MANIFEST)
-    paths = [_in(root, PACKAGE_DIR) / m for m in GRADER_MODULES]
-    paths += sorted(_in(root, COURSE_TOOLS_DIR / "grading").rglob("*.py"))
-    paths += [p for p in graded.rglob("*") if p != manifest and "__pycache__" not in p.parts]
-    return sorted(relative(p, root) for p in paths if p.is_file())
+    paths = [p for p in graded.rglob("*") if p != manifest and "__pycache__" not in p.parts]
+    grader = sorted(_in(root, COURSE_TOOLS_DIR / "grading").rglob("*.py"))
+    seeds = [*grader, *(p for p in paths if p.suffix == ".py")]
+    preloaded = {m for m in PRELOADED if m.split(".")[0] == PACKAGE_DIR.name}
+    paths += imported_modules(root, seeds, preloaded)
+    return sorted({relative(p, root) for p in paths if p.is_file()})
+
+
+def imported_modules(root: Path, files: list[Path], names: set[str]) -> list[Path]:
+    """The files of the package in ``root`` that ``files`` and the modules ``names``
+    import, with the ones those import in turn (and each package's ``__init__.py`` on the
+    way), read from the source, not run; the fast parts aside."""
+    package = _in(root, PACKAGE_DIR)
+    fast = _in(root, FAST_PARTS_DIR)
+    found: set[Path] = set()
+    todo = list(files) + [p for name in names for p in _module_files(package, name)]
+    while todo:
+        path = todo.pop()
+        if path in found or fast in path.parents or not path.is_file():
+            continue
+        found.add(path)
+        for name in _imports(path, package):
+            todo += _module_files(package, name)
+    return sorted(found)
+
+
+def _module_files(package: Path, name: str) -> list[Path]:
+    """The files that importing ``name`` (``annotated_transformer.x.y``) runs: each
+    package's ``__init__.py`` on the way and the module's own file."""
+    parts = name.split(".")
+    if parts[0] != package.name:
+        return []
+    folder, files = package, [package / "__init__.py"]
+    for part in parts[1:]:
+        folder = folder / part
+        files += [folder / "__init__.py", folder.with_suffix(".py")]
+    return [f for f in files if f.is_file()]
+
+
+def _imports(path: Path, package: Path) -> set[str]:
+    """The modules ``path`` imports anywhere in it; ``from a import b`` names ``a.b`` too
+    (``b`` may be a module)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:
+        return set()
+    inside = path.parent.relative_to(package.parent).parts if package in path.parents else ()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the file's own package up
+                anchor = inside[: len(inside) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
 
 
 def unexpected_files(root: Path) -> list[str]:

@@ -50,7 +50,6 @@ from annotated_transformer.course.grading import boundary, class_summary, grade,
 from annotated_transformer.course.grading.report import ExerciseResult, write_report
 from annotated_transformer.layout import (
     CHAPTER_FILE,
-    COURSE_TOOLS_DIR,
     EXERCISES_DIR,
     MANIFEST,
     PACKAGE_DIR,
@@ -218,13 +217,12 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
 
 def stage_grading_files(root: Path, dest: Path, who: Learner) -> None:
     """Copy into ``dest`` the files of ``root`` that the manifest check reads (Python files
-    and pytest settings of the tests, the grader, the repository's top), regular files of at
-    most 1 MB only; a link or a larger file is flagged and left out (so it shows as changed).
-    """
+    and pytest settings of the tests and the package, the repository's top), regular files
+    of at most 1 MB only; a link or a larger file is flagged and left out (so it shows as
+    changed)."""
     wanted = {"pyproject.toml", "conftest.py", *manifest.CONFIG_FILES}
     places = [(root, False), (root / relative(TESTS_DIR), True),
-              (root / relative(PACKAGE_DIR), False),
-              (root / relative(COURSE_TOOLS_DIR / "grading"), True)]
+              (root / relative(PACKAGE_DIR), True)]
     seen = 0
     for top, recursive in places:
         if not real_dir(top):
