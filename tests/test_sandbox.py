@@ -21,7 +21,7 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import limits, watch
+from annotated_transformer.course.grading import boundary, limits, watch
 from annotated_transformer.course.grading.sandbox import (
     OUTPUT_LIMIT,
     ForbiddenCall,
@@ -329,6 +329,19 @@ def test_a_chapter_whose_import_waits_costs_its_wait_once(fresh, tmp_path, monke
     assert str(tmp_path) not in fresh.workers  # refused without starting a worker
 
 
+def test_a_chapter_whose_import_crashes_costs_two_workers(fresh, tmp_path):
+    tmp_path.chmod(0o755)
+    (tmp_path / "ch02_attention.py").write_text("import os\n\nos._exit(3)\n")
+    (tmp_path / "ch02_attention.py").chmod(0o644)
+    with pytest.raises(WorkerCrashed, match="exited with code 3"):
+        learner(fresh, tmp_path).run(call, name="softmax", x=X)
+    with pytest.raises(WorkerCrashed, match="Importing your chapter file crashed"):
+        learner(fresh, tmp_path, exercise="2.2").run(call, name="softmax", x=X)
+    with pytest.raises(WorkerCrashed, match="Importing your chapter file crashed"):
+        learner(fresh, tmp_path, exercise="2.3").run(call, name="softmax", x=X)
+    assert str(tmp_path) not in fresh.workers  # refused without starting a worker
+
+
 def test_code_slowed_by_a_busy_machine_is_not_waiting(pool, folder, monkeypatch):
     monkeypatch.setattr(watch, "WAIT_SECONDS", 0.5)  # far less than the machine delays it
     learner(pool, folder).run(call, name="softmax", x=X)  # the worker started
@@ -341,6 +354,42 @@ def test_code_slowed_by_a_busy_machine_is_not_waiting(pool, folder, monkeypatch)
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+class FakeMeter:
+    """A worker seen from /proc: each look, ``cpu`` more CPU seconds, runnable or not."""
+
+    def __init__(self, cpu: float, runnable: bool) -> None:
+        self.total, self.cpu, self.runnable = 0.0, cpu, runnable
+
+    def seconds(self) -> float:
+        return self.total
+
+    def sample(self) -> boundary.Sample:
+        self.total += self.cpu
+        return boundary.Sample(self.total, self.runnable, 3)
+
+
+def watched(cpu: float, runnable: bool, moved: bool, looks: int, budget: float = 1000) -> str:
+    """The verdict after ``looks`` looks, one second apart, at a worker that way."""
+    clock = iter(range(looks + 2)).__next__
+    calls = watch.CallWatch(FakeMeter(cpu, runnable), cpu_seconds=budget, wait_seconds=10,
+                            clock=clock)
+    try:
+        for _ in range(looks):
+            calls.look(moved, False)
+    except watch.Stop as stop:
+        return stop.reason
+    return "running"
+
+
+def test_only_a_worker_that_wants_no_cpu_is_waiting():
+    assert watched(cpu=0.0, runnable=False, moved=False, looks=20) == "waited"
+    assert watched(cpu=0.01, runnable=True, moved=False, looks=200) == "running"  # starved
+    assert watched(cpu=0.9, runnable=False, moved=False, looks=200) == "running"  # computing
+    assert watched(cpu=0.0, runnable=False, moved=True, looks=200) == "running"  # talking
+    assert watched(cpu=0.01, runnable=True, moved=False, looks=400, budget=10) == "busy"
+    assert watched(cpu=0.9, runnable=False, moved=False, looks=200, budget=10) == "cpu"
 
 
 CGROUP = pytest.mark.skipif(limits.why() is not None, reason=f"no cgroup: {limits.why()}")
@@ -461,3 +510,17 @@ def test_the_learner_file_is_never_imported_here():
 
     assert not [name for name in sys.modules if name.endswith("ch02_attention")
                 and "hostile" in str(getattr(sys.modules[name], "__file__", ""))]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(limits.why() is not None, reason=f"no cgroup: {limits.why()}")
+def test_a_regrade_beside_a_learner_who_attacks_every_bound(tmp_path):
+    """scripts/worst_learner.py: a learner whose 2.3 half-writes its reply and waits, whose
+    chapter 4 forks a thousand processes, chapter 7 takes all the memory it can and chapter
+    8 waits at import, regraded beside the reference and the untouched release: all three
+    graded, the attacks blamed for what they did, the rest exact."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "worst_learner.py"
+    done = subprocess.run([sys.executable, str(script), *(f"--chapter={c}" for c in (2, 4, 7, 8)),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "every bound held" in done.stdout

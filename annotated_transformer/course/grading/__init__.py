@@ -16,6 +16,7 @@ The worker (where the learner's code runs)
   - :mod:`.watch`: the deadlines of a call (CPU seconds, waiting without computing, a reply).
   - :mod:`.outcomes`: what a call can end with besides its value, and whose fault it is.
   - :mod:`.limits`: a cgroup per worker (its memory and processes together), or why not.
+  - :mod:`.output`: what the worker prints, drained as it comes and kept bounded.
   - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
   - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
   - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``).

@@ -52,6 +52,11 @@ class WorkerCrashed(RuntimeError):
     """The worker ended while it ran the code under test (``os._exit``, a crash, memory)."""
 
 
+def imported(module: object) -> None:
+    """The probe that only imports a chapter file (the worker imports it before any probe):
+    run by the sandbox in the worker to tell a chapter whose import crashes."""
+
+
 def stopped(stop: watch.Stop, cpu_seconds: float, where: str, at_import: bool) -> Exception:
     """What a call stopped by ``stop`` (:mod:`.watch`) tells: the learner's fault, but for a
     busy machine. ``where``: the learner's ``file:line`` it was running, when known."""

@@ -7,11 +7,13 @@ code) and its inputs to :meth:`Learner.run`; the probe runs in the worker
 data, which the test then checks against what it computes itself with PyTorch's own
 ops. Whatever the learner's code does in the worker, it cannot reach the verdict: the
 worker is its own process (its own session, killed at the end), its replies are parsed
-as data only, its printed output is bounded, and each call has a time limit.
+as data only, its printed output is bounded, each call has deadlines (:mod:`.watch`), and
+its memory and processes are bounded together (:mod:`.limits`).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -21,7 +23,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the 
     WorkerCrashed,
     WorkerTimeout,
 )
+from annotated_transformer.course.grading.output import PrintedOutput
 from annotated_transformer.layout import (
     FAST_PARTS_DIR,
     GRADED_DIR,
@@ -63,41 +65,6 @@ STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most r
 WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
                "from annotated_transformer.course.grading.worker import main; sys.exit(main())")
 STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
-
-
-# ---------------------------------------------------------------- the worker process
-
-
-class _Output(threading.Thread):
-    """Drains what the worker prints, keeping only the last :data:`OUTPUT_LIMIT` characters."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__(daemon=True)
-        self.fd, self.tail, self.total = fd, b"", 0
-
-    def run(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.tail = (self.tail + chunk)[-OUTPUT_LIMIT:]
-            self.total += len(chunk)
-
-    def text(self) -> str:
-        return self.tail.decode("utf-8", errors="replace")
-
-    def since(self, mark: int) -> str:
-        """What was printed after ``total`` was ``mark`` (its end, when more than the tail
-        kept): waits briefly for what is still in the pipe."""
-        deadline = time.monotonic() + 0.5
-        while select.select([self.fd], [], [], 0)[0] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.01)  # the chunk being appended
-        new = self.total - mark
-        return self.tail[-new:].decode("utf-8", errors="replace") if new > 0 else ""
 
 
 class WorkerProcess:
@@ -144,7 +111,7 @@ class WorkerProcess:
         for stream in (self.process.stdin, self.process.stdout):
             os.set_blocking(stream.fileno(), False)  # read and written by _exchange only
         self.meter = boundary.CpuMeter(self.process.pid)
-        self.output = _Output(self.process.stderr.fileno())
+        self.output = PrintedOutput(self.process.stderr.fileno(), OUTPUT_LIMIT)
         self.output.start()
         self.ready, self.mark = False, 0
         self.stack_asked = False  # the grader asked for the stack: not the learner's output
@@ -427,8 +394,11 @@ class WorkerPool:
         self.last_printed: dict[str, str] = {}
         self.timed_out: set[tuple[str, str | None]] = set()  # (worker, exercise) past its CPU
         self.waited: set[tuple[str, int]] = set()  # (worker, chapter) stopped for waiting
-        # (worker, chapter) whose import waited, (worker, exercise) whose code waited: why
-        self.blocks: dict[tuple[str, int | str | None], str] = {}
+        # (worker, chapter) whose import waited or crashed, (worker, exercise) whose code
+        # waited: the error each of their calls ends with, without running
+        self.blocks: dict[tuple[str, int | str | None], Callable[[], Exception]] = {}
+        self.crashed: set[tuple[str, int]] = set()  # (worker, chapter): a call of it crashed
+        self.imports: set[tuple[str, int]] = set()  # (worker, chapter): imported without one
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -450,16 +420,17 @@ class WorkerPool:
 
     def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
         key, chapter, exercise = self._key(source), request.get("chapter"), request.get("exercise")
-        for blocked in ((key, chapter), (key, exercise)):  # each test would wait as long
+        for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
                 self.last_printed[key] = ""
-                raise WorkerTimeout(self.blocks[blocked], reason="waited",
-                                    at_import=blocked[1] == chapter)
+                raise self.blocks[blocked]()
         worker = self.start(source)
         request = {**request, "source": source}
         spent = (key, request.get("exercise")) in self.timed_out
         waits = watch.WAIT_AFTER_SECONDS if (key, chapter) in self.waited else watch.WAIT_SECONDS
         try:
+            if (key, chapter) in self.crashed and (key, chapter) not in self.imports:
+                self._check_import(worker, key, request, cpu_seconds, waits)
             if spent:  # the exercise's first timeout named the line; the same loop, likely
                 return worker.call(request, min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS),
                                    locate=False, wait_seconds=waits)
@@ -470,18 +441,38 @@ class WorkerPool:
             else:
                 self.waited.add((key, chapter))
                 what = "Importing your chapter file" if stopped.at_import else "Your exercise"
+                message = (f"{stopped} {what} waited: its other tests are not run (fix the "
+                           f"wait, then grade again).")
                 self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (
-                    f"{stopped} {what} waited: its other tests are not run (fix the wait, "
-                    f"then grade again).")
+                    functools.partial(WorkerTimeout, message, reason="waited",
+                                      at_import=stopped.at_import))
             worker.close()
             del self.workers[key]
             raise
-        except (WorkerCrashed, MachineBusy, GraderFault):
+        except (WorkerCrashed, MachineBusy, GraderFault) as error:
+            if isinstance(error, WorkerCrashed):
+                self.crashed.add((key, chapter))
             worker.close()
             del self.workers[key]
             raise
         finally:
             self.last_printed[key] = worker.printed()
+
+    def _check_import(self, worker: WorkerProcess, key: str, request: dict[str, Any],
+                      cpu_seconds: float, waits: float) -> None:
+        """After a crash in a chapter: import the chapter alone, in the fresh worker. When
+        that crashes too, the chapter's import crashes every worker: its other tests end
+        the same, at once (a crash costs a new worker, a chapter has tens of tests)."""
+        alone = {**request, "file": outcomes.__file__, "function": "imported", "kwargs": {},
+                 "forbid_ops": [], "exercise": None}
+        try:
+            worker.call(alone, cpu_seconds, wait_seconds=waits)
+        except WorkerCrashed as error:
+            message = (f"{error}. Importing your chapter file crashed the process that runs "
+                       f"it: its other tests are not run (fix it, then grade again).")
+            self.blocks[key, request.get("chapter")] = functools.partial(WorkerCrashed, message)
+            raise WorkerCrashed(message) from None
+        self.imports.add((key, request.get("chapter")))
 
     def printed(self, source: str) -> str:
         """What the code under test printed during the last call to ``source``'s worker

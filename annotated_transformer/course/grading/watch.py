@@ -29,6 +29,7 @@ WAIT_SECONDS = 10.0  # wall seconds a call may spend waiting without computing
 WAIT_AFTER_SECONDS = 2.0
 WAITING_SHARE = 0.5  # under this share of the wall time in CPU (and not runnable): waiting
 REPLY_SECONDS = 60.0  # wall seconds from a reply's first byte to its last
+LOOK_SECONDS = 0.2  # while bytes flow, the least time between two readings of /proc
 BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
 # times BUSY_FACTOR, and at least BUSY_FLOOR seconds
 
@@ -51,21 +52,27 @@ class CallWatch:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.meter, self.cpu_seconds, self.wait_seconds = meter, cpu_seconds, wait_seconds
         self.processes, self.clock = processes, clock
-        self.start = self.last = clock()
+        self.start = self.last = self.sampled = clock()
         self.cpu_start = self.cpu_last = meter.seconds()
         self.backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
         self.waited, self.reply_start = 0.0, None
 
     def look(self, moved: bool, reply_started: bool) -> None:
         """Raise :class:`Stop` when a deadline has passed. ``moved``: bytes of the request or
-        the reply went through since the last look; ``reply_started``: a reply has begun."""
-        now, sample = self.clock(), self.meter.sample()
-        elapsed, computed = now - self.last, sample.seconds - self.cpu_last
-        if not moved and not sample.runnable and computed < WAITING_SHARE * elapsed:
-            self.waited += elapsed
-        self.last, self.cpu_last = now, sample.seconds
+        the reply went through since the last look; ``reply_started``: a reply has begun.
+        While bytes flow, the worker's processes are read at most every LOOK_SECONDS."""
+        now = self.clock()
         if reply_started and self.reply_start is None:
             self.reply_start = now
+        if moved:
+            self.last = now  # moving bytes is not waiting
+            if now - self.sampled < LOOK_SECONDS:
+                return
+        sample, self.sampled = self.meter.sample(), now
+        elapsed, computed = now - self.last, sample.seconds - self.cpu_last
+        if not sample.runnable and computed < WAITING_SHARE * elapsed:
+            self.waited += elapsed
+        self.last, self.cpu_last = now, sample.seconds
         used, wall = sample.seconds - self.cpu_start, now - self.start
         reason = None
         if used > self.cpu_seconds:
