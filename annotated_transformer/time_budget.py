@@ -109,13 +109,18 @@ class Plan:
     eval_every: int
     reserve_seconds: float  # kept for the end: the final evaluation, average, margin
     budget: float
+    average_checkpoints: int = 0  # `average` of this many checkpoints is in the reserve
 
     def describe(self) -> str:
         """Why this many steps, in one line."""
         return (f"{self.step_seconds:.3f} s a step (the mean of {self.measured_steps} steps), "
                 f"{self.eval_seconds:.1f} s an evaluation and save (every {self.eval_every} "
-                f"steps), {self.reserve_seconds:.0f} s kept for the end: {self.total:,} steps "
-                f"in all (warmup {self.warmup:,}) in {format_duration(self.budget)}")
+                f"steps), {self.reserve_seconds:.0f} s kept for the end (the last evaluation "
+                f"and save, "
+                + (f"average --last {self.average_checkpoints}, " if self.average_checkpoints
+                   else "")
+                + f"a margin): {self.total:,} steps in all (warmup {self.warmup:,}) in "
+                f"{format_duration(self.budget)}")
 
 
 @dataclass
@@ -210,7 +215,8 @@ class Planner:
         plan = Plan(step=step, seconds=now - self.started, total=total, warmup=warmup,
                     step_seconds=per_step, measured_steps=len(self._durations),
                     eval_seconds=evaluation, eval_every=self.eval_every,
-                    reserve_seconds=self.reserve(), budget=self.budget)
+                    reserve_seconds=self.reserve(), budget=self.budget,
+                    average_checkpoints=self.average_checkpoints)
         self.plans.append(plan)
         self._durations = []
         return plan
