@@ -202,6 +202,7 @@ def test_train_to_a_budget_on_a_fake_clock(tmp_path, monkeypatch, capsys):
     clock = FakeClock(0.05)
     monkeypatch.setattr(train_module, "time", clock)
     monkeypatch.setattr(training, "time", clock)
+    monkeypatch.setattr(training, "process_started", clock.perf_counter)
     status = cli.main(["train", "--task", "copy", "--out", str(tmp_path), "--time-budget",
                        "15s", "--batch-size", "16", "--eval-size", "20", "--device", "cpu",
                        "--threads", "1", "--no-progress"])
@@ -225,3 +226,14 @@ def test_train_to_a_budget_on_a_fake_clock(tmp_path, monkeypatch, capsys):
     assert state["scheduler"]["lr_lambdas"][0]["total"] == plans[-1]["total"]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["plan"]["total"] for r in records if "plan" in r] == [p["total"] for p in plans]
+
+
+def test_the_budget_counts_from_the_process_start():
+    """The interpreter's start and the imports are in the budget: the process started
+    before now, and not long before."""
+    import time
+
+    from annotated_transformer.cli.training import process_started
+
+    now = time.perf_counter()
+    assert now - 3600 < process_started() <= now
