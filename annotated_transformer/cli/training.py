@@ -123,7 +123,9 @@ def recipe_parts(recipe) -> str:
 
 def process_started() -> float:
     """When this process started, on ``time.perf_counter()``'s clock (the interpreter's start
-    and the imports count against a time budget too): from ``/proc`` on Linux, else now."""
+    and the imports count against a time budget too): from ``/proc`` on Linux, else now.
+    A process older than a minute is not a command that has just started (a notebook's
+    kernel, a test session calling ``main``): now."""
     now = time.perf_counter()
     try:
         with open("/proc/self/stat", encoding="ascii") as stat, \
@@ -133,7 +135,7 @@ def process_started() -> float:
         age = since_boot - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return now
-    return now - age if 0 <= age < 3600 else now
+    return now - age if 0 <= age < 60 else now
 
 
 def time_budget(args, recipe_budget: float | None) -> float | None:
