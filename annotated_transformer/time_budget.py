@@ -9,9 +9,9 @@ wall time does not. ``train --time-budget 30m`` (``--model cpu``'s default) work
    which times what every later evaluation costs, and the next :attr:`Planner.measure`
    steps are timed (fewer when they take more than 5% of the budget).
 2. **Plan** (:meth:`Planner.plan`). What is left of the budget, less a reserve for the
-   final evaluation and checkpoint (the measured one), for ``average`` when the run keeps
-   checkpoints (``--keep-last N``: N loads and one save, each as long as a save) and a
-   margin (1% of the budget and a second), buys steps at the measured time each, plus an
+   final evaluation and checkpoint (half as long again as the measured one), for
+   ``average`` when the run keeps checkpoints (``--keep-last N``: N loads and one save,
+   each as long as a save) and a margin (1% of the budget and 2 seconds), buys steps at the measured time each, plus an
    evaluation every ``eval_every`` of them. The warmup is the recipe's, or as large a
    share of the planned steps as the recipe's is of its own when fewer steps fit.
 3. **Re-plan** every :attr:`Planner.replan_every` steps from the steps since the last
@@ -187,12 +187,13 @@ class Planner:
                                          >= 0.05 * self.budget)
 
     def reserve(self) -> float:
-        """Seconds kept for the end: the final evaluation and save, ``average``'s loads and
-        save, and a margin."""
-        evaluation = self._eval_seconds or 0.0
+        """Seconds kept for the end: the final evaluation and save (half as long again as
+        the last one measured: the one piece of work that cannot be cut short, and a busy
+        machine slows it), ``average``'s loads and save, and a margin (1% and 2 s)."""
+        evaluation = 1.5 * (self._eval_seconds or 0.0)
         average = (self.average_checkpoints + 1) * self._save_seconds \
             if self.average_checkpoints else 0.0
-        return evaluation + average + 0.01 * self.budget + 1.0
+        return evaluation + average + 0.01 * self.budget + 2.0
 
     def step_seconds(self) -> float:
         """The mean time of the steps measured since the last plan."""
