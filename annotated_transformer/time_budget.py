@@ -14,9 +14,10 @@ wall time does not. ``train --time-budget 30m`` (``--model cpu``'s default) work
    each as long as a save) and a margin (1% of the budget and 2 seconds), buys steps at the measured time each, plus an
    evaluation every ``eval_every`` of them. The warmup is the recipe's, or as large a
    share of the planned steps as the recipe's is of its own when fewer steps fit.
-3. **Re-plan** every :attr:`Planner.replan_every` steps from the steps since the last
-   plan (a machine that slows down or speeds up moves the end), and stop at once when
-   the next step would not leave time for the final evaluation.
+3. **Re-plan** every :attr:`Planner.replan_every` steps or 5% of the budget, whichever
+   comes first, from the steps since the last plan (a machine that slows down or speeds
+   up moves the end), and stop at once when the next step would not leave time for the
+   final evaluation.
 
 The rate (:class:`BudgetSchedule`, a ``LambdaLR`` factor) rises linearly to the recipe's
 peak (chapter 6's Noam rate at the recipe's warmup) and falls linearly to zero at the
@@ -176,12 +177,15 @@ class Planner:
         an upper bound)."""
         return step >= max(self.skip, 1) and self._eval_seconds is None
 
-    def due(self, step: int) -> bool:
-        """Whether to (re-)plan after ``step``: first after :attr:`measure` timed steps (or
-        fewer, at least 3, once they took 5% of the budget), then every
-        :attr:`replan_every` steps."""
+    def due(self, step: int, now: float) -> bool:
+        """Whether to (re-)plan after ``step`` (``now`` on the caller's clock): first after
+        :attr:`measure` timed steps (or fewer, at least 3, once they took 5% of the
+        budget), then every :attr:`replan_every` steps or 5% of the budget, whichever
+        comes first."""
         if self.plans:
-            return (step - self.plans[0].step) % self.replan_every == 0
+            last = self.plans[-1]
+            return (step - last.step >= self.replan_every
+                    or now - self.started - last.seconds >= 0.05 * self.budget)
         timed = len(self._durations)
         return timed >= self.measure or (timed >= 3 and sum(self._durations)
                                          >= 0.05 * self.budget)

@@ -438,7 +438,7 @@ def train(model: Model, task: Task, config: TrainConfig,
             if planner.wants_eval(step):  # the first plan needs an evaluation's time
                 evaluate_and_save(step)
                 evaluated = True
-            if planner.due(step):
+            if planner.due(step, time.perf_counter()):
                 total = replan(step)
             if step < total and planner.must_stop(step, time.perf_counter()):
                 if say:

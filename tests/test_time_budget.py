@@ -37,7 +37,7 @@ def simulate(planner: Planner, step_seconds, eval_seconds: float, setup: float =
         if planner.wants_eval(step):
             evaluate()
             evaluated = True
-        if planner.due(step):
+        if planner.due(step, now):
             plan = planner.plan(step, now)
             schedule.replan(step, plan.total, plan.warmup)
             total = plan.total
@@ -101,6 +101,16 @@ def test_a_speedup_stretches_the_plan():
     p = planner()
     simulate(p, lambda n: 2.0 if n <= 600 else 1.0, eval_seconds=5.0)
     assert p.plans[-1].total > p.plans[0].total
+
+
+def test_slow_steps_are_replanned_every_5_percent_of_the_budget():
+    """Steps of 8 s in a 2-minute budget: far fewer than 50 between plans; the steps then
+    speed up to 2 s, and the plan follows."""
+    p = planner(budget=120.0)
+    run = simulate(p, lambda n: 8.0 if n <= 6 else 2.0, eval_seconds=5.0, setup=20.0)
+    assert len(p.plans) >= 3 and p.plans[-1].total > p.plans[0].total
+    assert all(b.step - a.step < 50 for a, b in zip(p.plans, p.plans[1:], strict=False))
+    assert run["end"] <= p.deadline
 
 
 def test_a_sudden_slowdown_between_plans_stops_in_time():
