@@ -147,6 +147,7 @@ class Planner:
     replan_every: int = 50
     plans: list[Plan] = field(default_factory=list)
     _durations: list[float] = field(default_factory=list)
+    _untimed: list[float] = field(default_factory=list)
     _eval_seconds: float | None = None
     _save_seconds: float = 0.0
 
@@ -165,6 +166,8 @@ class Planner:
         """Step ``step`` took ``seconds`` (without any evaluation)."""
         if step > self.skip:
             self._durations.append(seconds)
+        else:  # not timed for the plan, but the best guess of a step until one is
+            self._untimed.append(seconds)
 
     def eval_done(self, seconds: float, save_seconds: float = 0.0) -> None:
         """An evaluation and checkpoint save took ``seconds`` in all, the save
@@ -230,7 +233,7 @@ class Planner:
         """Whether the step after ``step`` would leave too little time for the final
         evaluation (a sudden slowdown between two plans)."""
         per_step = self.plans[-1].step_seconds if self.plans else 0.0
-        recent = self._durations[-10:]
+        recent = self._durations[-10:] or ([] if self.plans else self._untimed[-1:])
         if recent:  # the steps since the last plan, if they are slower
             per_step = max(per_step, sum(recent) / len(recent))
         return per_step > 0 and self.deadline - now - self.reserve() < per_step

@@ -248,3 +248,11 @@ def test_the_budget_counts_from_the_process_start():
 
     now = time.perf_counter()
     assert now - 60 <= process_started() <= time.perf_counter()
+
+
+def test_the_untimed_steps_stand_for_a_step_until_one_is_timed():
+    """A budget spent by the warm-up steps and the timed evaluation stops right after
+    them, without waiting for a timed step."""
+    p = planner(budget=30.0)
+    run = simulate(p, lambda n: 3.0, eval_seconds=5.0, setup=15.0)
+    assert run["step"] == p.skip and not p.plans
