@@ -2,9 +2,52 @@
 
 Parts come from the reference (``solutions``), the learner's work (``exercises``)
 or a mix: see :mod:`annotated_transformer.parts`.
+
+Every command runs as ``python -m annotated_transformer <command>``; ``python -m`` on one of
+the package's modules (``python -m annotated_transformer.train``) would import it and do
+nothing, so it stops here with the command to run instead (:func:`_refuse_module_runs`).
 """
 
 from annotated_transformer.parts import Parts, active_parts, use_parts
 
 __all__ = ["Parts", "active_parts", "use_parts"]
 __version__ = "0.1.0"
+
+
+def _module_run() -> str | None:
+    """The module that ``python -m`` is looking for while it imports this package, or None
+    (Python sets ``sys.argv[0]`` to ``"-m"`` only then)."""
+    import sys
+
+    if sys.argv[:1] != ["-m"]:
+        return None
+    argv = getattr(sys, "orig_argv", [])
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if arg.startswith("-m"):
+            return arg[2:]
+    return None
+
+
+# The modules ``python -m`` may run: the command tree, and ``grade`` for learners' older
+# grading workflows (until the end of the 2026/27 course year: the book's instructor page).
+RUNNABLE = ("__main__", "grade")
+
+
+def _refuse_module_runs() -> None:
+    """Exit with status 2 and the command to run when ``python -m`` runs one of this
+    package's modules other than :data:`RUNNABLE`."""
+    import sys
+
+    name = _module_run()
+    if not name or not name.startswith(__name__ + ".") or name.split(".", 1)[1] in RUNNABLE:
+        return
+    last = name.rsplit(".", 1)[-1]
+    print(f"error: `python -m {name}` runs no command. Every command is `python -m "
+          f"{__name__} <command> [options]` (here perhaps `python -m {__name__} {last}`); "
+          f"`python -m {__name__} --help` lists them.", file=sys.stderr)
+    raise SystemExit(2)
+
+
+_refuse_module_runs()

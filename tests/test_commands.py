@@ -76,11 +76,33 @@ def test_the_console_script_is_the_same_entry():
     assert script.load() is tree.main
 
 
-@pytest.mark.parametrize("argv", [["grade", "--help"], ["bench", "--help"]])
-def test_the_old_module_entry_points_still_answer(argv):
-    old = subprocess.run([sys.executable, "-m", f"annotated_transformer.{argv[0]}", *argv[1:]],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert old.returncode == 0 and old.stdout == run(*argv).stdout
+def run_module(module: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"annotated_transformer.{module}", *argv],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_the_old_grade_module_still_answers():
+    """``python -m annotated_transformer.grade``, which learners' older workflows run."""
+    old = run_module("grade", "--help")
+    assert old.returncode == 0 and old.stdout == run("grade", "--help").stdout
+
+
+@pytest.mark.parametrize("module", ["train", "bench", "model", "course.grading.regrade"])
+def test_running_a_module_names_the_command_instead_of_doing_nothing(module):
+    """One launch form: ``python -m annotated_transformer.train`` would import the module
+    and exit 0 having done nothing; it stops with status 2 and the command to run."""
+    result = run_module(module, "--task", "copy")
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"`python -m annotated_transformer.{module}` runs no command" in result.stderr
+    assert f"`python -m annotated_transformer {module.rsplit('.', 1)[-1]}`" in result.stderr
+
+
+def test_python_m_elsewhere_is_left_alone():
+    """Only ``python -m`` on a module of the package stops: pytest, the package itself and
+    a script that imports it run as before."""
+    assert run("--help").returncode == 0
+    assert subprocess.run([sys.executable, "-c", "import annotated_transformer"], cwd=ROOT,
+                          timeout=300).returncode == 0
 
 
 def test_the_graders_impl_is_its_parts():

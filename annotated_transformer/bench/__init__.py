@@ -3,7 +3,7 @@
     python -m annotated_transformer bench [--quick] [--json PATH] [--plot PATH] [--rounds N]
         [--max-tokens N] [--shapes copy,medium,base] [--profile] [--recipe-shape]
 
-(``python -m annotated_transformer.bench`` is the same command.) One module a job:
+One module a job:
 :mod:`~.shapes` (the sizes trained at and their FLOPs), :mod:`~.contenders` (the three
 models and their training step), :mod:`~.timing` (clocks and the matmul ceiling), the
 sections :mod:`~.throughput`, :mod:`~.copy_task` and :mod:`~.gpu`, :mod:`~.goals`,

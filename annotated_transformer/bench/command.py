@@ -26,7 +26,7 @@ from annotated_transformer.bench.timing import matmul_ceiling
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.parts import has_reference
 
-PROG = "python -m annotated_transformer.bench"
+PROG = "python -m annotated_transformer bench"
 
 def run(quick: bool = False, rounds: int | None = None, device: str | None = None,
         threads: int | None = None, max_tokens: int | None = None,
