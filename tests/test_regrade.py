@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.course.grading import manifest, regrade
+from annotated_transformer.course.grading import manifest, regrade, submissions
+from annotated_transformer.course.grading.gradebook import COLUMNS, Learner, Row, spreadsheet_safe
 from annotated_transformer.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
 
 CH01 = "ch01_positional_encoding.py"
@@ -153,7 +154,7 @@ def test_one_seed_for_all_written_to_the_gradebook(gradebook):
     _, data, table = gradebook
     assert data["seed"] == 5 and {r["seed"] for r in table} == {"5"}
     assert data["chapters"] == [1]
-    assert set(table[0]) == set(regrade.COLUMNS)
+    assert set(table[0]) == set(COLUMNS)
 
 
 # ---------------------------------------------------------------- each check on its own
@@ -166,12 +167,12 @@ def test_changed_grading_files_are_flagged(tmp_path):
     with (root / "tests" / "graded" / "checks.py").open("a") as handle:
         handle.write("# changed\n")
     (root / "tests" / "pytest.ini").write_text("[pytest]\n")
-    who = regrade.Learner("x", str(root))
-    regrade.check_tests(root, expected, who)
+    who = Learner("x", str(root))
+    submissions.check_tests(root, expected, who)
     assert sorted(who.flags["tests-changed"]) == ["tests/graded/checks.py (changed)",
                                                   "tests/pytest.ini (added)"]
-    untouched = regrade.Learner("y", str(clean))
-    regrade.check_tests(clean, expected, untouched)
+    untouched = Learner("y", str(clean))
+    submissions.check_tests(clean, expected, untouched)
     assert untouched.flags == {}
 
 
@@ -181,8 +182,8 @@ def test_grading_files_that_cannot_be_read_are_flagged_not_fatal(tmp_path):
     (root / "pyproject.toml").write_bytes(b"[tool.pytest.ini_options]\nx = '\xff'\n")
     (root / "tests" / "graded" / "conftest.py").unlink()
     (root / "tests" / "graded" / "conftest.py").symlink_to("/dev/zero")
-    who = regrade.Learner("x", str(root))
-    regrade.check_tests(root, manifest.compute(clean), who)
+    who = Learner("x", str(root))
+    submissions.check_tests(root, manifest.compute(clean), who)
     assert "tests-changed" in who.flags and who.flags["symlink"] == ["tests/graded/conftest.py"]
 
 
@@ -191,14 +192,14 @@ def test_only_the_course_s_regular_exercise_files_are_copied(tmp_path):
     (root / "exercises").mkdir(parents=True)
     solve = root / "exercises" / CH01
     solve.write_bytes((SOLUTIONS_DIR / CH01).read_bytes())
-    (root / "exercises" / "ch02_attention.py").write_bytes(b"#" * (regrade.MAX_BYTES + 1))
+    (root / "exercises" / "ch02_attention.py").write_bytes(b"#" * (submissions.MAX_BYTES + 1))
     (root / "exercises" / "ch03_helper.py").write_text("x = 1\n")
     (root / "exercises" / "helpers.py").write_text("x = 1\n")
     os.mkfifo(root / "exercises" / "ch04_masking.py")
     dest = tmp_path / "dest"
     dest.mkdir()
-    who = regrade.Learner("x", str(root))
-    regrade.collect_exercises(root, [1, 2, 3, 4], dest, who)
+    who = Learner("x", str(root))
+    submissions.collect_exercises(root, [1, 2, 3, 4], dest, who)
     assert (dest / CH01).read_bytes() == solve.read_bytes()
     assert who.flags["oversized"] == ["exercises/ch02_attention.py"]
     assert who.flags["extra-file"] == ["exercises/ch03_helper.py"]
@@ -218,8 +219,8 @@ def test_a_linked_exercises_folder_is_not_followed(tmp_path):
     (root / "exercises").symlink_to(SOLUTIONS_DIR)
     dest = tmp_path / "dest"
     dest.mkdir()
-    who = regrade.Learner("x", str(root))
-    regrade.collect_exercises(root, [1], dest, who)
+    who = Learner("x", str(root))
+    submissions.collect_exercises(root, [1], dest, who)
     assert who.flags["symlink"] == ["exercises/"]
     assert (dest / CH01).read_bytes() == (EXERCISES_DIR / CH01).read_bytes()
 
@@ -235,9 +236,9 @@ def test_names_urls_and_cells():
     assert not regrade.is_git_url("submissions/alice")
     assert regrade.without_credentials("https://me:token@github.com/o/r") == \
         "https://github.com/o/r"
-    assert regrade.spreadsheet_safe("=HYPERLINK(1)") == "'=HYPERLINK(1)"
-    assert regrade.spreadsheet_safe("expected 1") == "expected 1"
-    assert regrade.spreadsheet_safe(3) == 3
+    assert spreadsheet_safe("=HYPERLINK(1)") == "'=HYPERLINK(1)"
+    assert spreadsheet_safe("expected 1") == "expected 1"
+    assert spreadsheet_safe(3) == 3
 
 
 @pytest.mark.parametrize("args, says", [
@@ -265,7 +266,7 @@ def test_the_class_summary_counts_learners_per_mistake_most_common_first():
     from annotated_transformer.course.grading import class_summary
 
     def row(who, exercise, status, mistake="", message=""):
-        return regrade.Row(who, exercise, f"title {exercise}", 0, 1, status,
+        return Row(who, exercise, f"title {exercise}", 0, 1, status,
                            "what went wrong" if mistake else message, "",
                            0, mistake)
 
@@ -275,7 +276,7 @@ def test_the_class_summary_counts_learners_per_mistake_most_common_first():
             row("b", "4.2", "failed", "4.2/no-diagonal"), row("c", "4.2", "passed"),
             row("a", "4.3", "failed", message=blamed), row("b", "4.3", "not implemented"),
             row("c", "4.3", "failed", message="4.3 differs"),
-            regrade.Row("d", "", "", 0, 2, "error", "not graded", "", 0)]
+            Row("d", "", "", 0, 2, "error", "not graded", "", 0)]
     summary = class_summary.summarize(rows)
     assert [(e.id, e.passed, e.learners, e.unnamed, e.blocked, e.not_started)
             for e in summary] == [("4.1", 1, 3, 0, 0, 0), ("4.2", 1, 3, 1, 0, 0),

@@ -1,0 +1,283 @@
+"""The class's gradebook: its rows, the files it is written to, and how runs add up.
+
+One gradebook a class, in one folder, however many runs fill it: ``regrade`` reads the
+gradebook already there, replaces the rows of each learner it grades (every row records its
+run's seed and time) and keeps everyone else's; shards graded on other machines are merged
+the same way (``regrade merge``). Manual adjustments (``--overrides``) are kept beside the
+rows and applied to every output: the long CSV and JSON, the wide CSV an LMS imports, and
+each learner's feedback file. A learner's text (the messages, quoting their code) is data
+in every format: a code span in Markdown, a cell that never runs as a formula in CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.course.grading.messages import markdown_code
+from annotated_transformer.course.grading.report import write_report
+
+COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
+           "seed", "mistake", "graded_at", "override")
+OVERRIDE_COLUMNS = ("learner", "exercise", "points", "reason")
+
+
+@dataclass
+class Learner:
+    """One submission: who, from where, what was graded and what its checks found (flag:
+    [what, ...])."""
+
+    learner: str
+    source: str
+    flags: dict[str, list[str]] = field(default_factory=dict)
+    status: str = "graded"  # or "error"
+    points: float = 0
+    max_points: float = 0
+    commit: str = ""  # the commit graded, for a repository
+    commit_time: str = ""  # its committer date (ISO 8601)
+    graded_at: str = ""  # when this learner was graded (UTC, ISO 8601)
+    seed: int | None = None
+
+    def flag(self, name: str, what: str) -> None:
+        """Record one finding of the check ``name``."""
+        self.flags.setdefault(name, []).append(what)
+
+
+@dataclass
+class Row:
+    """One line of the gradebook: a learner's exercise."""
+
+    learner: str
+    exercise: str
+    title: str
+    points: float
+    max_points: float
+    status: str
+    message: str
+    flags: str  # the learner's flags, joined with ";"
+    seed: int
+    mistake: str = ""  # the id of the known mistake the grader named (tests/graded/mistakes.py)
+    graded_at: str = ""  # the run's time (UTC, ISO 8601)
+    override: str = ""  # a manual adjustment applied to this row, with its reason
+
+
+@dataclass
+class Override:
+    """A manual adjustment: ``learner``'s ``exercise`` is worth ``points``, because ``reason``."""
+
+    learner: str
+    exercise: str
+    points: float
+    reason: str
+
+
+@dataclass
+class Gradebook:
+    """Every learner graded so far, their rows, and the manual adjustments."""
+
+    learners: dict[str, Learner] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    overrides: list[Override] = field(default_factory=list)
+    chapters: list[int] = field(default_factory=list)
+
+    def put(self, who: Learner, rows: list[Row]) -> None:
+        """Add ``who`` with ``rows``, replacing only that learner's earlier rows."""
+        self.learners[who.learner] = who
+        self.rows = [r for r in self.rows if r.learner != who.learner] + rows
+
+    def merge(self, other: Gradebook) -> None:
+        """Add every learner of ``other`` (theirs replace ours) and its overrides."""
+        for name, who in other.learners.items():
+            self.put(who, [r for r in other.rows if r.learner == name])
+        self.add_overrides(other.overrides)
+        self.chapters = sorted(set(self.chapters) | set(other.chapters))
+
+    def add_overrides(self, overrides: list[Override]) -> None:
+        """Keep ``overrides``; a later one for the same learner and exercise replaces it."""
+        keyed = {(o.learner, o.exercise): o for o in [*self.overrides, *overrides]}
+        self.overrides = list(keyed.values())
+
+    def effective_rows(self) -> list[Row]:
+        """The rows with the overrides applied (the graded points kept in ``override``)."""
+        keyed = {(o.learner, o.exercise): o for o in self.overrides}
+        rows = []
+        for row in self.rows:
+            found = keyed.get((row.learner, row.exercise))
+            if found is not None:
+                row = replace(row, points=found.points, override=(
+                    f"{found.points:g} instead of {row.points:g}: {found.reason}"))
+            rows.append(row)
+        return rows
+
+    def totals(self) -> dict[str, tuple[float, float]]:
+        """``{learner: (points, possible)}`` with the overrides applied."""
+        found: dict[str, tuple[float, float]] = {name: (0.0, 0.0) for name in self.learners}
+        for row in self.effective_rows():
+            points, possible = found.get(row.learner, (0.0, 0.0))
+            found[row.learner] = (round(points + row.points, 2),
+                                  round(possible + row.max_points, 2))
+        return found
+
+    def to_json(self, about: dict[str, Any]) -> dict[str, Any]:
+        """The gradebook as JSON (``about``: what every run shares: the course, the sandbox)."""
+        totals = self.totals()
+        learners = [{**asdict(who), "points": totals[name][0]}
+                    for name, who in sorted(self.learners.items())]
+        rows = [{**asdict(r), **({"graded_points": g.points} if r.override else {})}
+                for r, g in zip(self.effective_rows(), self.rows, strict=True)]
+        return {**about, "chapters": self.chapters, "learners": learners, "rows": rows,
+                "overrides": [asdict(o) for o in self.overrides]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Gradebook:
+        """Read back what :meth:`to_json` wrote (rows with their graded points)."""
+        book = cls(chapters=list(data.get("chapters") or []))
+        names = {f.name for f in fields(Learner)}
+        for entry in data.get("learners", []):
+            who = Learner(**{k: v for k, v in entry.items() if k in names})
+            book.learners[who.learner] = who
+        for entry in data.get("rows", []):
+            row = Row(**{f.name: entry[f.name] for f in fields(Row) if f.name in entry})
+            book.rows.append(replace(row, points=entry.get("graded_points", row.points),
+                                     override=""))
+        book.overrides = [Override(**o) for o in data.get("overrides", [])]
+        return book
+
+
+def read(folder: Path) -> Gradebook:
+    """The gradebook in ``folder`` (an empty one where there is none yet)."""
+    path = folder / "gradebook.json"
+    if not path.exists():
+        return Gradebook()
+    try:
+        return Gradebook.from_json(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        raise ValueError(f"{path} is not a gradebook this course wrote: {error}") from error
+
+
+def read_overrides(path: Path) -> list[Override]:
+    """The adjustments of a CSV file with the columns learner, exercise, points, reason."""
+    with path.open(newline="") as handle:
+        table = list(csv.DictReader(handle))
+    found = []
+    for number, line in enumerate(table, start=2):
+        missing = [c for c in OVERRIDE_COLUMNS if not (line.get(c) or "").strip()]
+        if missing:
+            raise ValueError(f"{path}, line {number}: no {', '.join(missing)} (the columns "
+                             f"are {', '.join(OVERRIDE_COLUMNS)})")
+        try:
+            points = float(line["points"])
+        except ValueError:
+            raise ValueError(f"{path}, line {number}: points must be a number, got "
+                             f"{line['points']!r}") from None
+        found.append(Override(line["learner"].strip(), line["exercise"].strip(), points,
+                              line["reason"].strip()))
+    return found
+
+
+# ---------------------------------------------------------------- the files
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell that a spreadsheet shows as text, never runs as a formula."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def _csv(header: list[str], lines: list[list[Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    for line in lines:
+        writer.writerow([spreadsheet_safe(cell) for cell in line])
+    return out.getvalue()
+
+
+def long_csv(book: Gradebook) -> str:
+    """One line a learner's exercise, the overrides applied."""
+    return _csv(list(COLUMNS), [[getattr(r, c) for c in COLUMNS] for r in book.effective_rows()])
+
+
+def _exercise_order(exercise: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in exercise.split("."))
+
+
+def wide_csv(book: Gradebook) -> str:
+    """The LMS's table: one line a learner, a column an exercise and a chapter, the total;
+    the second line gives each column's possible points (the ``Points Possible`` line that
+    LMS imports such as Canvas's read)."""
+    rows = book.effective_rows()
+    exercises = sorted({r.exercise for r in rows if r.exercise}, key=_exercise_order)
+    chapters = sorted({int(e.split(".")[0]) for e in exercises})
+    possible = {r.exercise: r.max_points for r in rows if r.exercise}
+    header = ["learner", *exercises, *(f"chapter {c}" for c in chapters), "total"]
+    chapter_possible = [round(sum(p for e, p in possible.items()
+                                  if e.split(".")[0] == str(c)), 2) for c in chapters]
+    lines = [["Points Possible", *(possible[e] for e in exercises), *chapter_possible,
+              round(sum(possible.values()), 2)]]
+    for name in sorted(book.learners):
+        mine = {r.exercise: r.points for r in rows if r.learner == name and r.exercise}
+        per_chapter = [round(sum(p for e, p in mine.items() if e.split(".")[0] == str(c)), 2)
+                       for c in chapters]
+        lines.append([name, *(mine.get(e, 0) for e in exercises), *per_chapter,
+                      round(sum(mine.values()), 2)])
+    return _csv(header, lines)
+
+
+def feedback(book: Gradebook, name: str) -> str:
+    """One learner's feedback as Markdown: what was graded, their total, every exercise with
+    its points, status, named mistake and message (as data), the adjustments and flags."""
+    who = book.learners[name]
+    rows = [r for r in book.effective_rows() if r.learner == name]
+    points, possible = book.totals()[name]
+    lines = [f"# Feedback: {markdown_code(name)}", "",
+             f"**{points:g}/{possible:g} points.**", ""]
+    if who.commit:
+        lines.append(f"Graded commit {markdown_code(who.commit)} of {who.commit_time or '?'}.")
+    lines += [f"Graded at {who.graded_at or '?'} (seed {who.seed}).", ""]
+    if who.status == "error":
+        lines += ["Your submission could not be graded:", "",
+                  markdown_code(rows[0].message if rows else "?"), ""]
+    else:
+        lines += ["| exercise | points | status | named mistake | what the grader saw |",
+                  "| --- | --- | --- | --- | --- |"]
+        for row in rows:
+            mistake = f"`{row.mistake}`" if row.mistake else ""
+            message = markdown_code(row.message, table=True) if row.message else ""
+            lines.append(f"| {row.exercise} {row.title.replace('|', '/')} | "
+                         f"{row.points:g}/{row.max_points:g} | {row.status} | {mistake} | "
+                         f"{message} |")
+    adjusted = [r for r in rows if r.override]
+    if adjusted:
+        lines += ["", "## Adjusted by your instructor", ""]
+        lines += [f"- {r.exercise}: {markdown_code(r.override)}" for r in adjusted]
+    if who.flags:
+        lines += ["", "## What the checks noticed (a reason to look, not a verdict)", ""]
+        lines += [f"- {flag}: {markdown_code('; '.join(what))}"
+                  for flag, what in sorted(who.flags.items())]
+    return "\n".join(lines) + "\n"
+
+
+def feedback_name(name: str) -> str:
+    """A file name for a learner's feedback: their name with anything but letters, digits,
+    ``.``, ``_`` and ``-`` replaced."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "learner"
+
+
+def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
+    """Write the gradebook (JSON, long and wide CSV) and a feedback file a learner."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_report(out / "gradebook.json", json.dumps(book.to_json(about), indent=2) + "\n")
+    write_report(out / "gradebook.csv", long_csv(book))
+    write_report(out / "grades-wide.csv", wide_csv(book))
+    folder = out / "feedback"
+    folder.mkdir(exist_ok=True)
+    for name in book.learners:
+        write_report(folder / f"{feedback_name(name)}.md", feedback(book, name))
+    return [out / "gradebook.json", out / "gradebook.csv", out / "grades-wide.csv", folder]

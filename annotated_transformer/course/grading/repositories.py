@@ -1,0 +1,114 @@
+"""A submission's repository at the commit to grade: its branch, its deadline, and what it
+holds beyond them.
+
+``regrade`` clones a repository whole (learners' repositories are small) and grades the last
+commit of the branch it is told (default: the repository's own default branch) made on or
+before the deadline, by its committer date. That date is the learner's computer's clock, as
+in every tool that reads git: a commit after the deadline is flagged (``after-deadline``),
+with its date, for the instructor to look at, and so is a branch that holds work the graded
+one lacks (``other-branch``). The commit graded and its date are recorded in the gradebook.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+CLONE_TIMEOUT = 300  # seconds
+GIT_TIMEOUT = 60  # seconds, for each command that reads a clone
+
+
+class SubmissionError(RuntimeError):
+    """A submission that cannot be fetched or read; its learner gets an ``error`` row."""
+
+
+def without_credentials(source: str) -> str:
+    """A URL as the gradebook may show it: no user or token before the host."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", source)
+
+
+def parse_deadline(text: str) -> datetime:
+    """``2026-12-01T23:59+01:00`` as a moment; a time without its zone is refused (a class's
+    learners and its machines are not all in one)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--deadline must be a date and time such as "
+                         f"2026-12-01T23:59+01:00, got {text!r}") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"--deadline needs its time zone, e.g. {text}+01:00 or {text}Z, "
+                         f"got {text!r}")
+    return moment
+
+
+def _git(clone: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True,
+                          timeout=GIT_TIMEOUT, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
+        raise SubmissionError(f"git {args[0]} failed: {why}")
+    return done.stdout.strip()
+
+
+def clone(url: str, dest: Path) -> None:
+    """Clone ``url`` (every branch, no work tree yet) into ``dest``, never asking for a
+    password."""
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
+    command = ["git", "-c", "protocol.ext.allow=never", "clone", "--no-checkout", "--quiet",
+               "--", url, str(dest)]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True,
+                              timeout=CLONE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SubmissionError(f"cannot clone {without_credentials(url)}: {error}") from error
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
+        raise SubmissionError(f"cannot clone {without_credentials(url)}: {why}")
+
+
+def checkout(clone_dir: Path, who, branch: str | None, deadline: datetime | None) -> None:
+    """Check out, in ``clone_dir``, the commit to grade; record it in ``who`` (``commit``,
+    ``commit_time``) and flag later commits and other branches' work."""
+    ref = f"origin/{branch}" if branch else "origin/HEAD"
+    try:
+        _git(clone_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except SubmissionError:
+        raise SubmissionError(f"the repository has no branch {branch!r}" if branch
+                              else "the repository has no commit on its default branch") from None
+    history = [line.split() for line in
+               _git(clone_dir, "log", "--first-parent", "--format=%H %ct %cI", ref).splitlines()]
+    chosen = history[0] if history else None
+    if deadline is not None:
+        limit = deadline.timestamp()
+        chosen = next((entry for entry in history if int(entry[1]) <= limit), None)
+        if chosen is None:
+            raise SubmissionError(f"no commit on {branch or 'the default branch'} on or before "
+                                  f"the deadline {deadline.isoformat()}")
+        later = [entry for entry in history if int(entry[1]) > limit]
+        if later:
+            who.flag("after-deadline", f"{len(later)} commit(s) after the deadline, the last "
+                                       f"of {later[0][2]} (not graded)")
+    commit, _, when = chosen
+    _git(clone_dir, "checkout", "--quiet", "--detach", commit)
+    who.commit, who.commit_time = commit, when
+    graded = _git(clone_dir, "rev-parse", ref)  # the branch's work, whatever the deadline
+    for other in _git(clone_dir, "for-each-ref", "--format=%(refname:short)",
+                      "refs/remotes/origin").splitlines():
+        if other in ("origin/HEAD", "origin", ref) or other.endswith("/HEAD"):
+            continue
+        ahead = int(_git(clone_dir, "rev-list", "--count", f"{graded}..{other}"))
+        if ahead:
+            who.flag("other-branch", f"{other.removeprefix('origin/')} holds {ahead} commit(s) "
+                                     f"the graded one lacks (not graded)")
+
+
+def fetch(source: str, dest: Path, who, branch: str | None = None,
+          deadline: datetime | None = None, is_url: bool = True) -> Path:
+    """The folder to grade: a clone of ``source`` at the commit to grade, in ``dest``
+    (a folder that is a repository is cloned too when a branch or a deadline is given)."""
+    clone(source if is_url else str(Path(source).resolve()), dest)
+    checkout(dest, who, branch, deadline)
+    return dest

@@ -1,0 +1,172 @@
+"""A submission read without trusting it: only the course's regular exercise files are
+copied out of it (no link followed, none over 1 MB), the release's own stub stands in for a
+chapter it lacks, and everything else that could change a grade (tests, grader, workflows,
+committed reports) is only compared with the course's, each difference a flag."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.grading import grade, manifest
+from annotated_transformer.course.grading.gradebook import Learner
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    EXERCISES_DIR,
+    PACKAGE_DIR,
+    SOLUTIONS_DIR,
+    TESTS_DIR,
+    WORKFLOWS_DIR,
+    relative,
+)
+
+MAX_BYTES = 1_000_000  # the largest file copied out of a submission (1 MB)
+MAX_FILES = 5_000  # the most files of a submission looked at for one check
+REPORT_NAMES = ("grade.json", "grade.md", "grade.xml")
+
+
+
+def read_regular(path: Path, limit: int = MAX_BYTES) -> bytes | str:
+    """The bytes of a regular file of at most ``limit`` bytes, else the flag that says why
+    not (``symlink``, ``not-a-file``, ``oversized``). A link is never followed."""
+    try:
+        if stat.S_ISLNK(path.lstat().st_mode):
+            return "symlink"
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "not-a-file"
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return "not-a-file"
+        data = handle.read(limit + 1)
+    return "oversized" if len(data) > limit else data
+
+
+def real_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder and not a link to one."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def course_exercise_files() -> dict[int, str]:
+    """``{chapter: file name}`` of the course's exercise files."""
+    return {int(m["chapter"]): p.name for p in sorted(EXERCISES_DIR.glob("ch*.py"))
+            if (m := CHAPTER_FILE.match(p.name))}
+
+
+def pristine_stub(name: str) -> str:
+    """The release's stub of the exercise file ``name``: made again from the reference where
+    the course has one, else the course's own file if it is still exactly as generated
+    (never an edited ``exercises/`` of the checkout the instructor grades in)."""
+    solution = SOLUTIONS_DIR / name
+    if solution.is_file():
+        return stubs.render(solution)
+    text = (EXERCISES_DIR / name).read_text()
+    if not stubs.is_untouched(text):
+        raise RuntimeError(f"{relative(EXERCISES_DIR / name)} of the course is not the "
+                           f"release's stub (was it edited?), and there is no "
+                           f"{relative(SOLUTIONS_DIR)}/ to make it again: restore it "
+                           f"(git checkout -- {relative(EXERCISES_DIR / name)})")
+    return text
+
+
+def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner) -> None:
+    """Copy the submission's usable exercise files into ``dest``; the course's stub for any
+    other chapter. Flags what was left out, and each graded chapter without a usable file."""
+    names = course_exercise_files()
+    folder = root / relative(EXERCISES_DIR)
+    copied: set[str] = set()
+    if os.path.islink(folder):
+        who.flag("symlink", relative(EXERCISES_DIR) + "/")
+    elif real_dir(folder):
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name)[:MAX_FILES]:
+            if not CHAPTER_FILE.match(entry.name):
+                continue
+            if entry.name not in names.values():
+                who.flag("extra-file", relative(EXERCISES_DIR / entry.name))
+                continue
+            data = read_regular(Path(entry.path))
+            if isinstance(data, str):
+                who.flag(data, relative(EXERCISES_DIR / entry.name))
+                continue
+            (dest / entry.name).write_bytes(data)
+            copied.add(entry.name)
+    for chapter, name in names.items():
+        if name not in copied:
+            (dest / name).write_text(pristine_stub(name))
+            if chapter in chapters:
+                who.flag("missing-chapter", f"chapter {chapter} ({name})")
+
+
+def stage_grading_files(root: Path, dest: Path, who: Learner) -> None:
+    """Copy into ``dest`` the files of ``root`` that the manifest check reads (Python files
+    and pytest settings of the tests and the package, the repository's top), regular files
+    of at most 1 MB only; a link or a larger file is flagged and left out (so it shows as
+    changed)."""
+    wanted = {"pyproject.toml", "conftest.py", *manifest.CONFIG_FILES}
+    places = [(root, False), (root / relative(TESTS_DIR), True),
+              (root / relative(PACKAGE_DIR), True)]
+    seen = 0
+    for top, recursive in places:
+        if not real_dir(top):
+            continue
+        for folder, dirs, files in os.walk(top):
+            links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+            for link in links if recursive else []:
+                who.flag("symlink", Path(folder, link).relative_to(root).as_posix() + "/")
+            dirs[:] = sorted(d for d in dirs if recursive and d not in links)
+            for name in sorted(files):
+                if not (name.endswith(".py") or name in wanted) or seen >= MAX_FILES:
+                    continue
+                if top == root and name not in wanted:
+                    continue
+                seen += 1
+                path = Path(folder, name)
+                inside = path.relative_to(root)
+                data = read_regular(path)
+                if isinstance(data, str):
+                    who.flag(data, inside.as_posix())
+                    continue
+                (dest / inside).parent.mkdir(parents=True, exist_ok=True)
+                (dest / inside).write_bytes(data)
+            if not recursive:
+                break
+
+
+def check_tests(root: Path, expected: dict[str, Any], who: Learner) -> None:
+    """Flag ``tests-changed`` for each grading file that differs from the course's manifest."""
+    with tempfile.TemporaryDirectory(prefix="regrade-staged-") as staged:
+        stage_grading_files(root, Path(staged), who)
+        try:
+            changes = manifest.verify(expected, Path(staged))
+        except (OSError, ValueError) as error:
+            changes = {"(submission)": grade.cut(f"unreadable: {error}", 300)}
+    for path, change in changes.items():
+        who.flag("tests-changed", f"{path} ({change})")
+
+
+def check_workflows(root: Path, who: Learner) -> None:
+    """Flag ``workflow-changed`` for each workflow file that is not the course's copy."""
+    for name, how in grade.workflow_changes(root).items():
+        path = name if "/" in name else relative(WORKFLOWS_DIR / name)
+        who.flag("workflow-changed", f"{path} ({how})")
+
+
+def check_reports(root: Path, who: Learner) -> None:
+    """Flag ``committed-report`` for each grade.json/.md/.xml in the submission."""
+    seen = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        for name in sorted(files):
+            seen += 1
+            if name in REPORT_NAMES:
+                who.flag("committed-report", Path(folder, name).relative_to(root).as_posix())
+        if seen > 20 * MAX_FILES:
+            break

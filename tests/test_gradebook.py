@@ -1,0 +1,171 @@
+"""The class's gradebook: runs that add up, overrides in every output, outputs that agree,
+a deadline and a branch read from a repository, and the release's stub for a missing
+chapter."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.grading import gradebook, repositories, submissions
+from annotated_transformer.course.grading.gradebook import Gradebook, Learner, Override, Row
+from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
+
+
+def rows_of(name: str, points: tuple[float, float, float], seed: int = 1) -> list[Row]:
+    exercises = ("1.1", "1.2", "2.1")
+    return [Row(name, e, f"title {e}", p, 2, "passed" if p == 2 else "failed",
+                "=cmd|' /C calc'!A0" if p == 0 else "", "", seed, "", f"t{seed}")
+            for e, p in zip(exercises, points, strict=True)]
+
+
+def book_of(*learners: tuple[str, tuple[float, float, float]], seed: int = 1) -> Gradebook:
+    book = Gradebook(chapters=[1, 2])
+    for name, points in learners:
+        book.put(Learner(name, f"/subs/{name}", seed=seed), rows_of(name, points, seed))
+    return book
+
+
+def test_a_learner_graded_again_replaces_only_their_rows():
+    book = book_of(("ann", (2, 2, 2)), ("ben", (0, 1, 2)))
+    book.put(Learner("ben", "/subs/ben", seed=9), rows_of("ben", (2, 2, 0), seed=9))
+    assert [(r.learner, r.points, r.seed) for r in book.rows if r.learner == "ann"] == [
+        ("ann", 2, 1)] * 3
+    assert [(r.points, r.seed) for r in book.rows if r.learner == "ben"] == [
+        (2, 9), (2, 9), (0, 9)]
+    assert book.totals() == {"ann": (6, 6), "ben": (4, 6)}
+
+
+def test_shards_merged_equal_one_run():
+    whole = book_of(("ann", (2, 2, 2)), ("ben", (0, 1, 2)), ("cy", (1, 1, 1)))
+    merged = book_of(("ann", (2, 2, 2)), ("cy", (1, 1, 1)))
+    merged.merge(book_of(("ben", (0, 1, 2))))
+    assert sorted(map(str, merged.rows)) == sorted(map(str, whole.rows))
+    assert gradebook.wide_csv(merged) == gradebook.wide_csv(whole)
+
+
+def test_every_output_agrees_and_carries_the_overrides(tmp_path):
+    """The long CSV, the wide CSV, the JSON and the feedback files give each learner the
+    same points, the override applied and its reason shown; the JSON reads back whole."""
+    book = book_of(("ann", (2, 2, 2)), ("ben", (0, 1, 2)))
+    book.add_overrides([Override("ben", "1.1", 1.5, "late-day penalty waived")])
+    gradebook.write(tmp_path, book, {"seed": 1})
+    long = list(csv.DictReader(io.StringIO((tmp_path / "gradebook.csv").read_text())))
+    wide = list(csv.DictReader(io.StringIO((tmp_path / "grades-wide.csv").read_text())))
+    data = json.loads((tmp_path / "gradebook.json").read_text())
+    assert wide[0]["learner"] == "Points Possible" and float(wide[0]["total"]) == 6
+    for name, total in (("ann", 6), ("ben", 4.5)):
+        assert sum(float(r["points"]) for r in long if r["learner"] == name) == total
+        assert float(next(r for r in wide if r["learner"] == name)["total"]) == total
+        assert next(w["points"] for w in data["learners"] if w["learner"] == name) == total
+        assert f"**{total:g}/6 points.**" in (tmp_path / "feedback" / f"{name}.md").read_text()
+    ben = next(r for r in wide if r["learner"] == "ben")
+    assert (ben["1.1"], ben["chapter 1"], ben["chapter 2"]) == ("1.5", "2.5", "2")
+    assert "late-day penalty waived" in next(
+        r["override"] for r in long if (r["learner"], r["exercise"]) == ("ben", "1.1"))
+    assert "late-day penalty waived" in (tmp_path / "feedback" / "ben.md").read_text()
+    back = gradebook.read(tmp_path)
+    assert back.rows == book.rows and back.overrides == book.overrides
+
+
+def test_learner_text_is_data_in_every_output(tmp_path):
+    """A message that would be a formula in a spreadsheet, or markup in Markdown."""
+    book = book_of(("ann", (0, 2, 2)))
+    book.rows[0].message = "=HYPERLINK(\"x\")\r\n# heading | cell |"
+    gradebook.write(tmp_path, book, {})
+    long = list(csv.reader(io.StringIO((tmp_path / "gradebook.csv").read_text())))
+    assert not any(cell.startswith(("=", "+", "-", "@")) for line in long for cell in line)
+    feedback = (tmp_path / "feedback" / "ann.md").read_text()
+    assert not any(line.startswith("# heading") for line in feedback.splitlines())
+    assert "\\r\\n# heading \\| cell \\|" in feedback
+
+
+def test_bad_overrides_are_named(tmp_path):
+    path = tmp_path / "o.csv"
+    path.write_text("learner,exercise,points,reason\nann,1.1,two,because\n")
+    with pytest.raises(ValueError, match="line 2: points must be a number"):
+        gradebook.read_overrides(path)
+    path.write_text("learner,exercise,points\nann,1.1,2\n")
+    with pytest.raises(ValueError, match="line 2: no reason"):
+        gradebook.read_overrides(path)
+
+
+def test_a_missing_chapter_is_the_release_s_stub_not_the_checkout_s_file(tmp_path,
+                                                                        monkeypatch):
+    """An instructor whose exercises/ch04 holds answers: a learner without ch04 gets the
+    stub made from the reference, never those answers."""
+    checkout = tmp_path / "exercises"
+    checkout.mkdir()
+    for path in EXERCISES_DIR.glob("ch*.py"):
+        (checkout / path.name).write_text(path.read_text())
+    (checkout / "ch04_masking.py").write_text((SOLUTIONS_DIR / "ch04_masking.py").read_text())
+    monkeypatch.setattr(submissions, "EXERCISES_DIR", checkout)
+    monkeypatch.setattr(submissions, "relative",
+                        lambda path, root=None: Path(path).relative_to(tmp_path).as_posix())
+    submission, dest = tmp_path / "sub", tmp_path / "dest"
+    (submission / "exercises").mkdir(parents=True)
+    dest.mkdir()
+    who = Learner("x", str(submission))
+    submissions.collect_exercises(submission, [4], dest, who)
+    graded = (dest / "ch04_masking.py").read_text()
+    assert stubs.is_untouched(graded) and "NotImplementedError" in graded
+    assert who.flags["missing-chapter"] == ["chapter 4 (ch04_masking.py)"]
+
+
+# ---------------------------------------------------------------- a repository's history
+
+
+def commit(repo: Path, when: str, message: str) -> None:
+    env = {**os.environ, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
+    (repo / "work.txt").write_text(message)
+    for args in (["add", "-A"], ["-c", "user.name=l", "-c", "user.email=l@x", "commit",
+                                 "--quiet", "-m", message]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
+                       capture_output=True)
+
+
+@pytest.fixture
+def history(tmp_path) -> Path:
+    """main: a commit before the deadline and one after; a branch 'late' with one more."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "--quiet", "-b", "main", str(repo)], check=True)
+    commit(repo, "2026-12-01T20:00:00+01:00", "before")
+    commit(repo, "2026-12-02T09:00:00+01:00", "after")
+    subprocess.run(["git", "-C", str(repo), "checkout", "--quiet", "-b", "late"], check=True)
+    commit(repo, "2026-12-02T10:00:00+01:00", "on a branch")
+    subprocess.run(["git", "-C", str(repo), "checkout", "--quiet", "main"], check=True)
+    return repo
+
+
+def test_the_deadline_picks_the_last_commit_before_it_and_flags_later_ones(history, tmp_path):
+    who = Learner("x", "repo")
+    deadline = repositories.parse_deadline("2026-12-01T23:59+01:00")
+    clone = repositories.fetch(history.as_uri(), tmp_path / "c", who, None, deadline)
+    assert (clone / "work.txt").read_text() == "before"
+    assert who.commit_time.startswith("2026-12-01T20:00:00")
+    assert who.flags["after-deadline"][0].startswith("1 commit(s) after the deadline")
+    assert who.flags["other-branch"] == ["late holds 1 commit(s) the graded one lacks "
+                                         "(not graded)"]
+
+
+def test_a_branch_is_graded_at_its_head(history, tmp_path):
+    who = Learner("x", "repo")
+    clone = repositories.fetch(history.as_uri(), tmp_path / "c", who, "late", None)
+    assert (clone / "work.txt").read_text() == "on a branch" and "other-branch" not in who.flags
+    with pytest.raises(repositories.SubmissionError, match="no branch 'nope'"):
+        repositories.fetch(history.as_uri(), tmp_path / "d", Learner("y", "r"), "nope", None)
+
+
+@pytest.mark.parametrize("text, says", [("2026-12-01T23:59", "time zone"),
+                                        ("tomorrow", "date and time")])
+def test_a_deadline_without_its_zone_is_refused(text, says):
+    with pytest.raises(ValueError, match=says):
+        repositories.parse_deadline(text)
