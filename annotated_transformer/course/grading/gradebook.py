@@ -90,6 +90,15 @@ class Gradebook:
         self.learners[who.learner] = who
         self.rows = [r for r in self.rows if r.learner != who.learner] + rows
 
+    def order(self, names: list[str]) -> None:
+        """Learners (and their rows) in the order of ``names``, each at its first place
+        (a run's learners finish in any order; the gradebook does not depend on it)."""
+        place = {name: i for i, name in reversed(list(enumerate(names)))}
+        last = len(place)
+        self.learners = dict(sorted(self.learners.items(),
+                                    key=lambda item: place.get(item[0], last)))
+        self.rows.sort(key=lambda row: place.get(row.learner, last))  # stable: exercises kept
+
     def merge(self, other: Gradebook) -> None:
         """Add every learner of ``other`` (theirs replace ours) and its overrides."""
         for name, who in other.learners.items():
@@ -127,7 +136,7 @@ class Gradebook:
         """The gradebook as JSON (``about``: what every run shares: the course, the sandbox)."""
         totals = self.totals()
         learners = [{**asdict(who), "points": totals[name][0]}
-                    for name, who in sorted(self.learners.items())]
+                    for name, who in self.learners.items()]
         rows = [{**asdict(r), **({"graded_points": g.points} if r.override else {})}
                 for r, g in zip(self.effective_rows(), self.rows, strict=True)]
         return {**about, "chapters": self.chapters, "learners": learners, "rows": rows,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import secrets
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -181,19 +182,29 @@ def grade_one(source: str, name: str, run: Run, position: str) -> tuple[Learner,
 def regrade(sources: list[str], names: list[str], run: Run, jobs: int = 1,
             on_graded: Callable[[Learner, list[Row]], None] | None = None,
             ) -> list[tuple[Learner, list[Row]]]:
-    """Grade every submission, ``jobs`` at a time (each in its own worker and sandbox, all
-    with the run's seed); ``on_graded`` gets each learner's rows as soon as they are done
-    (in this thread, one at a time). A failure costs only its own rows."""
+    """Grade every submission, ``jobs`` at a time (each in a process of its own, with its
+    own worker and sandbox, all with the run's seed: the grader's checks parse Python, which
+    threads of one interpreter cannot do safely at once); ``on_graded`` gets each learner's
+    rows as soon as they are done (in this process, one at a time). A failure costs only
+    its own rows."""
+    tasks = [(source, name, run, f"{i}/{len(names)}")
+             for i, (source, name) in enumerate(zip(sources, names, strict=True), 1)]
     done: list[tuple[Learner, list[Row]]] = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        pending = [pool.submit(grade_one, source, name, run, f"{i}/{len(names)}")
-                   for i, (source, name) in enumerate(zip(sources, names, strict=True), 1)]
-        for future in as_completed(pending):
-            who, rows = future.result()
-            done.append((who, rows))
-            if on_graded is not None:
-                on_graded(who, rows)
-            print(summary_line(who), flush=True)
+
+    def finished(who: Learner, rows: list[Row]) -> None:
+        done.append((who, rows))
+        if on_graded is not None:
+            on_graded(who, rows)
+        print(summary_line(who), flush=True)
+
+    if jobs <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            finished(*grade_one(*task))
+        return done
+    with ProcessPoolExecutor(max_workers=jobs,
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        for future in as_completed([pool.submit(grade_one, *task) for task in tasks]):
+            finished(*future.result())
     return done
 
 
@@ -391,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = [args.submissions[i] for i in chosen]
     names = [names[i] for i in chosen]
     book.chapters = sorted(set(book.chapters) | set(chapters))
+    earlier = list(book.learners)
     about = about_run(seed, sandbox)
     print(f"Re-grading {len(names)} submission(s), chapters {chapters}, seed {seed}, "
           f"{args.jobs} at a time, sandbox: {sandbox}; writing to {args.out} as each "
@@ -401,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         gradebook.write(args.out, book, about)
 
     graded = regrade(sources, names, run, args.jobs, on_graded=keep)
+    book.order([*earlier, *names])
     write_all(args.out, book, about)
     print(f"Gradebook: {args.out / 'gradebook.csv'}, {args.out / 'gradebook.json'}, "
           f"{args.out / 'grades-wide.csv'} and {args.out / 'feedback'}/")
