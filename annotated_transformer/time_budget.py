@@ -4,10 +4,10 @@ run measures itself, and a learning rate that reaches zero at the last of them.
 A recipe's number of steps takes twice as long on a processor half as fast; a budget of
 wall time does not. ``train --time-budget 30m`` (``--model cpu``'s default) works so:
 
-1. **Measure.** The first :attr:`Planner.skip` steps are not timed (the allocator, the
-   caches and the thread pool warm up); after them the run evaluates and saves once,
-   which times what every later evaluation costs, and the next :attr:`Planner.measure`
-   steps are timed (fewer when they take more than 5% of the budget).
+1. **Measure.** After the first step the run evaluates and saves once, which times what
+   every later evaluation costs. The first :attr:`Planner.skip` steps are not timed (the
+   allocator, the caches and the thread pool warm up); the next :attr:`Planner.measure`
+   are (fewer when they take more than 5% of the budget).
 2. **Plan** (:meth:`Planner.plan`). What is left of the budget, less a reserve for the
    final evaluation and checkpoint (half as long again as the measured one), for
    ``average`` when the run keeps checkpoints (``--keep-last N``: N loads and one save,
@@ -114,7 +114,8 @@ class Plan:
 
     def describe(self) -> str:
         """Why this many steps, in one line."""
-        return (f"{self.step_seconds:.3f} s a step (the mean of {self.measured_steps} steps), "
+        steps = f"{self.measured_steps} step{'s' if self.measured_steps != 1 else ''}"
+        return (f"{self.step_seconds:.3f} s a step (the mean of {steps}), "
                 f"{self.eval_seconds:.1f} s an evaluation and save (every {self.eval_every} "
                 f"steps), {self.reserve_seconds:.0f} s kept for the end (the last evaluation "
                 f"and save, "
@@ -175,10 +176,10 @@ class Planner:
         self._eval_seconds, self._save_seconds = seconds, save_seconds
 
     def wants_eval(self, step: int) -> bool:
-        """Whether to evaluate after ``step`` to time it: after the untimed steps, if no
+        """Whether to evaluate after ``step`` to time it: after the first step, if no
         evaluation has been timed yet (an untrained model decodes to the longest length:
-        an upper bound)."""
-        return step >= max(self.skip, 1) and self._eval_seconds is None
+        an upper bound), so that every decision to stop knows what the end costs."""
+        return step >= 1 and self._eval_seconds is None
 
     def due(self, step: int, now: float) -> bool:
         """Whether to (re-)plan after ``step`` (``now`` on the caller's clock): first after

@@ -229,7 +229,7 @@ def test_train_to_a_budget_on_a_fake_clock(tmp_path, monkeypatch, capsys):
     # the planned end, or a step or two before it when the next would not have fitted
     assert plans[-1]["total"] - 2 <= steps[-1] <= plans[-1]["total"]
     assert 25 < steps[-1] < 400  # not the recipe's 400 steps: what 15 fake seconds buy
-    assert state["history"]["eval_step"][0] == 2  # an evaluation timed for the plan
+    assert state["history"]["eval_step"][0] == 1  # an evaluation timed for the plan
     assert state["history"]["eval_step"][-1] == steps[-1]
     lrs = state["history"]["lr"]
     assert lrs[-1] < 0.05 * max(lrs)  # the last step's rate is near zero: the decay ended
@@ -251,8 +251,8 @@ def test_the_budget_counts_from_the_process_start():
 
 
 def test_the_untimed_steps_stand_for_a_step_until_one_is_timed():
-    """A budget spent by the warm-up steps and the timed evaluation stops right after
-    them, without waiting for a timed step."""
+    """A budget spent by the first step and the timed evaluation stops right after them
+    (their evaluated checkpoint is the run's), without waiting for a timed step."""
     p = planner(budget=30.0)
     run = simulate(p, lambda n: 3.0, eval_seconds=5.0, setup=15.0)
-    assert run["step"] == p.skip and not p.plans
+    assert run["step"] == 1 and not p.plans and run["end"] <= p.deadline
