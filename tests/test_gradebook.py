@@ -169,3 +169,21 @@ def test_a_branch_is_graded_at_its_head(history, tmp_path):
 def test_a_deadline_without_its_zone_is_refused(text, says):
     with pytest.raises(ValueError, match=says):
         repositories.parse_deadline(text)
+
+
+def test_overrides_added_later_update_every_output_without_grading(tmp_path, capsys):
+    """``regrade merge --out DIR --overrides FILE``: the adjustments reach the wide CSV and
+    the feedback; a bad file is one ``error:`` line, exit status 2."""
+    from annotated_transformer.course.grading import regrade
+
+    gradebook.write(tmp_path, book_of(("ann", (2, 0, 2))), {"seed": 1})
+    overrides = tmp_path / "overrides.csv"
+    overrides.write_text("learner,exercise,points,reason\nann,1.2,2,regrade request #4\n")
+    assert regrade.main(["merge", "--out", str(tmp_path), "--overrides", str(overrides)]) == 0
+    wide = list(csv.DictReader(io.StringIO((tmp_path / "grades-wide.csv").read_text())))
+    assert float(wide[1]["total"]) == 6
+    assert "regrade request #4" in (tmp_path / "feedback" / "ann.md").read_text()
+    overrides.write_text("learner,exercise,points\nann,1.2,2\n")
+    with pytest.raises(SystemExit) as stop:
+        regrade.main(["merge", "--out", str(tmp_path), "--overrides", str(overrides)])
+    assert stop.value.code == 2 and "no reason" in capsys.readouterr().err

@@ -287,10 +287,13 @@ def build_merge_parser() -> argparse.ArgumentParser:
                      description="Merge the gradebooks of several regrade runs (shards) into "
                      "--out; a learner graded in several keeps the rows of the last folder "
                      "named.")
-    parser.add_argument("folders", nargs="+", type=Path, metavar="DIR",
+    parser.add_argument("folders", nargs="*", type=Path, metavar="DIR",
                         help="a folder that holds a gradebook.json")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="the merged class's folder (its gradebook, if any, is kept)")
+    parser.add_argument("--overrides", type=Path, metavar="FILE",
+                        help="a CSV of manual adjustments (learner, exercise, points, reason) "
+                        "to add: with no DIR, this updates --out's outputs without grading")
     return parser
 
 
@@ -358,6 +361,13 @@ def merge_main(argv: list[str]) -> int:
             book.merge(gradebook.read(folder))
             data = json.loads((folder / "gradebook.json").read_text())
             about = {k: data.get(k) for k in ("seed", "course", "sandbox", "flags")}
+        if not args.folders:
+            if not (args.out / "gradebook.json").is_file():
+                raise ValueError(f"--out {args.out} holds no gradebook.json to update")
+            data = json.loads((args.out / "gradebook.json").read_text())
+            about = {k: data.get(k) for k in ("seed", "course", "sandbox", "flags")}
+        if args.overrides is not None:
+            book.add_overrides(gradebook.read_overrides(args.overrides))
     except (OSError, ValueError) as error:
         parser.error(str(error))
     write_all(args.out, book, about)
