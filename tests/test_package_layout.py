@@ -8,6 +8,7 @@ through others), whether the import is at the top of the file or inside a functi
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ LAYERS = {
     "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only
     "annotated_transformer.plots": 1,
     "annotated_transformer.distributed": 1,
+    "annotated_transformer.glue": 1,  # numbers for the book's prose
     "annotated_transformer.fast_parts": 1,  # the reference on fused kernels
     "annotated_transformer.teacher_forcing": 1,  # LabelledInputs: what a model reads of a batch
     "annotated_transformer.sampling": 1,  # completing a prompt: greedy or sampled
@@ -44,8 +46,13 @@ LAYERS = {
     "annotated_transformer.commands": 4,
     "annotated_transformer.__main__": 4,
     "annotated_transformer.bench": 4,
-    "annotated_transformer.course": 4,  # grading, authoring, distribution
-    "annotated_transformer.grade": 4,  # python -m annotated_transformer.grade, for old workflows
+    # The course's tools, in layers of their own: distribution above grading above its rules.
+    "annotated_transformer.course": 4,  # its __init__: the map of the tools
+    "annotated_transformer.course.authoring": 4,  # the stubs
+    "annotated_transformer.course.grading.source_rules": 4,  # what an exercise file may do
+    "annotated_transformer.course.grading": 5,  # the grader, its worker and the re-grade
+    "annotated_transformer.course.distribution": 6,  # the release and the Classroom workflow
+    "annotated_transformer.grade": 6,  # python -m annotated_transformer.grade, for old workflows
 }
 PACKAGE_NAME = "annotated_transformer"
 
@@ -105,7 +112,8 @@ def test_a_made_up_module_without_a_layer_fails_the_check():
     """The check above can fail: a new top-level module is not layer 0 by default, and a
     module inside a subpackage takes the subpackage's layer."""
     assert without_a_layer(["annotated_transformer.made_up"]) == ["annotated_transformer.made_up"]
-    assert layer_of("annotated_transformer.course.grading.made_up") == 4
+    assert layer_of("annotated_transformer.course.grading.made_up") == 5
+    assert layer_of("annotated_transformer.course.grading.source_rules.made_up") == 4
     assert layer_of("annotated_transformer") == 0
 
 
@@ -130,8 +138,51 @@ def test_contributing_maps_every_module_with_its_layer():
             path = MODULES[entry]
             shown = f"`{entry.split('.')[-1]}/`" if path.name == "__init__.py" else f"`{path.name}`"
         if not any(shown in cell for cell in rows.get(layer, [])):
-            wrong.append(f"{shown} (layer {layer})")
-    assert not wrong, f"CONTRIBUTING.md's map lacks, in its layer's row: {wrong}"
+            wrong.append(f"add {shown} to the modules of the row `| {layer} |`")
+    assert not wrong, f"CONTRIBUTING.md's map of the package: {'; '.join(wrong)}"
+
+
+# ---------------------------------------------------------------- each package's own map
+
+def package_maps() -> dict[str, list[str]]:
+    """``{subpackage's __init__.py: its modules and subpackages}`` (``__main__``, private
+    ``_x`` modules and, where the docstring names them as ``chNN_*``, chapter files aside)."""
+    from annotated_transformer.layout import CHAPTER_FILE
+
+    maps = {}
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        if init.parent == PACKAGE:
+            continue  # the package's own map is CONTRIBUTING.md's, checked above
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        names = [p.stem for p in init.parent.glob("*.py")
+                 if p.name != "__init__.py" and not p.name.startswith("_")
+                 and not (CHAPTER_FILE.match(p.name) and "chNN_" in doc)]
+        names += [p.parent.name for p in init.parent.glob("*/__init__.py")]
+        maps[init.relative_to(PACKAGE.parent).as_posix()] = sorted(names)
+    return maps
+
+
+def unmapped(doc: str, names: list[str]) -> list[str]:
+    """The names that ``doc`` does not name as a module: ``.name``, ``name``, ``name.py``
+    or ``name/`` in backquotes."""
+    return [n for n in names if not re.search(rf"[`.]{re.escape(n)}(\.py|/)?`", doc)]
+
+
+def test_the_map_checker_finds_an_unnamed_module():
+    doc = "- :mod:`.sandbox`: the trusted side\n- ``worker``: the worker\nreports points"
+    assert unmapped(doc, ["sandbox", "worker", "report"]) == ["report"]
+
+
+@pytest.mark.parametrize("init", sorted(package_maps()))
+def test_each_package_docstring_maps_its_modules(init):
+    """Each subpackage's ``__init__.py`` says what its modules are: a new module gets a line
+    there (CONTRIBUTING.md's map names the top-level ones, checked above)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE.parent / init).read_text(encoding="utf-8")))
+    missing = unmapped(doc or "", package_maps()[init])
+    assert not missing, (
+        f"{init}'s docstring, the map of its package, does not name "
+        f"{', '.join(m + '.py' for m in missing)}: add a line for each, such as "
+        f"`- :mod:`.{missing[0]}`: what it does`, beside the others")
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

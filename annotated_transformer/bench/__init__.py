@@ -6,7 +6,8 @@
 One module a job:
 :mod:`~.shapes` (the sizes trained at and their FLOPs), :mod:`~.contenders` (the three
 models and their training step), :mod:`~.timing` (clocks and the matmul ceiling), the
-sections :mod:`~.throughput`, :mod:`~.copy_task` and :mod:`~.gpu`, :mod:`~.goals`,
+sections :mod:`~.throughput`, :mod:`~.copy_task`, :mod:`~.decoding` (a
+translation checkpoint's beam search) and :mod:`~.gpu`, :mod:`~.goals`,
 :mod:`~.report` (Markdown), :mod:`~.plot`, :mod:`~.profiling` and :mod:`~.command` (the
 options, and every section in order).
 

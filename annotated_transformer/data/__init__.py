@@ -5,6 +5,12 @@
 ``make_task("translation", dataset="bentrevett/multi30k", source_lang="de",
 target_lang="en")``: every task has the interface of :class:`Task`. Only the translation
 task reads a corpus (from the Hugging Face hub or from local files).
+
+One module a task: ``copy`` (and reverse), ``dates``, ``addition`` (decoder-only), ``tsv`` (a
+user's file), ``translation`` (with ``corpus``, the sentence pairs, and ``subword``, its BPE
+vocabulary; ``optional`` imports their libraries when first needed); beside them ``task``
+(the interface), ``vocab`` (characters and the special tokens) and ``batching`` (training
+batches by a token budget).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Running (the trusted side)
   - :mod:`.plugin`: the pytest plugin that records each graded test's outcome and message.
   - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
     one gradebook, each checked for changed grading files first (for instructors).
+  - :mod:`.report`: a run's :class:`~.report.Report` and its formats (terminal, JSON,
+    Markdown, JUnit).
+  - :mod:`.class_summary`: what a whole class got right and wrong, beside the gradebook.
   - :mod:`.manifest`: the sha256 of the files that decide a grade, and their check.
   - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
   - :mod:`.dependencies`: what each exercise builds on, read from the graded tests.
@@ -13,6 +16,8 @@ Running (the trusted side)
 
 The worker (where the learner's code runs)
   - :mod:`.sandbox`: starts the worker and talks to it (``Learner.run`` a probe).
+  - :mod:`.boundary`: the operating-system boundary around the worker (bubblewrap) and
+    its CPU meter.
   - :mod:`.watch`: the deadlines of a call (CPU seconds, waiting without computing, a reply).
   - :mod:`.outcomes`: what a call can end with besides its value, and whose fault it is.
   - :mod:`.limits`: a cgroup per worker (its memory and processes together), or why not.

@@ -38,8 +38,8 @@ a file as Python would and refuses any encoding other than UTF-8.
 
 The package, one job a module: ``rules`` (the rules as data, each with its reason),
 ``reading`` (decoding a file as Python would), ``scopes``, ``expressions``, the checker
-(``base``, ``names``, ``attributes``, ``definitions``, ``checker``) and ``folders`` (source
-text, files and folders).
+(``base``, ``names``, ``attributes``, ``definitions``, ``checker``), ``violations`` (the
+record of a broken rule and its message) and ``folders`` (source text, files and folders).
 """
 from __future__ import annotations
 
