@@ -8,6 +8,11 @@ Running (the trusted side)
     one gradebook, each checked for changed grading files first (for instructors).
   - :mod:`.report`: a run's :class:`~.report.Report` and its formats (terminal, JSON,
     Markdown, JUnit).
+  - :mod:`.submissions`: a submission read without trusting it: its exercise files
+    copied out, everything else that could change a grade compared with the course's.
+  - :mod:`.repositories`: a submission's repository at the commit to grade (branch,
+    deadline).
+  - :mod:`.gradebook`: the class's gradebook, its files, and how runs add up.
   - :mod:`.class_summary`: what a whole class got right and wrong, beside the gradebook.
   - :mod:`.manifest`: the sha256 of the files that decide a grade, and their check.
   - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
