@@ -155,6 +155,9 @@ BAD = [
     ("numpy submodule import", "from numpy.lib.stride_tricks import as_strided\n", 1, None,
      "`from numpy.lib.stride_tricks import ...` is not allowed here: `lib`"),
     ("torch submodule import", "import torch.utils.data\n", 1, None, "`utils`: it starts"),
+    ("torch.utils through a name that is not torch.nn", "import torch\nnn = torch\n"
+     "loader = nn.utils.data.DataLoader([])\n", 3, None, "processes or threads"),
+    ("torch.utils by name", "from torch import utils\n", 1, None, "processes or threads"),
     ("private torch module", "from torch._refs import softmax\n", 1, None, "`_refs` is internal"),
     ("torch module re-exporting os", "import torch.os\n", 1, None, "`os` is a module"),
     ("the course's other names", "from annotated_transformer.parts import Parts\n", 1, None,
@@ -336,6 +339,11 @@ GOOD = [
      "functional\n\nfrom annotated_transformer.batch import Batch\n"
      "from annotated_transformer.parts import active_parts\n"),
     ("imports inside a function", "def f():\n    import torch\n    from torch import nn\n"),
+    ("nn.utils: tensor utilities", "import torch\nimport torch.nn as tnn\nfrom torch import nn\n"
+     "from torch.nn.utils.rnn import pad_sequence\nfrom torch.nn import utils\n\n"
+     "def pad(rows):\n    return (nn.utils.rnn.pad_sequence(rows), pad_sequence(rows),\n"
+     "            torch.nn.utils.rnn.pad_sequence(rows), tnn.utils.clip_grad_norm_(rows, 1.0),\n"
+     "            utils.rnn.pad_sequence(rows))\n"),
     ("public submodules of torch and numpy", "import torch.nn.init as init\n"
      "from torch.nn.init import xavier_uniform_\nimport numpy.linalg\n"
      "from torch.distributions import Categorical\n"),

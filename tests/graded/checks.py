@@ -169,3 +169,6 @@ NORM_OPS = ("native_layer_norm", "native_layer_norm_backward", "native_group_nor
             "cudnn_batch_norm", "miopen_batch_norm", "_fused_rms_norm", "_fused_rms_norm_backward")
 # PyTorch's fused encoder layer (nn.TransformerEncoderLayer's inference fast path).
 LAYER_OPS = ("_transformer_encoder_layer_fwd",)
+# PyTorch's negative log-likelihood: what F.cross_entropy reaches.
+NLL_OPS = ("nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
+           "nll_loss2d_backward", "nll_loss_nd", "cross_entropy_loss")

@@ -23,7 +23,7 @@ from torch import nn
 
 from annotated_transformer.course.grading.sandbox import LearnerNotImplemented
 
-from checks import assert_close, assert_tensor
+from checks import LOGSUMEXP_OPS, NLL_OPS, SOFTMAX_OPS, assert_close, assert_tensor
 from mistakes import first_match, named
 from torch_models import TorchEncoderDecoder, greedy_decode
 
@@ -42,6 +42,11 @@ BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
 INTEGRATION = {"6.5"}
 FORBIDDEN = {"6.2": ("label_smoothing=",)}
+# While the 6.2 loss runs: elementary ops only (an allow-list, grading/allowed_ops.py), with
+# log_softmax, logsumexp and PyTorch's plain cross-entropy ("+": allowed too), and never
+# F.cross_entropy given a label smoothing, by keyword, by position or through a module.
+FORBIDDEN_OPS = {"6.2": (*(f"+{op}" for op in (*SOFTMAX_OPS, *LOGSUMEXP_OPS, *NLL_OPS)),
+                         "F.cross_entropy:label_smoothing")}
 f64 = torch.float64
 BATCH_FIELDS = ("src", "src_mask", "tgt_input", "tgt_labels", "tgt_mask", "num_tokens")
 # A small encoder-decoder (TransformerConfig.small(11, dropout=0.0, tie_embeddings=False)) for

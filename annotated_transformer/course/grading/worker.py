@@ -10,8 +10,9 @@ what it computes itself.
 Before any learner code is imported the worker lowers its own limits (no file may grow,
 no core dump, a ceiling on memory), can drop to an unprivileged user and confines the
 parts registry to the learner's folder. While a probe of an exercise that asks the learner
-to write an op runs, that op is refused at PyTorch's dispatch level, whatever name reached
-it: a first line, for the learner's message. Nothing here is a guarantee: the learner's
+to write an op runs (the chapter's import included), only elementary aten ops are allowed
+at PyTorch's dispatch level, whatever name reached them (:mod:`.allowed_ops`): a first
+line, for the learner's message. Nothing here is a guarantee: the learner's
 code can undo anything in this process, which is why the boundary around it
 (:mod:`~annotated_transformer.course.grading.boundary`) and the verdict outside it are what
 the grade rests on.
@@ -24,6 +25,7 @@ every thread on SIGUSR1 (the sandbox asks for it to name the line of an endless 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
@@ -78,35 +80,6 @@ def drop_privileges(user: str) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))  # threads count too
 
 
-# ---------------------------------------------------------------- what the learner may not reach
-
-
-class ForbiddenOpUsed(RuntimeError):
-    """The learner's code reached an op the exercise asks them to write."""
-
-
-def forbid_ops(ops: list[str], exercise: str):
-    """A dispatch mode that refuses the aten ops ``ops`` (``"_softmax"``, ...) and records
-    every attempt (a learner's ``try``/``except`` around the call cannot hide it)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    refused = set(ops)
-
-    class ForbidOps(TorchDispatchMode):
-        hits: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func._schema.name.split("::")[-1]
-            if name in refused:
-                self.hits.append(name)
-                raise ForbiddenOpUsed(
-                    f"Exercise {exercise} asks you to write this yourself, but your code "
-                    f"called PyTorch's aten.{name} (through torch's own function or module)")
-            return func(*args, **(kwargs or {}))
-
-    return ForbidOps()
-
-
 # ---------------------------------------------------------------- running a probe
 
 
@@ -121,8 +94,12 @@ class Worker:
             sys.path.append(config["variants_dir"])
         self.test_modules: dict[str, ModuleType] = {}
         import torch  # imported before any learner code, then watched
-        import torch.utils._python_dispatch  # noqa: F401 - the forbidden-op mode
 
+        from annotated_transformer.course.grading import allowed_ops
+
+        # The guard of a probe, built now, before any learner code, and held here only: an
+        # exercise file that replaces a name of this module or of allowed_ops changes nothing.
+        self._guard = allowed_ops.guard_factory()
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
 
         from annotated_transformer import parts
@@ -173,22 +150,21 @@ class Worker:
         from annotated_transformer.parts import use_parts
 
         probe = self.probe(request["file"], request["function"])
-        mode = None
+        guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
+            "forbid_ops"] else None
+        hits: list[str] = guarded[1] if guarded is not None else []
         try:
-            # The chapter module first: whatever its import changes (the default dtype, grad
-            # mode, the random state) is reset before the probe runs.
-            module, built = self.chapter_module(request.get("source", self.source),
-                                                request["chapter"])
-            torch.set_default_dtype(torch.float32)
-            torch.set_grad_enabled(True)
-            torch.manual_seed(request["seed"])
-            random.seed(request["seed"])
-            with use_parts(built):
-                if request["forbid_ops"]:
-                    mode = forbid_ops(request["forbid_ops"], request["exercise"])
-                    with mode:
-                        value = probe(module, **request["kwargs"])
-                else:
+            # The guard is on before the chapter module is imported; whatever that import
+            # changes (the default dtype, grad mode, the random state) is reset before the
+            # probe runs.
+            with guarded[0] if guarded is not None else contextlib.nullcontext():
+                module, built = self.chapter_module(request.get("source", self.source),
+                                                    request["chapter"])
+                torch.set_default_dtype(torch.float32)
+                torch.set_grad_enabled(True)
+                torch.manual_seed(request["seed"])
+                random.seed(request["seed"])
+                with use_parts(built):
                     value = probe(module, **request["kwargs"])
             try:
                 reply: dict[str, Any] = {"ok": True, "value": plain(value)}
@@ -200,10 +176,11 @@ class Worker:
             reply = {"ok": False, "kind": "blocked", "message": _text(error)}
         except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
             reply = {"ok": False, "kind": "raised", **self.describe(error)}
-        if mode is not None and mode.hits:
+        if hits:
             reply = {"ok": False, "kind": "forbidden",
                      "message": f"Exercise {request['exercise']} may not use PyTorch's "
-                                f"aten.{mode.hits[0]}: write it yourself (see the docstring)"}
+                                f"{hits[0]}: write it yourself with elementary tensor "
+                                f"operations (see the docstring)"}
         return reply
 
     def describe(self, error: BaseException) -> dict[str, Any]:
@@ -274,13 +251,14 @@ def main() -> int:
     if config["user"]:
         protocol.decode(protocol.encode({"ready": torch_zero()}))  # load what replies need
         drop_privileges(config["user"])
+    handle = worker.handle  # bound now: a learner's change to the class changes nothing
     protocol.write_frame(replies, {"ready": True})
     while True:
         try:
             request = protocol.read_frame(requests)
         except EOFError:
             return 0
-        reply = worker.handle(request)
+        reply = handle(request)
         for stream in (sys.stdout, sys.stderr):  # what it printed goes out before the reply
             try:
                 stream.flush()

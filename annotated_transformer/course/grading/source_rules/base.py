@@ -164,12 +164,37 @@ class CheckerBase:
         return isinstance(base, ast.Name) and base.id in SELF_NAMES
 
     def check_attribute_name(self, node: ast.AST, name: str, code: str,
-                             base: ast.AST | None) -> None:
+                             base: ast.AST | None, parent: str | None = None) -> None:
         """Banned attribute names, and standard modules that PyTorch and friends re-export
         (``torch.os``), unless an attribute of the learner's own ``self``."""
-        problem = attribute_problem(name, own=self._self_based(base))
+        if base is not None and self._names_module(base, "torch.nn"):
+            parent = "torch.nn"
+        problem = attribute_problem(name, own=self._self_based(base), parent=parent)
         if problem:
             self.add(node, f"`{code}` is not allowed in an exercise file: {problem}")
+
+    def _names_module(self, node: ast.AST, module: str) -> bool:
+        """Whether ``node`` is that module for sure: a name bound only by importing it
+        (``from torch import nn``, ``import torch.nn as nn``), or an attribute chain of such a
+        name (``torch.nn``)."""
+        if isinstance(node, ast.Attribute):
+            above, _, last = module.rpartition(".")
+            return node.attr == last and bool(above) and self._names_module(node.value, above)
+        if not isinstance(node, ast.Name):
+            return False
+        values = [v for n, v in self.bindings if n == node.id]
+        return bool(values) and all(self._imports_as(v, node.id, module) for v in values)
+
+    @staticmethod
+    def _imports_as(value: ast.AST | None, name: str, module: str) -> bool:
+        """Whether the binding ``value`` of ``name`` is an import of ``module`` as ``name``."""
+        if isinstance(value, ast.ImportFrom):
+            return any(f"{value.module}.{a.name}" == module and (a.asname or a.name) == name
+                       for a in value.names if (a.asname or a.name) == name)
+        if isinstance(value, ast.Import):
+            return any(a.name == module and (a.asname or a.name) == name
+                       for a in value.names if (a.asname or a.name.split(".")[0]) == name)
+        return False
 
     def check_forbidden_name(self, node: ast.AST, name: str, code: str) -> None:
         """The op an exercise asks the learner to write, by any attribute or import."""

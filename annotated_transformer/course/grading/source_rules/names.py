@@ -54,7 +54,8 @@ class NameRules(CheckerBase):
             self.add(node, f"`from {module} import {name}` is not allowed in an exercise "
                            f"file: from {module} import only {allowed}")
         else:
-            self.check_attribute_name(node, name, f"from {module} import {name}", None)
+            self.check_attribute_name(node, name, f"from {module} import {name}", None,
+                                      parent=module)
             self.check_forbidden_name(node, name, f"from {module} import {name}")
 
     # -------------------------------------------------------------- names

@@ -107,6 +107,9 @@ _BANNED_GROUPS = {
 }
 BANNED_ATTRIBUTES = {name: reason for reason, names in _BANNED_GROUPS.items()
                      for name in names.split()}
+# Banned names that are honest tensor utilities under one parent: ``nn.utils`` (padding,
+# gradient clipping, parametrizations) is not ``torch.utils`` (data loaders, native code).
+UTILITIES_UNDER = {"utils": frozenset({"torch.nn"})}
 # Global module hooks (register_module_forward_hook, ...) act on every module, the grader's too.
 BANNED_PREFIXES = {"register_module_": "installs a hook on every module or tensor"}
 # PyTorch, numpy, typing and dataclasses hand out standard modules as attributes
@@ -181,9 +184,12 @@ def is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
-def attribute_problem(name: str, own: bool = False) -> str | None:
+def attribute_problem(name: str, own: bool = False, parent: str | None = None) -> str | None:
     """Why an attribute (or imported) name is refused, or None. ``own``: an attribute of the
-    learner's ``self``, which may share a name with a standard module."""
+    learner's ``self``, which may share a name with a standard module; ``parent``: the module
+    it is taken from, when known for sure (``torch.nn`` for ``torch.nn.utils``)."""
+    if parent is not None and parent in UTILITIES_UNDER.get(name, ()):
+        return None
     reason = BANNED_ATTRIBUTES.get(name) or next(
         (r for prefix, r in BANNED_PREFIXES.items() if name.startswith(prefix)), None)
     if reason:
@@ -203,10 +209,11 @@ def module_problem(module: str) -> str | None:
     root, *parts = module.split(".")
     if root not in ("torch", "numpy") or not parts:
         return f"import only {ALLOWED_IMPORTS}"
-    for part in parts:
+    for at, part in enumerate(parts):
+        before = ".".join([root, *parts[:at]])
         if part.startswith("_"):
             return f"`{part}` is internal (its name starts with `_`); import only {ALLOWED_IMPORTS}"
-        problem = attribute_problem(part)
+        problem = attribute_problem(part, parent=before)
         if problem:
             return f"`{part}`: {problem}"
     return None

@@ -1,0 +1,162 @@
+"""What the code of a guarded exercise may reach at PyTorch's dispatcher: an allow-list.
+
+An exercise that asks the learner to write an op PyTorch already has (softmax, LayerNorm,
+attention, a layer, label smoothing) is graded with every aten op outside ``ELEMENTARY``
+refused while its probe runs, and the exercise's own forbidden ops refused too (a test
+file's ``FORBIDDEN_OPS``). An entry there that starts with ``+`` allows one more op for
+that exercise (6.2, a loss, may reach ``_log_softmax``; its ``nll_loss`` stays refused).
+``ELEMENTARY`` holds the building blocks of an honest answer and of the probes that call
+it: arithmetic and elementwise functions, reductions, matrix products, views, indexing,
+copies and creation, random draws and dropout, embedding lookup, and the backward ops of
+these. A fused kernel (``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``,
+``native_layer_norm``, ``_softmax``) is not among them, so it is refused whatever Python
+name reached it: ``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``, a helper of
+another chapter's file, an argument passed by position. Ops that PyTorch decomposes before
+dispatch (``linear``, ``einsum``, ``cross_entropy``) arrive as the ops they decompose into.
+
+The worker builds its guard from this module when it starts, before any learner code is
+imported, and keeps it where no name of an exercise file reaches (:mod:`.worker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+_GROUPS = {
+    "arithmetic": "add sub rsub mul div neg reciprocal pow remainder fmod floor_divide abs "
+                  "sign sgn square addcmul addcdiv lerp true_divide",
+    "elementwise": "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan tanh sinh cosh "
+                   "asin acos atan atan2 sigmoid relu gelu silu erf erfc erfinv floor ceil "
+                   "round trunc frac clamp clamp_min clamp_max clip maximum minimum fmax fmin "
+                   "hypot xlogy threshold hardtanh leaky_relu elu softplus",
+    "comparison": "eq ne lt le gt ge isnan isinf isfinite isneginf isposinf logical_and "
+                  "logical_or logical_not logical_xor bitwise_and bitwise_or bitwise_not "
+                  "bitwise_xor where nan_to_num signbit isclose equal allclose",
+    "reduction": "sum mean amax amin max min argmax argmin prod var std var_mean std_mean "
+                 "norm linalg_vector_norm cumsum cumprod any all count_nonzero aminmax "
+                 "median nansum nanmean topk sort argsort kthvalue unique_consecutive "
+                 "_unique2 unique_dim",
+    "linear algebra": "mm bmm matmul addmm addbmm baddbmm addmv mv dot vdot outer ger "
+                      "_unsafe_view tril triu diag diagonal diag_embed trace",
+    "views": "view reshape _reshape_alias expand expand_as permute transpose t squeeze "
+             "unsqueeze flatten unflatten contiguous clone detach alias slice select narrow "
+             "split split_with_sizes chunk unbind movedim as_strided unfold view_as "
+             "numpy_T T lift_fresh lift_fresh_copy _to_copy to copy_ copy _copy_from "
+             "_copy_from_and_resize resize_ set_ _local_scalar_dense item type_as "
+             "view_as_real view_as_complex real imag conj resolve_conj resolve_neg "
+             "_conj _neg_view is_same_size fill_ fill zero_ _has_compatible_shallow_copy_type",
+    "indexing": "index index_put index_put_ _index_put_impl_ index_select gather scatter "
+                "scatter_ scatter_add scatter_add_ scatter_reduce masked_fill masked_fill_ "
+                "masked_select masked_scatter take take_along_dim nonzero nonzero_static "
+                "index_add index_add_ index_copy index_fill repeat repeat_interleave tile "
+                "cat stack hstack vstack flip roll pad constant_pad_nd sym_size sym_stride "
+                "sym_numel sym_storage_offset searchsorted bucketize",
+    "creation": "empty empty_like empty_strided new_empty new_empty_strided new_zeros "
+                "new_ones new_full zeros zeros_like ones ones_like full full_like arange "
+                "linspace logspace eye scalar_tensor tensor rand rand_like randn randn_like "
+                "randint randint_like randperm normal normal_ uniform_ bernoulli bernoulli_ "
+                "multinomial exponential_ random_ one_hot _efficientzerotensor",
+    "layers": "embedding embedding_dense_backward native_dropout native_dropout_backward "
+              "dropout feature_dropout alpha_dropout",
+    "backward": "threshold_backward sigmoid_backward tanh_backward gelu_backward "
+                "silu_backward hardtanh_backward leaky_relu_backward elu_backward "
+                "softplus_backward pow_backward mul_backward sum_backward "
+                "expand_backward select_backward slice_backward index_select_backward "
+                "masked_fill_backward gather_backward _unsafe_index_put "
+                "new_empty_strided embedding_backward",
+    "in place": "add_ sub_ mul_ div_ neg_ clamp_ clamp_min_ clamp_max_ exp_ log_ sqrt_ "
+                "pow_ relu_ sigmoid_ tanh_ abs_ floor_ round_ addcmul_ addcdiv_ lerp_ "
+                "copysign_ masked_scatter_ tril_ triu_ transpose_ t_ squeeze_ unsqueeze_ "
+                "detach_ requires_grad_ nan_to_num_ where_ fill_diagonal_ clamp_",
+}
+ELEMENTARY = frozenset(name for names in _GROUPS.values() for name in names.split())
+
+
+def op_name(func) -> str:
+    """``aten::_softmax.default`` -> ``_softmax``: the op, without its namespace and
+    overload (any overload of an allowed op is allowed)."""
+    return func._schema.name.split("::")[-1]
+
+
+class ForbiddenOpUsed(RuntimeError):
+    """The learner's code reached an op the exercise does not allow."""
+
+
+def guard_factory():
+    """A function ``guard(ops, exercise)`` that makes the guard of one probe, a context
+    manager, and the list of what it refused. It refuses every aten op outside
+    ``ELEMENTARY`` (and the ``+op`` of ``ops``) and the other ops of ``ops``; an entry
+    ``F.name:argument`` refuses ``torch.nn.functional.name`` called with that argument
+    other than its default, by keyword or by position (a module that calls it so, too).
+    Every refusal is recorded (a learner's ``try``/``except`` around the call cannot hide
+    it) in a list that only the guard and its caller hold. Everything it needs is bound
+    here, once, before any learner code runs, so that nothing an exercise file can later
+    assign changes what it refuses."""
+    import inspect
+
+    import torch.nn.functional
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    elementary, name_of, error = ELEMENTARY, op_name, ForbiddenOpUsed
+    frozen, text, listed = frozenset, str, list
+    dispatch_enter, dispatch_exit = TorchDispatchMode.__enter__, TorchDispatchMode.__exit__
+    function_enter, function_exit = TorchFunctionMode.__enter__, TorchFunctionMode.__exit__
+    functional = {name: (value, inspect.signature(value))
+                  for name, value in vars(torch.nn.functional).items()
+                  if inspect.isfunction(value) and not name.startswith("_")}
+
+    def guard(ops: Iterable[str], exercise: str) -> tuple[Any, list[str]]:
+        ops = listed(text(op) for op in ops)
+        arguments = {}  # the function, its signature and the argument it may not be given
+        for op in ops:
+            if op.startswith("F."):
+                name, _, argument = op[2:].partition(":")
+                function, signature = functional[name]
+                arguments[function] = (name, signature, argument)
+        allowed = ((elementary | frozen(op[1:] for op in ops if op.startswith("+")))
+                   - frozen(op for op in ops if not op.startswith(("+", "F."))))
+        hits: list[str] = []
+        where = text(exercise)
+
+        def refuse(what: str) -> None:
+            hits.append(what)
+            raise error(f"Exercise {where} asks you to write this yourself, but your code "
+                        f"reached PyTorch's {what}, which an answer to it does not need "
+                        f"(through torch's own function or module)")
+
+        class Ops(TorchDispatchMode):
+            __enter__, __exit__ = dispatch_enter, dispatch_exit  # as before any learner code
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = name_of(func)
+                if name not in allowed:
+                    refuse(f"aten.{name}")
+                return func(*args, **(kwargs or {}))
+
+        class Functions(TorchFunctionMode):
+            __enter__, __exit__ = function_enter, function_exit
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if func in arguments:
+                    name, signature, argument = arguments[func]
+                    given = signature.bind(*args, **(kwargs or {})).arguments
+                    if argument in given and given[argument] != signature.parameters[
+                            argument].default:
+                        refuse(f"F.{name} with {argument}")
+                return func(*args, **(kwargs or {}))
+
+        class Guard:
+            def __enter__(self) -> None:
+                self.modes = (Functions(), Ops())
+                for mode in self.modes:
+                    mode.__enter__()
+
+            def __exit__(self, *exc: object) -> None:
+                for mode in reversed(self.modes):
+                    mode.__exit__(*exc)
+
+        return Guard(), hits
+
+    return guard

@@ -1,0 +1,190 @@
+"""The allow-list at PyTorch's dispatcher, attacked directly in the worker.
+
+As in tests/test_sandbox.py, the static rules are skipped on purpose: the worker is handed a
+chapter file that reaches a guarded exercise's result by another road (a fused kernel behind
+a module, an argument passed by position) or that replaces the grader's own guard, as a
+learner past those rules would. Each road must be refused, and an honest answer built from
+elementary ops must still run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from probes.worker_probes import call
+
+from annotated_transformer.course.grading import allowed_ops
+from annotated_transformer.course.grading.sandbox import ForbiddenCall, Learner, WorkerPool
+
+PROBES = Path(__file__).resolve().parent / "probes"
+SOFTMAX = ("_softmax", "_log_softmax", "logsumexp")  # 2.1's own forbidden ops, in part
+NLL = ("+_log_softmax", "+nll_loss_forward", "F.cross_entropy:label_smoothing")  # 6.2's
+
+ROADS = '''
+import functools
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def softmax(x, dim=-1):
+    exp = (x - x.amax(dim, keepdim=True)).exp()
+    return exp / exp.sum(dim, keepdim=True)
+
+
+def honest_with_utilities(x):
+    """Elementary ops through PyTorch's tensor utilities: padding, stacking, where."""
+    rows = nn.utils.rnn.pad_sequence([x[0], x[1, :2]], batch_first=True)
+    return torch.where(rows > 0, rows, torch.zeros_like(rows)).sum() + softmax(x).sum()
+
+
+def fused_attention(x):
+    """nn.MultiheadAttention in eval mode without gradients: PyTorch's fused CPU kernel."""
+    attention = nn.MultiheadAttention(4, 1, batch_first=True).eval()
+    with torch.no_grad():
+        attention(x[None, :, :4].float(), x[None, :, :4].float(), x[None, :, :4].float(),
+                  need_weights=False)
+    return softmax(x)
+
+
+def fused_encoder_layer(x):
+    """LayerNorm from nn.TransformerEncoderLayer's fused fast path (zero attention and
+    feed-forward leave norm2(norm1(x)))."""
+    layer = nn.TransformerEncoderLayer(4, 1, 4, dropout=0.0, batch_first=True).eval()
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.zero_()
+        return layer(x[None, :, :4].float())[0]
+
+
+def smoothing_by_position(x):
+    target = torch.zeros(x.shape[0], dtype=torch.long)
+    return F.cross_entropy(x, target, None, None, -100, None, "mean", 0.1)
+
+
+def smoothing_by_module(x):
+    target = torch.zeros(x.shape[0], dtype=torch.long)
+    return nn.CrossEntropyLoss(label_smoothing=0.1)(x, target)
+
+
+def plain_cross_entropy(x):
+    return F.cross_entropy(x, torch.zeros(x.shape[0], dtype=torch.long), None, None, -100,
+                           None, "mean", 0.0)
+
+
+def replaces_the_guard(x):
+    """What the update_wrapper escape led to: the grader's own names replaced."""
+    worker = sys.modules["annotated_transformer.course.grading.worker"]
+    guard = sys.modules["annotated_transformer.course.grading.allowed_ops"]
+    dispatch = sys.modules["torch.utils._python_dispatch"]
+    worker.forbid_ops = lambda ops, exercise: None
+    guard.ELEMENTARY = frozenset({"_softmax"}) | guard.ELEMENTARY
+    guard.guard_factory = lambda: (lambda refused, exercise: (None, []))
+    guard.op_name = lambda func: "exp"
+    dispatch.TorchDispatchMode.__enter__ = lambda self: self
+    worker.Worker.handle = lambda self, request: {"ok": True, "value": 1.0}
+    return torch.softmax(x, -1)
+
+
+REPLACED = replaces_the_guard
+'''
+
+
+@pytest.fixture(scope="module")
+def folder():
+    path = Path(tempfile.mkdtemp(prefix="roads-"))
+    os.chmod(path, 0o755)  # readable by an unprivileged worker too
+    (path / "ch02_attention.py").write_text(ROADS)
+    os.chmod(path / "ch02_attention.py", 0o644)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    yield pool
+    pool.close()
+
+
+def learner(pool, folder, forbid_ops, exercise="2.1"):
+    return Learner(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0, cpu_seconds=30.0)
+
+
+X = torch.randn(3, 5, dtype=torch.float64)
+
+
+def test_an_honest_answer_with_tensor_utilities_runs(pool, folder):
+    found = learner(pool, folder, SOFTMAX).run(call, name="honest_with_utilities", x=X)
+    rows = torch.nn.utils.rnn.pad_sequence([X[0], X[1, :2]], batch_first=True)
+    assert torch.allclose(found, rows.clamp(min=0).sum() + 3)
+
+
+@pytest.mark.parametrize(("name", "exercise", "refused", "op"), [
+    ("fused_attention", "2.1", SOFTMAX,
+     "aten._native_multi_head_attention|aten._scaled_dot_product_"),
+    ("fused_encoder_layer", "5.1", ("native_layer_norm",),
+     "aten._transformer_encoder_layer_fwd|aten._scaled_dot_product_|aten.native_layer_norm"),
+    ("smoothing_by_position", "6.2", NLL, "F.cross_entropy with label_smoothing"),
+    ("smoothing_by_module", "6.2", NLL, "F.cross_entropy with label_smoothing"),
+])
+def test_a_fused_or_unlisted_op_is_refused_whatever_name_reached_it(pool, folder, name,
+                                                                     exercise, refused, op):
+    """Which op is met first depends on the road PyTorch takes inside (a fused kernel or the
+    attention it falls back to); each is outside the allow-list."""
+    with pytest.raises(ForbiddenCall, match=rf"PyTorch's ({op})") as refused_call:
+        learner(pool, folder, refused, exercise).run(call, name=name, x=X)
+    assert str(refused_call.value).startswith(f"Exercise {exercise} ")
+
+
+def test_the_guard_cannot_be_replaced_by_the_code_it_guards(folder):
+    """The file replaces every name of the grader it can reach, then calls torch.softmax:
+    refused, and so is every later call (the guard was built before any learner code)."""
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    try:
+        _replaced(pool, folder)
+    finally:
+        pool.close()
+
+
+def _replaced(pool, folder):
+    with pytest.raises(ForbiddenCall, match="aten._softmax"):
+        learner(pool, folder, SOFTMAX).run(call, name="replaces_the_guard", x=X)
+    with pytest.raises(ForbiddenCall, match="aten._softmax"):
+        learner(pool, folder, SOFTMAX).run(call, name="REPLACED", x=X)
+
+
+def test_a_plain_cross_entropy_is_allowed_where_the_smoothing_is_not(pool, folder):
+    found = learner(pool, folder, NLL, "6.2").run(call, name="plain_cross_entropy", x=X)
+    assert torch.allclose(found, torch.nn.functional.cross_entropy(X, torch.zeros(3).long()))
+
+
+def test_an_exercise_may_allow_one_more_op_and_refuse_an_elementary_one():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None
+    mode, hits = allowed_ops.guard_factory()(("+_log_softmax", "gather"), "6.2")
+    assert not hits
+    with mode:
+        torch.log_softmax(X, -1)
+        with pytest.raises(allowed_ops.ForbiddenOpUsed, match="aten.gather"):
+            X.gather(1, torch.zeros(3, 1, dtype=torch.long))
+    assert hits == ["aten.gather"]
+
+
+def test_the_allow_list_holds_the_building_blocks_and_no_fused_kernel():
+    for op in ("exp", "sum", "amax", "matmul", "mm", "bmm", "where", "masked_fill", "gather",
+               "embedding", "native_dropout"):
+        assert op in allowed_ops.ELEMENTARY, op
+    for op in ("_softmax", "_log_softmax", "logsumexp", "native_layer_norm",
+               "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+               "_scaled_dot_product_flash_attention_for_cpu", "nll_loss_forward", "kl_div"):
+        assert op not in allowed_ops.ELEMENTARY, op
