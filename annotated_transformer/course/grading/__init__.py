@@ -29,6 +29,8 @@ The worker (where the learner's code runs)
   - :mod:`.output`: what the worker prints, drained as it comes and kept bounded.
   - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
   - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
+  - :mod:`.allowed_ops`: the aten ops a guarded exercise's code may reach (an allow-list),
+    refused at PyTorch's dispatcher whatever name reached the others.
   - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``).
 
 Rules
