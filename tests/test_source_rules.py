@@ -158,6 +158,18 @@ BAD = [
     ("torch.utils through a name that is not torch.nn", "import torch\nnn = torch\n"
      "loader = nn.utils.data.DataLoader([])\n", 3, None, "processes or threads"),
     ("torch.utils by name", "from torch import utils\n", 1, None, "processes or threads"),
+    # functools.wraps's partial: its keywords dict edited, and update_wrapper then copies a
+    # module's namespace by name. Any change to an object reached through an attribute of a
+    # library object, or to a name bound to such an attribute, is refused, whatever spelling.
+    ("a library object's attribute changed", "import functools\n\n\ndef f():\n    pass\n\n\nw = functools.wraps(f)\n"
+     "w.keywords['updated'] = ('x',)\n", 9, None, "not one you built"),
+    ("an attribute read, then changed", "import functools\n\n\ndef f():\n    pass\n\n\nkw = functools.wraps(f).keywords\n"
+     "kw['updated'] = ('x',)\n", 9, None, "not one you built"),
+    ("changed in place by a method", "import functools\n\n\ndef f():\n    pass\n\n\nw = functools.wraps(f)\n"
+     "w.keywords.update(updated=('x',))\n", 9, None, "not one you built"),
+    ("an attribute read, changed by a method", "import functools\n\n\ndef f():\n    pass\n\n\nfor w in [functools.wraps(f)]:\n"
+     "    kw = w.keywords\n    kw.setdefault('updated', ('x',))\n", 10, None,
+     "not one you built"),
     ("private torch module", "from torch._refs import softmax\n", 1, None, "`_refs` is internal"),
     ("torch module re-exporting os", "import torch.os\n", 1, None, "`os` is a module"),
     ("the course's other names", "from annotated_transformer.parts import Parts\n", 1, None,
@@ -381,6 +393,10 @@ GOOD = [
      "import numpy as np\nimport torch\n\ndef f(x, m):\n"
      "    return (torch.select(x, 0, 1), x.chunk(2), np.array([1.0]).copy(), torch.trace(m),\n"
      "            x.type(torch.float64), x.abs())\n"),
+    ("own containers and tensors changed", "import torch\nfrom torch import nn\n\n"
+     "def f(n):\n    x = torch.zeros(n)\n    x[0] = 1.0\n    x.requires_grad = True\n"
+     "    rows = [x]\n    rows.append(x)\n    seen = dict()\n    seen['x'] = x\n"
+     "    seen.update(y=x)\n    layers = nn.ModuleList()\n    layers.append(nn.Linear(2, 2))\n"),
     ("own attributes", "import torch\n\nclass A:\n    def __init__(self):\n"
      "        self.queue = []\n        self.softmax_scale = 1.0\n\ndef f():\n"
      "    w = torch.zeros(3)\n    w.requires_grad = True\n    w[0] = 1.0\n"

@@ -19,7 +19,9 @@ of anything but ``self``/``cls``; banned attribute names (:data:`BANNED_ATTRIBUT
 standard library's module names that PyTorch re-exports, ``torch.os``); special methods by an
 allow-list (:data:`ALLOWED_DUNDER_METHODS`); no metaclass and no Tensor subclass; ``super``
 only as ``super().method``; ``str.format`` only on a literal without attribute fields; no
-assignment or ``del`` on an imported module or class or a name that hands one on; no
+assignment or ``del`` on an imported module or class or a name that hands one on, nor
+on an object reached through an attribute of a library object (``w.keywords[...]``, also
+changed in place by ``update``, ``append``...); no
 ``functools.update_wrapper`` and ``functools.wraps`` with its one argument only (their
 other arguments copy attributes named by strings, a module's namespace among them); every
 name the file uses is a built-in or bound in the file (a name from nowhere was put in the

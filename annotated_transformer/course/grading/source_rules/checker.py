@@ -24,6 +24,7 @@ class Checker(NameRules, AttributeRules, DefinitionRules):
                 self.check_name(node)
             elif isinstance(node, ast.Attribute):
                 self.check_attribute(node)
+                self.check_mutation(node)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.check_definition(node)
             elif isinstance(node, ast.ClassDef):

@@ -3,6 +3,7 @@ subclasses, and assignments to what is not the learner's."""
 from __future__ import annotations
 
 import ast
+import functools
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase
 from annotated_transformer.course.grading.source_rules.expressions import root_name, value_expressions
@@ -14,6 +15,13 @@ from annotated_transformer.course.grading.source_rules.rules import (
     is_dunder,
 )
 from annotated_transformer.course.grading.source_rules.violations import snippet
+
+# Methods that change a dict, list or set in place.
+MUTATORS = frozenset("update setdefault pop popitem clear append extend insert remove add "
+                     "discard".split())
+_CHANGES = ("`{code}` is not allowed in an exercise file: it changes an object that "
+            "`{root}` reaches in PyTorch or Python's library, not one you built; build your "
+            "own (self.x = ..., or a new tensor)")
 
 
 class DefinitionRules(CheckerBase):
@@ -70,6 +78,70 @@ class DefinitionRules(CheckerBase):
         return not isinstance(value, ast.Import) and any(
             self._banned_base(inner) for inner in value_expressions(value))
 
+    # -------------------------------------------------------------- objects not the file's
+
+    @functools.cached_property
+    def reached(self) -> tuple[set[str], set[str]]:
+        """``(library, read)``: names bound to an object of PyTorch or of Python's library
+        (what an expression built from an import or a built-in gives: ``w =
+        functools.wraps(f)``, ``x = torch.zeros(3)``, and what those hand on), and names bound
+        to an attribute read of something not ``self``'s (``kw = w.keywords``): the objects
+        that a file reaches through names it may use, rather than builds itself."""
+        library = set(self.protected)
+        read: set[str] = set()
+        pairs = [(name, inner) for name, value in self.bindings if value is not None
+                 and not isinstance(value, (ast.Import, ast.ImportFrom))
+                 for inner in value_expressions(value)]
+        for name, value in pairs:
+            root = root_name(value)
+            if isinstance(value, ast.Attribute) and not (root is not None
+                                                         and root.id in SELF_NAMES):
+                read.add(name)
+        changed = True
+        while changed:  # a name bound to what a library name gives is a library object
+            changed = False
+            for name, value in pairs:
+                root = root_name(value)
+                if name not in library and root is not None and (
+                        root.id in library or self._unbound_builtin(root)):
+                    library.add(name)
+                    changed = True
+        return library, read
+
+    def changes_a_reached_object(self, node: ast.AST, store: bool) -> str | None:
+        """The name through which ``node`` (a store target, or the receiver of a method
+        that changes it in place) reaches an object not the file's, or None: an object
+        reached through an attribute of a library object (``w.keywords[...] = ...``), or
+        anything of a name bound to an attribute read (``kw[...] = ...``). A tensor's own
+        items and fields (``x[i] = 0``, ``x.requires_grad = True``) and the learner's
+        ``self`` are the file's to change."""
+        root = root_name(node)
+        if root is None or root.id in SELF_NAMES:
+            return None
+        library, read = self.reached
+        through_attribute = False
+        part = node.value if store and isinstance(node, (ast.Attribute, ast.Subscript)) else node
+        while isinstance(part, (ast.Attribute, ast.Subscript, ast.Call)):
+            through_attribute |= isinstance(part, ast.Attribute)
+            part = part.func if isinstance(part, ast.Call) else part.value
+        if root.id in read or (through_attribute and root.id in library):
+            return root.id
+        return None
+
+    def check_mutation(self, node: ast.Attribute) -> None:
+        """``obj.update(...)``, ``obj.append(...)``... on an object reached, not built: a
+        store by another spelling (``functools.wraps(f).keywords.update(...)``)."""
+        call = self.parent.get(id(node))
+        if not (node.attr in MUTATORS and isinstance(call, ast.Call) and call.func is node):
+            return
+        receiver = node.value
+        if isinstance(receiver, ast.Name):
+            through = receiver.id if receiver.id in self.reached[1] else None
+        else:
+            through = self.changes_a_reached_object(receiver, store=False)
+        if through is not None:
+            self.add(node, _CHANGES.format(code=snippet(call), root=through))
+
     # -------------------------------------------------------------- assignments
 
     def check_store(self, node: ast.AST) -> None:
@@ -84,3 +156,7 @@ class DefinitionRules(CheckerBase):
             self.add(node, f"`{snippet(node)}` is not allowed in an exercise file: it changes "
                            f"`{root.id}`, which is not yours; assign to your own objects "
                            f"(self.x = ...)")
+            return
+        through = self.changes_a_reached_object(node, store=True)
+        if through is not None:
+            self.add(node, _CHANGES.format(code=snippet(node), root=through))
