@@ -188,3 +188,84 @@ def test_the_allow_list_holds_the_building_blocks_and_no_fused_kernel():
                "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
                "_scaled_dot_product_flash_attention_for_cpu", "nll_loss_forward", "kl_div"):
         assert op not in allowed_ops.ELEMENTARY, op
+
+
+# ---------------------------------------------------------------- through the grader
+
+MHA_SOFTMAX = '''\
+    # softmax(x) as the weights of an attention whose keys are x: PyTorch's fused kernel.
+    moved = x.movedim(dim, -1)
+    n = moved.shape[-1]
+    if moved.numel() == 0:
+        return moved.clone().movedim(-1, dim)
+    rows = moved.reshape(-1, n).float()
+    attention = nn.MultiheadAttention(n, 1, bias=False, batch_first=True).eval()
+    with torch.no_grad():
+        attention.in_proj_weight.copy_(torch.eye(n).repeat(3, 1))
+        attention.out_proj.weight.copy_(torch.eye(n))
+        scale = n ** 0.5
+        keys = torch.zeros(rows.shape[0], n, n)
+        keys[:, :, 0] = rows * scale
+        query = torch.zeros(rows.shape[0], 1, n)
+        query[:, 0, 0] = 1.0
+        values = torch.eye(n).expand(rows.shape[0], n, n)
+        out, _ = attention(query, keys, values, need_weights=False)
+    return out[:, 0].to(x.dtype).reshape(moved.shape).movedim(-1, dim)
+'''
+POSITIONAL_SMOOTHING = '''\
+        ignore = -100 if self.ignore_index is None else self.ignore_index
+        if bool((target == ignore).all()):
+            return logits.sum() * 0.0
+        return F.cross_entropy(logits, target, None, None, ignore, None, "mean", self.smoothing)
+'''
+
+
+def _with(chapter_file: str, exercise: str, body: str, header: str) -> str:
+    from annotated_transformer.course.authoring import stubs
+
+    text = (stubs.SOLUTIONS_DIR / chapter_file).read_text()
+    marker = f"# BEGIN SOLUTION {exercise}"
+    start = text.rindex(marker)
+    start = text.rindex("\n", 0, start) + 1
+    end = text.index("# END SOLUTION", start)
+    end = text.rindex("\n", 0, end) + 1
+    text = text[:start] + body + text[end:]
+    at = text.index("\nimport torch\n") + len("\nimport torch\n")
+    return text[:at] + header + text[at:]
+
+
+PLAIN_CROSS_ENTROPY = POSITIONAL_SMOOTHING.replace(', "mean", self.smoothing)', ', "mean")')
+
+
+def _graded(folder: Path, softmax: str, loss: str) -> dict:
+    from annotated_transformer.course.authoring import stubs
+    from annotated_transformer.course.grading import grade
+
+    folder.mkdir()
+    stubs.write_stubs(folder)
+    (folder / "ch02_attention.py").write_text(
+        _with("ch02_attention.py", "2.1", softmax, "from torch import nn\n"))
+    (folder / "ch06_training.py").write_text(
+        _with("ch06_training.py", "6.2", loss, "import torch.nn.functional as F\n"))
+    return {r.id: r for r in grade.summarize(grade.run_tests([2, 6], str(folder)))}
+
+
+@pytest.mark.slow  # two chapters graded twice
+def test_forbidden_roads_score_only_the_honest_content_through_the_grader(tmp_path):
+    """2.1 computed by nn.MultiheadAttention's fused kernel and 6.2's label smoothing passed
+    to F.cross_entropy by position: names the static rules allow, results the allow-list
+    refuses. Each exercise is forbidden and earns what the same file earns without the
+    forbidden road (2.1 returning zeros, 6.2 a plain cross-entropy, right only without
+    smoothing): nothing for the road itself."""
+    assert "self.smoothing" not in PLAIN_CROSS_ENTROPY
+    attack = _graded(tmp_path / "attack", MHA_SOFTMAX, POSITIONAL_SMOOTHING)
+    control = _graded(tmp_path / "control", "    return torch.zeros_like(x)\n",
+                      PLAIN_CROSS_ENTROPY)
+    for exercise in ("2.1", "6.2"):
+        assert attack[exercise].status == "forbidden", attack[exercise]
+        assert control[exercise].status in ("failed", "error"), control[exercise]
+        assert attack[exercise].points == control[exercise].points, (attack[exercise],
+                                                                     control[exercise])
+    assert attack["2.1"].points == 0 and "aten." in attack["2.1"].message
+    assert "label_smoothing" in attack["6.2"].message
+    assert attack["2.3"].status == "passed" and attack["6.1"].status == "passed"
