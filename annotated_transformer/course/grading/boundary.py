@@ -70,7 +70,8 @@ def describe(sandboxed: bool) -> str:
                 f"{limits.describe()}")
     why = unavailable() or "not asked for"
     return (f"none ({why}): the code under test ran with the rights of the user who graded, "
-            f"limited in CPU seconds; this grade is feedback, not a grade to record")
+            f"limited in CPU seconds and in waiting; memory and processes: "
+            f"{limits.describe()}; this grade is feedback, not a grade to record")
 
 
 def _namespaces() -> list[str]:
