@@ -342,14 +342,14 @@ def test_a_chapter_whose_import_crashes_costs_two_workers(fresh, tmp_path):
     assert str(tmp_path) not in fresh.workers  # refused without starting a worker
 
 
-def test_code_slowed_by_a_busy_machine_is_not_waiting(pool, folder, monkeypatch):
+def test_code_slowed_by_a_busy_machine_is_not_waiting(fresh, folder, monkeypatch):
     monkeypatch.setattr(watch, "WAIT_SECONDS", 0.5)  # far less than the machine delays it
-    learner(pool, folder).run(call, name="softmax", x=X)  # the worker started
+    learner(fresh, folder).run(call, name="softmax", x=X)  # the worker started
     spinners = [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"])
                 for _ in range(4 * (os.cpu_count() or 1))]
     try:
         time.sleep(1)  # they run
-        assert learner(pool, folder, cpu_seconds=60).run(call, name="computes", x=3e7) > 0
+        assert learner(fresh, folder, cpu_seconds=60).run(call, name="computes", x=3e7) > 0
     finally:
         for spinner in spinners:
             spinner.kill()
