@@ -414,6 +414,15 @@ def test_processes_are_bounded_and_die_with_the_worker(fresh, folder, monkeypatc
     assert not group.exists() and not worker.meter.descendants()
 
 
+@CGROUP
+def test_the_groups_of_a_grader_that_is_gone_are_removed():
+    stale = [base / "grading-999999999-0" for base in dict.fromkeys(limits._bases())]
+    for folder in stale:
+        folder.mkdir()
+    limits.Cgroup.make().close()
+    assert not [folder for folder in stale if folder.exists()]
+
+
 def test_without_a_cgroup_the_grader_counts_the_processes(fresh, folder, monkeypatch):
     monkeypatch.setattr(limits.Cgroup, "make", classmethod(lambda cls: None))
     monkeypatch.setattr(limits, "TASKS", 40)

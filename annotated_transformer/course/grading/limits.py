@@ -45,6 +45,7 @@ class Cgroup:
         bases = _bases()
         if bases is None:
             return None
+        _sweep(bases)
         name = f"grading-{os.getpid()}-{next(_names)}"
         memory, pids = bases[0] / name, bases[1] / name
         made = []
@@ -114,6 +115,15 @@ class Cgroup:
                 if _remove(folder):
                     break
                 time.sleep(0.02)
+
+
+def _sweep(bases: tuple[Path, Path]) -> None:
+    """Remove the empty groups of graders that are gone (killed before they closed them)."""
+    for base in dict.fromkeys(bases):
+        for folder in base.glob("grading-*-*"):
+            owner = folder.name.split("-")[1]
+            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                _remove(folder)  # the kernel refuses a group that still has a process
 
 
 def _remove(folder: Path) -> bool:
