@@ -2,7 +2,9 @@
 
 The model decodes the input greedily; then one teacher-forced pass over the input and the
 output reads the weights every ``MultiHeadAttention`` keeps after its forward
-(``attention_weights [B, H, Lq, Lk]``, Exercise 3.3).
+(``attention_weights [B, H, Lq, Lk]``, Exercise 3.3). ``head_statistics`` measures what
+each head looks at over many sentences, so that a head's pattern is named from a test set,
+not from one map.
 """
 
 from __future__ import annotations
@@ -80,26 +82,29 @@ def attention_maps(model: Model, task: Task, text: str, max_len: int | None = No
 
 def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = None,
                         layers: Sequence[int] | None = None,
-                        columns: int | None = None) -> Figure:
+                        columns: int | None = None, heads: Sequence[int] | None = None
+                        ) -> Figure:
     """One heatmap per layer and head of each kind (``encoder``, ``decoder``, ``cross``; by
     default all the model has), of the ``layers`` given (default all; -1 is the last),
-    ``columns`` to a row (default one per head). Each panel grows with its tokens, so that
-    every label is readable; the keys' labels are written vertically."""
+    and ``heads`` given (default all), ``columns`` to a row (default one per head). Each
+    panel grows with its tokens, so that every label is readable; the keys' labels are
+    written vertically; each has its colour bar (the weight, from 0 to at most 1)."""
     kinds = kinds or tuple(k for k in ("encoder", "decoder", "cross") if getattr(maps, k))
     axes_of = {"encoder": (maps.source_tokens, maps.source_tokens, "encoder self-attention"),
                "decoder": (maps.output_tokens, maps.output_tokens, "decoder self-attention"),
                "cross": (maps.output_tokens, maps.source_tokens, "cross-attention")}
-    heads = getattr(maps, kinds[0])[0].size(0)
+    count_heads = getattr(maps, kinds[0])[0].size(0)
+    chosen_heads = range(count_heads) if heads is None else sorted({h % count_heads for h in heads})
     panels = []
     for kind in kinds:
         count = len(getattr(maps, kind))
         chosen = range(count) if layers is None else sorted({layer % count for layer in layers})
-        panels += [(kind, layer, head) for layer in chosen for head in range(heads)]
-    columns = columns or heads
+        panels += [(kind, layer, head) for layer in chosen for head in chosen_heads]
+    columns = min(columns or len(chosen_heads), len(panels))
     rows = -(-len(panels) // columns)
     longest_keys = max(len(axes_of[kind][1]) for kind in kinds)
     longest_queries = max(len(axes_of[kind][0]) for kind in kinds)
-    width, height = max(2.6, 0.16 * longest_keys + 1.2), max(2.5, 0.16 * longest_queries + 1.4)
+    width, height = max(3.0, 0.16 * longest_keys + 1.8), max(2.5, 0.16 * longest_queries + 1.4)
     figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(width * columns,
                                                                        height * rows),
                                 layout="constrained")
@@ -107,10 +112,74 @@ def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = Non
         queries, keys, name = axes_of[kind]
         heatmap(ax, getattr(maps, kind)[layer][head], f"{name}\nlayer {layer + 1}, head {head + 1}",
                 "key", "query", cmap="viridis", symmetric=False, xticklabels=keys,
-                yticklabels=queries, colorbar=False)
+                yticklabels=queries)
         ax.tick_params(labelsize=7)
         ax.tick_params(axis="x", labelrotation=90)
         ax.title.set_fontsize(8)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     return figure
+
+
+def map_statistics(weights: Tensor, self_attention: bool) -> dict[str, Tensor]:
+    """What each head of one map ``weights [H, Lq, Lk]`` (rows summing to 1) looks at:
+    per statistic a tensor ``[H]``, each a mean over the queries (rows).
+
+    - ``previous``: the weight on key ``t - 1`` (queries ``t >= 1``); self-attention only;
+    - ``same``: the weight on key ``t``, the query's own position; self-attention only;
+    - ``first``: the weight on key 0 (``^`` in the decoder);
+    - ``last``: the weight on the last key (``$`` of the source; in the causal decoder
+      only the last query sees it);
+    - ``diagonal``: the weight within one key of the proportional diagonal, key
+      ``round(t (Lk - 1) / (Lq - 1))``: an alignment that keeps the word order;
+    - ``monotone``: the share of consecutive queries whose likeliest key does not move
+      backwards (1 for a map that reads its keys in order).
+    """
+    if weights.dim() != 3 or min(weights.shape) == 0:
+        raise ValueError(f"weights must be [heads, queries, keys], got {tuple(weights.shape)}")
+    weights = weights.float()
+    heads, queries, keys = weights.shape
+    if self_attention and queries != keys:
+        raise ValueError(f"self-attention has as many queries as keys, got {queries} queries "
+                         f"and {keys} keys")
+    rows = torch.arange(queries)
+    stats = {}
+    if self_attention:
+        stats["previous"] = (weights[:, rows[1:], rows[1:] - 1].mean(-1) if queries > 1
+                             else torch.zeros(heads))
+        stats["same"] = weights[:, rows, rows].mean(-1)
+    stats["first"] = weights[:, :, 0].mean(-1)
+    stats["last"] = weights[:, :, -1].mean(-1)
+    centre = torch.round(rows * (keys - 1) / max(queries - 1, 1)).long()
+    near = (torch.arange(keys)[None, :] - centre[:, None]).abs() <= 1  # [Lq, Lk]
+    stats["diagonal"] = (weights * near).sum(-1).mean(-1)
+    steps = weights.argmax(-1).diff(dim=-1)  # [H, Lq - 1]
+    stats["monotone"] = ((steps >= 0).float().mean(-1) if queries > 1 else torch.ones(heads))
+    return stats
+
+
+@torch.no_grad()
+def head_statistics(model: Model, task: Task, pairs: Sequence[tuple[str, str]]
+                    ) -> dict[str, dict[str, Tensor]]:
+    """``map_statistics`` of every head, averaged over ``pairs`` of (source, reference):
+    per kind (``encoder``, ``decoder``, ``cross``), per statistic, a tensor ``[layers, H]``.
+    The decoder reads the reference (teacher forcing, one forward pass a pair, as in
+    training), not its own output, so that no decoding is needed."""
+    if not pairs:
+        raise ValueError("head_statistics needs at least one (source, reference) pair")
+    device = next(model.parameters()).device
+    model.eval()
+    totals: dict[str, dict[str, Tensor]] = {}
+    for source, reference in pairs:
+        src = torch.tensor([task.source_ids(source)], device=device)
+        tgt = torch.tensor([task.target_ids(reference)], device=device)
+        _, _, weights = model.read_attention(src, tgt)
+        for kind, layers in weights.items():
+            per_layer = [map_statistics(layer, self_attention=kind != "cross")
+                         for layer in layers]
+            for name in per_layer[0]:
+                value = torch.stack([stats[name] for stats in per_layer])  # [layers, H]
+                kind_totals = totals.setdefault(kind, {})
+                kind_totals[name] = kind_totals.get(name, 0) + value
+    return {kind: {name: value / len(pairs) for name, value in stats.items()}
+            for kind, stats in totals.items()}
