@@ -90,9 +90,10 @@ def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = Non
     panel grows with its tokens, so that every label is readable; the keys' labels are
     written vertically; each has its colour bar (the weight, from 0 to at most 1)."""
     kinds = kinds or tuple(k for k in ("encoder", "decoder", "cross") if getattr(maps, k))
-    axes_of = {"encoder": (maps.source_tokens, maps.source_tokens, "encoder self-attention"),
-               "decoder": (maps.output_tokens, maps.output_tokens, "decoder self-attention"),
-               "cross": (maps.output_tokens, maps.source_tokens, "cross-attention")}
+    source, output = ("source", maps.source_tokens), ("decoder input", maps.output_tokens)
+    axes_of = {"encoder": (source, source, "encoder self-attention"),
+               "decoder": (output, output, "decoder self-attention"),
+               "cross": (output, source, "cross-attention")}
     count_heads = getattr(maps, kinds[0])[0].size(0)
     chosen_heads = range(count_heads) if heads is None else sorted({h % count_heads for h in heads})
     panels = []
@@ -102,17 +103,19 @@ def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = Non
         panels += [(kind, layer, head) for layer in chosen for head in chosen_heads]
     columns = min(columns or len(chosen_heads), len(panels))
     rows = -(-len(panels) // columns)
-    longest_keys = max(len(axes_of[kind][1]) for kind in kinds)
-    longest_queries = max(len(axes_of[kind][0]) for kind in kinds)
+    longest_keys = max(len(axes_of[kind][1][1]) for kind in kinds)
+    longest_queries = max(len(axes_of[kind][0][1]) for kind in kinds)
     width, height = max(3.0, 0.16 * longest_keys + 1.8), max(2.5, 0.16 * longest_queries + 1.4)
     figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(width * columns,
                                                                        height * rows),
                                 layout="constrained")
     for ax, (kind, layer, head) in zip(axes.flat, panels, strict=False):  # spare axes hidden
-        queries, keys, name = axes_of[kind]
+        (query_name, queries), (key_name, keys), name = axes_of[kind]
         heatmap(ax, getattr(maps, kind)[layer][head], f"{name}\nlayer {layer + 1}, head {head + 1}",
-                "key", "query", cmap="viridis", symmetric=False, xticklabels=keys,
-                yticklabels=queries)
+                f"key: {key_name}", f"query: {query_name}", cmap="viridis", symmetric=False,
+                xticklabels=keys, yticklabels=queries)
+        ax.xaxis.label.set_fontsize(8)
+        ax.yaxis.label.set_fontsize(8)
         ax.tick_params(labelsize=7)
         ax.tick_params(axis="x", labelrotation=90)
         ax.title.set_fontsize(8)

@@ -389,7 +389,9 @@ def test_attention_maps_of_subwords_are_labelled_by_word_and_sized_to_their_toke
     assert not any("␣" in label for label in maps.source_tokens + maps.output_tokens)
     heads = maps.cross[0].size(0)
     figure = plot_attention_maps(maps, kinds=("cross",), layers=[-1], columns=2)
-    visible = [ax for ax in figure.axes if ax.get_visible()]
+    visible = [ax for ax in figure.axes if ax.get_visible() and ax.get_title()]  # no colour bars
     assert len(visible) == heads
+    colour_bars = [ax for ax in figure.axes if ax.get_visible() and not ax.get_title()]
+    assert len(colour_bars) == heads
     assert visible[0].get_title().endswith(f"layer {len(maps.cross)}, head 1")
     assert figure.get_size_inches()[0] >= 2 * (0.16 * len(maps.source_tokens) + 1.2) - 1e-9
