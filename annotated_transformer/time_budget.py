@@ -82,7 +82,8 @@ class BudgetSchedule:
         if step <= self.warmup and self.anchor_step < self.warmup:
             start, rate = self.anchor_step, self.anchor_lr
             return rate + (self.peak - rate) * (step - start) / (self.warmup - start)
-        start, rate = ((self.warmup, self.peak) if self.anchor_step <= self.warmup
+        start, rate = ((self.warmup, self.peak)
+                       if self.anchor_step < self.warmup or self.anchor_step == 0
                        else (self.anchor_step, self.anchor_lr))
         if self.total <= start:
             return 0.0
@@ -94,6 +95,8 @@ class BudgetSchedule:
         self.total = total
         if warmup is not None:
             self.warmup = warmup
+        if step < self.warmup and total <= self.warmup:  # no time left to finish warming up:
+            self.warmup = step  # decay from the rate reached, to zero at the new end
 
 
 @dataclass

@@ -187,3 +187,27 @@ def test_overrides_added_later_update_every_output_without_grading(tmp_path, cap
     with pytest.raises(SystemExit) as stop:
         regrade.main(["merge", "--out", str(tmp_path), "--overrides", str(overrides)])
     assert stop.value.code == 2 and "no reason" in capsys.readouterr().err
+
+
+def test_names_that_share_their_safe_characters_get_feedback_files_of_their_own(tmp_path):
+    book = book_of(("Zoë", (2, 2, 2)), ("Zoé", (0, 0, 0)), ("ann lee", (1, 1, 1)),
+                   ("ann_lee", (2, 0, 0)))
+    gradebook.write(tmp_path, book, {})
+    files = {p.read_text().splitlines()[0] for p in (tmp_path / "feedback").iterdir()}
+    assert len(files) == 4
+    assert gradebook.feedback_name("alice") == "alice"
+
+
+def test_a_chapter_graded_again_replaces_only_that_chapter_s_rows():
+    book = book_of(("ann", (2, 2, 2)))
+    book.put(Learner("ann", "/subs/ann", seed=4),
+             [Row("ann", "2.1", "t", 1, 2, "failed", "", "", 4)], chapters=[2])
+    assert [(r.exercise, r.points) for r in book.rows] == [("1.1", 2), ("1.2", 2), ("2.1", 1)]
+
+
+def test_an_override_that_names_no_graded_exercise_is_listed_apart(tmp_path):
+    book = book_of(("ann", (2, 2, 2)))
+    book.add_overrides([Override("Ann", "1.1", 0, "typo in the name")])
+    gradebook.write(tmp_path, book, {})
+    assert "typo in the name" in (tmp_path / "overrides-unmatched.csv").read_text()
+    assert book.totals() == {"ann": (6, 6)}

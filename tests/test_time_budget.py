@@ -256,3 +256,16 @@ def test_the_untimed_steps_stand_for_a_step_until_one_is_timed():
     p = planner(budget=30.0)
     run = simulate(p, lambda n: 3.0, eval_seconds=5.0, setup=15.0)
     assert run["step"] == 1 and not p.plans and run["end"] <= p.deadline
+
+
+def test_a_plan_cut_short_during_warmup_still_decays_to_zero_at_its_end():
+    """Planned with a warm-up of 80 steps, re-planned at step 50 to end at 70: the rate
+    falls from where it was to zero at step 70, never climbing on to the peak."""
+    from annotated_transformer.time_budget import BudgetSchedule
+
+    schedule = BudgetSchedule(peak=1.0, warmup=80, total=400)
+    at_50 = schedule(50)
+    schedule.replan(50, 70)
+    rates = [schedule(step) for step in range(50, 71)]
+    assert rates[0] == at_50 and rates[-1] == 0
+    assert all(a >= b for a, b in zip(rates, rates[1:]))

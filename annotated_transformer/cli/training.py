@@ -197,13 +197,18 @@ def run_train(args) -> int:
     parts = parse_parts(args.parts or recipe_parts(recipe))
     if args.lr_factor is not None and not args.lr_factor > 0:
         raise UsageError(f"--lr-factor must be positive, got {args.lr_factor}")
+    # The budget first: --steps (or --decay noam) in place of the recipe's budget is no budget.
+    budget = time_budget(args, recipe.train.time_budget)
+    if budget is not None and distributed.world_size() > 1:
+        raise UsageError("a time budget is planned by one process: under torchrun, give "
+                         "--steps N")
+    recipe = dataclasses.replace(recipe, train=dataclasses.replace(
+        recipe.train, time_budget=budget,
+        decay="linear" if budget is not None else recipe.train.decay))
     config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                                  eval_every=args.eval_every, eval_size=args.eval_size,
                                  decay=args.decay, lr_factor=args.lr_factor,
                                  max_tokens=args.max_tokens, warmup_steps=args.warmup)
-    budget = time_budget(args, config.time_budget)
-    config = dataclasses.replace(config, time_budget=budget,
-                                 decay="linear" if budget is not None else config.decay)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.threads:

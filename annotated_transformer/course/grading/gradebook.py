@@ -12,6 +12,7 @@ in every format: a code span in Markdown, a cell that never runs as a formula in
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
@@ -85,10 +86,19 @@ class Gradebook:
     overrides: list[Override] = field(default_factory=list)
     chapters: list[int] = field(default_factory=list)
 
-    def put(self, who: Learner, rows: list[Row]) -> None:
-        """Add ``who`` with ``rows``, replacing only that learner's earlier rows."""
+    def put(self, who: Learner, rows: list[Row], chapters: list[int] | None = None) -> None:
+        """Add ``who`` with ``rows``, replacing only that learner's earlier rows of
+        ``chapters`` (default: all of them; an error row replaces all of them too)."""
         self.learners[who.learner] = who
-        self.rows = [r for r in self.rows if r.learner != who.learner] + rows
+
+        def replaced(row: Row) -> bool:
+            if row.learner != who.learner:
+                return False
+            if chapters is None or not row.exercise or any(not r.exercise for r in rows):
+                return True
+            return int(row.exercise.split(".")[0]) in chapters
+
+        self.rows = [r for r in self.rows if not replaced(r)] + rows
 
     def order(self, names: list[str]) -> None:
         """Learners (and their rows) in the order of ``names``, each at its first place
@@ -110,6 +120,12 @@ class Gradebook:
         """Keep ``overrides``; a later one for the same learner and exercise replaces it."""
         keyed = {(o.learner, o.exercise): o for o in [*self.overrides, *overrides]}
         self.overrides = list(keyed.values())
+
+    def unmatched_overrides(self) -> list[Override]:
+        """The adjustments that name no learner's exercise in the gradebook (a typo, or a
+        learner who could not be graded): kept, applied to nothing."""
+        rows = {(r.learner, r.exercise) for r in self.rows}
+        return [o for o in self.overrides if (o.learner, o.exercise) not in rows]
 
     def effective_rows(self) -> list[Row]:
         """The rows with the overrides applied (the graded points kept in ``override``)."""
@@ -274,9 +290,13 @@ def feedback(book: Gradebook, name: str) -> str:
 
 
 def feedback_name(name: str) -> str:
-    """A file name for a learner's feedback: their name with anything but letters, digits,
-    ``.``, ``_`` and ``-`` replaced."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "learner"
+    """A file name for a learner's feedback: their name where it is only letters, digits,
+    ``.``, ``_`` and ``-``; else those characters of it and a digest of the whole name, so
+    that two names never share a file."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
+    if safe == name and safe:
+        return safe
+    return f"{safe or 'learner'}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
@@ -287,6 +307,12 @@ def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
     write_report(out / "grades-wide.csv", wide_csv(book))
     folder = out / "feedback"
     folder.mkdir(exist_ok=True)
+    unmatched = book.unmatched_overrides()
+    if unmatched:
+        write_report(out / "overrides-unmatched.csv", _csv(list(OVERRIDE_COLUMNS), [
+            [getattr(o, c) for c in OVERRIDE_COLUMNS] for o in unmatched]))
+    elif (out / "overrides-unmatched.csv").exists():
+        (out / "overrides-unmatched.csv").unlink()
     for name in book.learners:
         write_report(folder / f"{feedback_name(name)}.md", feedback(book, name))
     return [out / "gradebook.json", out / "gradebook.csv", out / "grades-wide.csv", folder]

@@ -117,7 +117,8 @@ def _imports(path: Path, package: Path) -> set[str]:
     (``b`` may be a module)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # unreadable (a learner's file can be built to be): its hash already says changed
         return set()
     inside = path.parent.relative_to(package.parent).parts if package in path.parents else ()
     found: set[str] = set()

@@ -203,8 +203,17 @@ def regrade(sources: list[str], names: list[str], run: Run, jobs: int = 1,
         return done
     with ProcessPoolExecutor(max_workers=jobs,
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        for future in as_completed([pool.submit(grade_one, *task) for task in tasks]):
-            finished(*future.result())
+        futures = {pool.submit(grade_one, *task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                finished(*future.result())
+            except Exception as error:  # its process died (killed, out of memory)
+                source, name = futures[future][:2]
+                who = Learner(name, without_credentials(source), seed=run.seed,
+                              graded_at=_now())
+                finished(who, [error_row(who, RuntimeError(
+                    f"the process grading this submission stopped ({error!r})"),
+                    _possible_points(run.chapters))])
     return done
 
 
@@ -323,6 +332,14 @@ def _course_commit() -> str | None:
     return commit or None
 
 
+def warn_unmatched(book: gradebook.Gradebook, out: Path) -> None:
+    """Say which overrides apply to nothing (kept in ``overrides-unmatched.csv``)."""
+    for o in book.unmatched_overrides():
+        print(f"warning: the override of {o.learner!r} {o.exercise!r} names no graded "
+              f"exercise of the gradebook: not applied (listed in "
+              f"{out / 'overrides-unmatched.csv'})", file=sys.stderr)
+
+
 def write_all(out: Path, book: gradebook.Gradebook, about: dict[str, Any]) -> None:
     """The gradebook's files, then the class's summary rebuilt from the whole gradebook."""
     gradebook.write(out, book, about)
@@ -370,6 +387,7 @@ def merge_main(argv: list[str]) -> int:
             book.add_overrides(gradebook.read_overrides(args.overrides))
     except (OSError, ValueError) as error:
         parser.error(str(error))
+    warn_unmatched(book, args.out)
     write_all(args.out, book, about)
     print(f"Merged {len(args.folders)} gradebook(s) into {args.out}: "
           f"{len(book.learners)} learner(s)")
@@ -419,11 +437,12 @@ def main(argv: list[str] | None = None) -> int:
           f"learner is done", flush=True)
 
     def keep(who: Learner, rows: list[Row]) -> None:  # written at once: a stop loses nothing
-        book.put(who, rows)
+        book.put(who, rows, chapters)
         gradebook.write(args.out, book, about)
 
     graded = regrade(sources, names, run, args.jobs, on_graded=keep)
     book.order([*earlier, *names])
+    warn_unmatched(book, args.out)
     write_all(args.out, book, about)
     print(f"Gradebook: {args.out / 'gradebook.csv'}, {args.out / 'gradebook.json'}, "
           f"{args.out / 'grades-wide.csv'} and {args.out / 'feedback'}/")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,8 +246,8 @@ class Report:
                          f"{f'`{row.mistake}`' if row.mistake else ''} |")
         for check, bad in ((self.integrity, self.integrity and self.integrity.changes),
                            (self.workflow, self.workflow and self.workflow.changed)):
-            if check is not None:
-                warning = " ".join(check.lines())
+            if check is not None:  # it names the submission's files: data, not markup
+                warning = markdown_code(" ".join(check.lines()))
                 lines += ["", f"> **{warning}**" if bad else warning]
         return "\n".join(lines) + "\n"
 
@@ -325,6 +326,6 @@ def format_points(rows: list[ExerciseResult]) -> str:
 
 def write_report(path: Path, text: str) -> None:
     """Write a report whole or not at all: a partial file first, renamed into place."""
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)

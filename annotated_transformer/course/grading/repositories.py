@@ -30,6 +30,11 @@ def without_credentials(source: str) -> str:
     return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", source)
 
 
+def _without_any_credentials(text: str) -> str:
+    """``text`` with a user or token removed from every URL in it."""
+    return re.sub(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@", r"\1", text)
+
+
 def parse_deadline(text: str) -> datetime:
     """``2026-12-01T23:59+01:00`` as a moment; a time without its zone is refused (a class's
     learners and its machines are not all in one)."""
@@ -45,8 +50,13 @@ def parse_deadline(text: str) -> datetime:
 
 
 def _git(clone: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True,
-                          timeout=GIT_TIMEOUT, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
+    try:
+        done = subprocess.run(["git", "-C", str(clone), "-c", "filter.lfs.required=false",
+                               *args], capture_output=True, text=True, timeout=GIT_TIMEOUT,
+                              env=env)
+    except subprocess.TimeoutExpired:
+        raise SubmissionError(f"git {args[0]} did not finish in {GIT_TIMEOUT} s") from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
         raise SubmissionError(f"git {args[0]} failed: {why}")
@@ -62,11 +72,16 @@ def clone(url: str, dest: Path) -> None:
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True,
                               timeout=CLONE_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SubmissionError(f"cannot clone {without_credentials(url)}: {error}") from error
+    except subprocess.TimeoutExpired:  # its text holds the command, the URL's token with it
+        raise SubmissionError(f"cannot clone {without_credentials(url)}: no answer within "
+                              f"{CLONE_TIMEOUT} s") from None
+    except OSError as error:
+        raise SubmissionError(f"cannot clone {without_credentials(url)}: "
+                              f"{error.strerror}") from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
-        raise SubmissionError(f"cannot clone {without_credentials(url)}: {why}")
+        raise SubmissionError(f"cannot clone {without_credentials(url)}: "
+                              f"{_without_any_credentials(why)}")
 
 
 def checkout(clone_dir: Path, who, branch: str | None, deadline: datetime | None) -> None:

@@ -441,10 +441,12 @@ class WorkerPool:
             else:
                 self.waited.add((key, chapter))
                 what = "Importing your chapter file" if stopped.at_import else "Your exercise"
-                message = (f"{stopped} {what} waited: its other tests are not run (fix the "
-                           f"wait, then grade again).")
+                how = ("waited" if stopped.reason == "waited"
+                       else "did not finish its answer")  # "reply": half an answer, then nothing
+                message = (f"{stopped} {what} {how}: its other tests are not run (fix it, "
+                           f"then grade again).")
                 self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (
-                    functools.partial(WorkerTimeout, message, reason="waited",
+                    functools.partial(WorkerTimeout, message, reason=stopped.reason,
                                       at_import=stopped.at_import))
             worker.close()
             del self.workers[key]
