@@ -51,6 +51,8 @@ COURSE_COMMANDS = (
             "annotated_transformer.course.distribution.classroom:main"),
     Command("regrade", "re-grade many submissions into one gradebook (for instructors)",
             "annotated_transformer.course.grading.regrade:main"),
+    Command("hint", "the next hint for an exercise: the idea, the approach, the tricky line",
+            "annotated_transformer.course.hints:main"),
     Command("bench", "how fast the course's Transformer trains, beside PyTorch's own",
             "annotated_transformer.bench.command:main"),
 )

@@ -49,6 +49,7 @@ LAYERS = {
     # The course's tools, in layers of their own: distribution above grading above its rules.
     "annotated_transformer.course": 4,  # its __init__: the map of the tools
     "annotated_transformer.course.authoring": 4,  # the stubs
+    "annotated_transformer.course.hints": 4,  # hints in three levels, for the command and the book
     "annotated_transformer.course.grading.source_rules": 4,  # what an exercise file may do
     "annotated_transformer.course.grading": 5,  # the grader, its worker and the re-grade
     "annotated_transformer.course.distribution": 6,  # the release and the Classroom workflow

@@ -4,6 +4,8 @@
   parts and report points (``grade``, ``regrade``), the worker and its rules.
 - :mod:`~annotated_transformer.course.authoring`: what maintainers write the course with
   (``stubs``: the exercises generated from the reference).
+- :mod:`~annotated_transformer.course.hints`: three hints per exercise, one level at a
+  time (``hint``), and the book's page of them.
 - :mod:`~annotated_transformer.course.distribution`: what goes to learners (``release``:
   the course without its answers; ``classroom``: the GitHub Classroom workflow).
 
