@@ -92,6 +92,24 @@ def test_wrong_variants_fail_and_right_variants_pass():
     assert not problems, "\n".join(problems)
 
 
+# Wrong answers that pass every check a wrong answer can pass (shapes, devices, properties):
+# they earn nothing, since those checks pay only with the values.
+EARN_NOTHING = {"only_first_key": "4.1", "identity_mask": "4.2",
+                "identity_plus_first_key": "4.3", "SkeletonWithoutAttention": "3.3"}
+
+
+@pytest.mark.slow  # four exercises' variants graded
+def test_answers_right_only_in_shape_and_properties_earn_nothing():
+    records = grade.run_tests(None, "variants", exercises=sorted(set(EARN_NOTHING.values())))
+    for name, exercise in EARN_NOTHING.items():
+        mine = [r for r in records if r["parts"] == f"variant:{name}"]
+        assert {r["exercise"] for r in mine} == {exercise}, name
+        assert any(r["outcome"] == "passed" for r in mine), f"{name} passes no check at all"
+        [row] = grade.summarize(mine)
+        assert row.points == 0, f"{name}: {row.points} points for a wrong answer"
+        assert "count once the tests on good input pass" in row.message, row.message
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_exercise_has_tests_and_wrong_and_right_variants(chapter):
     test_file = grade.chapter_test_files([chapter])[chapter]
@@ -104,6 +122,11 @@ def test_every_exercise_has_tests_and_wrong_and_right_variants(chapter):
     integration = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                         and getattr(n.targets[0], "id", "") == "INTEGRATION"), set())
     assert set(declared) == graded == regions | integration, (declared, graded, regions)
+    # Every exercise has tests of its values, on which its other tests' points wait.
+    valued = set(re.findall(r'@pytest\.mark\.grade\("(\d+\.\d+)"[^)]*values=True',
+                            test_file.read_text()))
+    assert valued == set(declared), f"exercises without a test of values=True: " \
+        f"{sorted(set(declared) - valued)}"
     for exercise in set(declared) - integration:
         kinds = {v.correct for v in variants.for_chapter(chapter) if v.exercise == exercise}
         assert kinds == {True, False}, f"exercise {exercise} needs wrong and right variants"

@@ -131,6 +131,18 @@ MISTAKES = {
     "module's dropout to the attention of 2.2, which applies it to the weights.",
     "3.3/values-by-k-proj": "This is the output with the values projected by k_proj: project "
     "value with v_proj.",
+    "3.3/keys-by-q-proj": "This is the output with the keys projected by q_proj: project key "
+    "with k_proj.",
+    "3.3/one-head": "This is attention with one head over all d_model features, scaled by "
+    "sqrt(d_model): split the projections into num_heads heads of d_k = d_model / num_heads "
+    "features (3.1), attend within each head (2.2 then divides by sqrt(d_k)) and merge them "
+    "(3.2).",
+    "3.3/scaled-by-sqrt-d_model": "This is the output with each head's scores divided by "
+    "sqrt(d_model), the width of all heads together: each head's scores are divided by the "
+    "width of one head, sqrt(d_k) (what 2.2 does with the split heads it is given).",
+    "3.3/heads-merged-d_k-major": "This is the output with the heads merged in the reversed "
+    "order ([B, L, d_k, H]: feature j of every head, then j + 1): head 0's d_k features come "
+    "first, then head 1's; use merge_heads of 3.2.",
     # 4.1 padding_mask
     "4.1/inverted": "Your mask is True at the padding and False at the real tokens, the "
     "opposite of the course's convention (True = attention allowed): compare tokens != pad_id, "
@@ -165,6 +177,9 @@ MISTAKES = {
     "5.1/statistics-over-the-batch": "This is x normalised with the mean and variance over "
     "the batch (dim 0), as BatchNorm does: LayerNorm takes them over the features of each "
     "position alone, x.mean(-1, keepdim=True).",
+    "5.1/statistics-over-positions": "This is x normalised with the mean and variance over "
+    "the positions (dim -2) instead of the features: LayerNorm takes each position's own "
+    "statistics over its d_model features, x.mean(-1, keepdim=True).",
     "5.1/statistics-over-positions-too": "This is x normalised with statistics over the "
     "positions and the features together: LayerNorm normalises each position's feature vector "
     "alone, over the last dimension only.",
@@ -198,6 +213,9 @@ MISTAKES = {
     "5.4/norm-first-not-passed-on": "With norm_first=True this is the post-LN layer: pass "
     "norm_first on to each ResidualConnection.",
     # 5.5 DecoderLayer
+    "5.5/self-attention-unmasked": "This is the layer with its self-attention given no mask: "
+    "each target position sees the later ones (and the padding). Pass tgt_mask to the "
+    "self-attention over x (src_mask goes to the cross-attention).",
     "5.5/memory-unused": "Changing the encoder's memory did not change the decoder's output: "
     "cross-attention takes its queries from the decoder and its keys and values from memory, "
     "cross_attn(y, memory, memory, src_mask).",
@@ -235,6 +253,9 @@ MISTAKES = {
     "tgt[:, 1:].",
     "6.3/labels-include-bos": "tgt_labels is tgt[:, :-1], the decoder's input: the labels are "
     "the next tokens, tgt[:, 1:] (position t predicts token t + 1).",
+    "6.3/shift-reversed": "The shift is reversed: tgt_input is tgt[:, 1:] (no BOS) and "
+    "tgt_labels tgt[:, :-1], so each position would predict the token before it. The decoder "
+    "reads tgt[:, :-1] (BOS first) and predicts tgt[:, 1:] (position t predicts token t + 1).",
     "6.3/padding-counted": "num_tokens counts the padding too ({counted} labels): count the "
     "labels that are not pad_id, int((tgt_labels != pad_id).sum()).",
     "6.3/target-mask-not-causal": "tgt_mask is the padding mask alone: each position would see "

@@ -146,7 +146,7 @@ def rotation(offset: int, d_model: int, frequency=None) -> torch.Tensor:
 # ---------------------------------------------------------------- 1.1 positional_encoding
 
 
-@pytest.mark.grade("1.1", points=3)
+@pytest.mark.grade("1.1", points=3, values=True)
 @pytest.mark.parametrize("max_len, d_model", [(1, 2), (10, 6), (50, 64), (128, 512)])
 def test_table_matches_formula(learner, max_len, d_model):
     pe = assert_tensor(learner.run(table_of, max_len=max_len, d_model=d_model),
@@ -159,7 +159,7 @@ def test_table_matches_formula(learner, max_len, d_model):
                  "counts sin/cos pairs)? Sine in even columns, cosine in odd ones?")
 
 
-@pytest.mark.grade("1.1", points=1)
+@pytest.mark.grade("1.1", points=1, values=True)
 def test_long_table_within_float32_rounding(learner):
     pe = learner.run(table_of, max_len=5000, d_model=128)
     # float32 angles up to 5000 radians carry rounding of about 5000 * 2**-24 ~ 3e-4.
@@ -197,7 +197,7 @@ def test_rejects_bad_d_model(learner, d_model):
 # ---------------------------------------------------------------- 1.2 PositionalEncoding
 
 
-@pytest.mark.grade("1.2", points=2)
+@pytest.mark.grade("1.2", points=2, values=True)
 def test_adds_table_to_input(learner):
     x = torch.randn(3, 25, 16)
     expected = x.double() + reference_table(25, 16)
@@ -245,7 +245,7 @@ def test_keeps_input_dtype(learner, dtype):
                  hint="Convert the table to x's dtype (self.pe[:L].to(x.dtype)) before adding.")
 
 
-@pytest.mark.grade("1.2", points=2)
+@pytest.mark.grade("1.2", points=2, values=True)
 def test_dropout_after_the_sum_and_off_in_eval(learner):
     x = torch.randn(4, 50, 32, dtype=torch.float64)
     total = x + reference_table(50, 32)
@@ -283,7 +283,7 @@ def test_too_long_sequence_names_both_lengths(learner):
 # ---------------------------------------------------------------- 1.3 TokenEmbedding
 
 
-@pytest.mark.grade("1.3", points=2)
+@pytest.mark.grade("1.3", points=2, values=True)
 @pytest.mark.parametrize("d_model", [4, 64])
 def test_lookup_scaled_by_sqrt_d_model(learner, d_model):
     tokens = torch.randint(0, 11, (3, 7))
@@ -327,7 +327,7 @@ def test_gradient_reaches_the_table(learner):
 # ---------------------------------------------------------------- 1.4 relative_position_matrix
 
 
-@pytest.mark.grade("1.4", points=3)
+@pytest.mark.grade("1.4", points=3, values=True)
 @pytest.mark.parametrize("offset", [0, 1, 5, -3, 40])
 def test_shift_is_a_matrix_product(learner, offset):
     d_model, positions = 16, torch.arange(50, 90)

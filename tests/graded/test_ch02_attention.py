@@ -153,7 +153,7 @@ def check_weights(weights, query, key, name, hint, mask=None, value=None):
 # ---------------------------------------------------------------- 2.1 softmax
 
 
-@pytest.mark.grade("2.1", points=3)
+@pytest.mark.grade("2.1", points=3, values=True)
 @pytest.mark.parametrize("shape, dim", [((7,), 0), ((4, 9), -1), ((4, 9), 0), ((2, 3, 5), 1),
                                         ((2, 3, 5), -1), ((2, 3, 4, 6), 2)])
 def test_softmax_matches_torch(learner, shape, dim):
@@ -178,7 +178,7 @@ def test_softmax_default_dim_is_last(learner):
                  "softmax(x) (default dim=-1)")
 
 
-@pytest.mark.grade("2.1", points=2)
+@pytest.mark.grade("2.1", points=2, values=True)
 def test_softmax_does_not_overflow(learner):
     x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=f64)
     out = learner.run(softmax_of, x=x)
@@ -194,7 +194,7 @@ def test_softmax_does_not_overflow(learner):
                  hint="Subtract the maximum before exp.")
 
 
-@pytest.mark.grade("2.1", points=2)
+@pytest.mark.grade("2.1", points=2, values=True)
 def test_all_minus_inf_slice_gives_zeros(learner):
     x = torch.randn(3, 5, dtype=f64)
     x[1] = float("-inf")
@@ -210,7 +210,7 @@ def test_all_minus_inf_slice_gives_zeros(learner):
                  "before subtracting, then guard the sum (0 on such a row) before dividing.")
 
 
-@pytest.mark.grade("2.1", points=1)
+@pytest.mark.grade("2.1", points=1, values=True)
 def test_softmax_gradient_matches_torch(learner):
     x = torch.randn(4, 6, dtype=f64, requires_grad=True)
     upstream = torch.randn(4, 6, dtype=f64)
@@ -231,7 +231,7 @@ SHAPES = [  # batch shape, Lq, Lk, d_k, d_v
 ]
 
 
-@pytest.mark.grade("2.2", points=3)
+@pytest.mark.grade("2.2", points=3, values=True)
 @pytest.mark.parametrize("batch, lq, lk, d_k, d_v", SHAPES)
 def test_attention_matches_pytorch(learner, batch, lq, lk, d_k, d_v):
     q = torch.randn(*batch, lq, d_k, dtype=f64)
@@ -271,7 +271,7 @@ MASKS = {
 }
 
 
-@pytest.mark.grade("2.2", points=3)
+@pytest.mark.grade("2.2", points=3, values=True)
 @pytest.mark.parametrize("kind", list(MASKS))
 def test_mask_matches_pytorch(learner, kind):
     b, h, lq, lk, d = 2, 3, 6, 6, 8
@@ -287,7 +287,7 @@ def test_mask_matches_pytorch(learner, kind):
                  f"output with a {kind} mask")
 
 
-@pytest.mark.grade("2.2", points=2)
+@pytest.mark.grade("2.2", points=2, values=True)
 def test_fully_masked_query_gives_zeros_not_nan(learner):
     q, k, v = torch.randn(1, 3, 4, dtype=f64), torch.randn(1, 5, 4, dtype=f64), torch.randn(
         1, 5, 2, dtype=f64)
@@ -324,7 +324,7 @@ def test_dropout_is_applied_to_the_weights(learner):
                  hint="Apply dropout to the weights, then multiply by value.")
 
 
-@pytest.mark.grade("2.2", points=1)
+@pytest.mark.grade("2.2", points=1, values=True)
 def test_gradients_match_pytorch(learner):
     q, k, v = (torch.randn(2, 2, 5, 4, dtype=f64, requires_grad=True) for _ in range(3))
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -354,7 +354,7 @@ def test_mismatched_shapes_are_explained(learner):
 # ---------------------------------------------------------------- 2.3 Jacobian
 
 
-@pytest.mark.grade("2.3", points=3)
+@pytest.mark.grade("2.3", points=3, values=True)
 @pytest.mark.parametrize("batch", [(), (4,), (2, 3)])
 def test_jacobian_matches_autograd(learner, batch):
     n = 5

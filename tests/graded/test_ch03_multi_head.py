@@ -200,15 +200,40 @@ def mistaken_outputs(state, query, memory, bias):
             without_out.out_proj.bias.zero_()
     found[named("3.3/no-out-proj")] = without_out
     heads_mixed = heads_without_transpose(state, query, memory, bias)
-    state = dict(state)
+    original, state = state, dict(state)
     state["v_proj.weight"] = state["k_proj.weight"]
     if bias:
         state["v_proj.bias"] = state["k_proj.bias"]
     found[named("3.3/values-by-k-proj")] = pytorch_twin(state, bias=bias)
+    state = dict(original)
+    state["k_proj.weight"] = state["q_proj.weight"]
+    if bias:
+        state["k_proj.bias"] = state["q_proj.bias"]
+    found[named("3.3/keys-by-q-proj")] = pytorch_twin(state, bias=bias)
+    found[named("3.3/one-head")] = pytorch_twin(original, heads=1, bias=bias)
     with torch.no_grad():
         outputs = {mistake: module(query, memory, memory)[0] for mistake, module in found.items()}
     outputs[named("3.3/heads-without-transpose")] = heads_mixed
+    outputs[named("3.3/scaled-by-sqrt-d_model")] = by_hand(original, query, memory, bias,
+                                                           scale=16 ** 0.5)
+    outputs[named("3.3/heads-merged-d_k-major")] = by_hand(original, query, memory, bias,
+                                                           d_k_major=True)
     return outputs
+
+
+def by_hand(state, query, memory, bias, heads=4, scale=None, d_k_major=False):
+    """Multi-head attention computed here, scaled by ``scale`` (sqrt(d_k) unless given), the
+    heads merged d_k-major (feature j of every head, then j + 1) with ``d_k_major``."""
+    def project(name, x):
+        out = x @ state[f"{name}.weight"].T
+        return out + state[f"{name}.bias"] if bias else out
+
+    q, k, v = (project(p, x).unflatten(-1, (heads, -1)).transpose(1, 2)
+               for p, x in zip(PROJECTIONS[:3], (query, memory, memory), strict=True))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / (scale or q.size(-1) ** 0.5), dim=-1)
+    out = weights @ v  # [B, H, Lq, d_k]
+    merged = out.permute(0, 2, 3, 1) if d_k_major else out.transpose(1, 2)
+    return project("out_proj", merged.flatten(2))
 
 
 def heads_without_transpose(state, query, memory, bias, heads=4):
@@ -241,7 +266,7 @@ def named_mistake(output, state, query, memory, bias, hint):
 # ---------------------------------------------------------------- 3.1 and 3.2
 
 
-@pytest.mark.grade("3.1", points=3)
+@pytest.mark.grade("3.1", points=3, values=True)
 @pytest.mark.parametrize("batch, length, d_model, heads", [(2, 5, 8, 2), (1, 7, 12, 3),
                                                            (3, 4, 16, 16), (2, 6, 8, 1)])
 def test_split_heads(learner, batch, length, d_model, heads):
@@ -275,7 +300,7 @@ def test_split_heads_explains_indivisible_width(learner):
     )
 
 
-@pytest.mark.grade("3.2", points=3)
+@pytest.mark.grade("3.2", points=3, values=True)
 @pytest.mark.parametrize("batch, heads, length, d_k", [(2, 2, 5, 4), (1, 3, 7, 4), (3, 8, 2, 2)])
 def test_merge_heads(learner, batch, heads, length, d_k):
     x = torch.randn(batch, length, heads * d_k, dtype=f64)
@@ -302,7 +327,7 @@ def test_merge_inverts_split_both_ways(learner):
 # ---------------------------------------------------------------- 3.3 MultiHeadAttention
 
 
-@pytest.mark.grade("3.3", points=2)
+@pytest.mark.grade("3.3", points=2, values=True)
 @pytest.mark.parametrize("lq, lk", [(5, 5), (4, 7)], ids=["self", "cross"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_matches_pytorch(learner, lq, lk, bias):
@@ -327,7 +352,7 @@ def test_matches_pytorch(learner, lq, lk, bias):
     assert_close(result["weights"], weights, "attention_weights (one map per head)")
 
 
-@pytest.mark.grade("3.3", points=3)
+@pytest.mark.grade("3.3", points=3, values=True)
 @pytest.mark.parametrize("kind", ["padding [B, 1, 1, Lk]", "causal [Lq, Lk]",
                                   "per head [B, H, Lq, Lk]"])
 def test_masks_match_pytorch(learner, kind):

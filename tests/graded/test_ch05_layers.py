@@ -252,21 +252,24 @@ def mistaken_layer_norms(x, eps, weight, bias):
     """``{mistake id: the output it gives}`` for the plausible mistakes of 5.1."""
     mean = x.mean(-1, keepdim=True)
     variance = x.var(-1, keepdim=True, unbiased=False)
+
+    def over(dims):
+        return (x - x.mean(dims, keepdim=True)) / torch.sqrt(
+            x.var(dims, keepdim=True, unbiased=False) + eps) * weight + bias
+
     return {
         "5.1/weight-and-bias-unused": F.layer_norm(x, (x.size(-1),), eps=eps),
         "5.1/unbiased-variance":
             (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias,
         "5.1/eps-outside-sqrt": (x - mean) / (variance.sqrt() + eps) * weight + bias,
-        "5.1/statistics-over-the-batch": (x - x.mean(0, keepdim=True)) / torch.sqrt(
-            x.var(0, keepdim=True, unbiased=False) + eps) * weight + bias,
-        **({"5.1/statistics-over-positions-too": (x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(
-            x.var((-2, -1), keepdim=True, unbiased=False) + eps) * weight + bias}
-           if x.dim() >= 3 else {}),
+        # Of a 2-D x, dim 0 is the batch and the positions alike: only 3-D x tells them apart.
+        **({"5.1/statistics-over-the-batch": over(0), "5.1/statistics-over-positions": over(-2),
+            "5.1/statistics-over-positions-too": over((-2, -1))} if x.dim() >= 3 else {}),
     }
 
 
 
-@pytest.mark.grade("5.1", points=3)
+@pytest.mark.grade("5.1", points=3, values=True)
 @pytest.mark.parametrize("shape, eps", [((2, 5, 8), 1e-5), ((4, 16), 1e-3), ((2, 3, 4, 6), 0.5)])
 def test_layer_norm_matches_pytorch(learner, shape, eps):
     d_model = shape[-1]
@@ -299,7 +302,7 @@ def test_layer_norm_parameters(learner):
     assert_close(parameters["bias"], torch.zeros(6), "bias at initialisation (zeros, [d_model])")
 
 
-@pytest.mark.grade("5.1", points=1)
+@pytest.mark.grade("5.1", points=1, values=True)
 def test_layer_norm_gradients_match(learner):
     theirs = nn.LayerNorm(8).double()
     x = torch.randn(3, 4, 8, dtype=f64, requires_grad=True)
@@ -350,7 +353,7 @@ def check_linears(result, state):
     check_names(result["names"], state, "PositionwiseFeedForward")
 
 
-@pytest.mark.grade("5.2", points=2)
+@pytest.mark.grade("5.2", points=2, values=True)
 def test_feed_forward_formula(learner):
     x = torch.randn(2, 5, 8, dtype=f64)
     state = trusted_state(FEED_FORWARD)
@@ -420,7 +423,7 @@ def check_has_norm(result, norm_state):
                 hint="self.norm should be your LayerNorm of Exercise 5.1")
 
 
-@pytest.mark.grade("5.3", points=3)
+@pytest.mark.grade("5.3", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_residual_connection_formula(learner, norm_first):
     x = torch.randn(2, 4, 8, dtype=f64)
@@ -531,7 +534,7 @@ def load_into(theirs, state, attentions, residuals):
     return theirs
 
 
-@pytest.mark.grade("5.4", points=3)
+@pytest.mark.grade("5.4", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 @pytest.mark.parametrize("masked", [False, True], ids=["no mask", "padding mask"])
 def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
@@ -576,7 +579,7 @@ def explain_size_error(result, call):
                                error=result["size_error"]))
 
 
-@pytest.mark.grade("5.5", points=3)
+@pytest.mark.grade("5.5", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 @pytest.mark.parametrize("masked", [False, True], ids=["no masks", "causal and padding masks"])
 def test_decoder_layer_matches_pytorch(learner, norm_first, masked):
@@ -599,16 +602,21 @@ def test_decoder_layer_matches_pytorch(learner, norm_first, masked):
     theirs = load_into(nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
                                                   norm_first=norm_first).double(),
                        state, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")], 3)
+    mistakes = {}
     with torch.no_grad():
         if masked:
             expected = theirs(x, memory, tgt_mask=~causal, tgt_key_padding_mask=~target_allowed,
                               memory_key_padding_mask=~source_allowed)
+            mistakes["5.5/self-attention-unmasked"] = theirs(
+                x, memory, memory_key_padding_mask=~source_allowed)
         else:
             expected = theirs(x, memory)
+    mistake = first_match(result["output"], mistakes)
     assert_close(result["output"], expected, f"DecoderLayer(norm_first={norm_first})"
                  + (" with masks, called as layer(x, memory, src_mask, tgt_mask)" if masked
                     else ""),
-                 hint="Self-attention over x with tgt_mask; then cross-attention with queries "
+                 hint=named(mistake) if mistake else
+                 "Self-attention over x with tgt_mask; then cross-attention with queries "
                  "from x and keys and values from memory, with src_mask; then feed-forward.")
 
 

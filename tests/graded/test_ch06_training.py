@@ -164,7 +164,7 @@ class ScriptedModel(nn.Module):
 # ---------------------------------------------------------------- 6.1 noam_lr
 
 
-@pytest.mark.grade("6.1", points=3)
+@pytest.mark.grade("6.1", points=3, values=True)
 @pytest.mark.parametrize("d_model, warmup, factor", [(512, 4000, 1.0), (64, 100, 2.0),
                                                      (128, 10, 0.5)])
 def test_noam_lr_formula(learner, d_model, warmup, factor):
@@ -226,7 +226,7 @@ def mistaken_losses(logits, target, smoothing, ignore_index):
         v, (smoothed * keep).sum() / keep.sum())}
 
 
-@pytest.mark.grade("6.2", points=3)
+@pytest.mark.grade("6.2", points=3, values=True)
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
 @pytest.mark.parametrize("ignore_index", [None, 0, -100])
 def test_matches_cross_entropy(learner, smoothing, ignore_index):
@@ -247,7 +247,7 @@ def test_matches_cross_entropy(learner, smoothing, ignore_index):
                  "that are not ignored.")
 
 
-@pytest.mark.grade("6.2", points=1)
+@pytest.mark.grade("6.2", points=1, values=True)
 def test_gradient_matches_cross_entropy(learner):
     logits = torch.randn(10, 5, dtype=f64, requires_grad=True)
     target = torch.randint(1, 5, (10,))
@@ -293,7 +293,7 @@ SRC = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
 TGT = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])
 
 
-@pytest.mark.grade("6.3", points=3)
+@pytest.mark.grade("6.3", points=3, values=True)
 def test_make_batch(learner):
     src, tgt = SRC.clone(), TGT.clone()
     batch = learner.run(batch_fields, src=src, tgt=tgt, pad_id=0)
@@ -301,7 +301,11 @@ def test_make_batch(learner):
         assert name in batch, f"the batch should have a field {name}"
     assert torch.equal(batch["src"], src), "batch.src should be src unchanged"
     assert not torch.equal(batch["tgt_input"], tgt), named("6.3/target-not-shifted")
-    assert not torch.equal(batch["tgt_labels"], tgt[:, :-1]), named("6.3/labels-include-bos")
+    reversed_shift = (torch.equal(batch["tgt_input"], tgt[:, 1:])
+                      and torch.equal(batch["tgt_labels"], tgt[:, :-1]))
+    assert not reversed_shift, named("6.3/shift-reversed")
+    assert not (torch.equal(batch["tgt_labels"], tgt[:, :-1])  # and the input is right
+                and torch.equal(batch["tgt_input"], tgt[:, :-1])), named("6.3/labels-include-bos")
     assert torch.equal(batch["tgt_input"], tgt[:, :-1]), (
         f"tgt_input should be tgt[:, :-1] (starts with BOS, drops the last token), got "
         f"{batch['tgt_input'].tolist()}")
@@ -315,7 +319,7 @@ def test_make_batch(learner):
         f"{batch['num_tokens']!r} of type {batch['num_tokens_type']}")
 
 
-@pytest.mark.grade("6.3", points=2)
+@pytest.mark.grade("6.3", points=2, values=True)
 def test_make_batch_masks(learner):
     src, tgt = SRC.clone(), TGT.clone()
     batch = learner.run(batch_fields, src=src, tgt=tgt, pad_id=0)
@@ -341,7 +345,7 @@ def check_inputs(problems: list[str]) -> None:
                              else problems[0])
 
 
-@pytest.mark.grade("6.4", points=3)
+@pytest.mark.grade("6.4", points=3, values=True)
 def test_greedy_decode_stops_and_pads(learner):
     bos, eos, pad = 1, 2, 0
     script = [[5, 6, 2, 7, 7, 7], [4, 2, 8, 8, 8, 8], [3, 3, 3, 2, 5, 5]]
@@ -400,7 +404,7 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
 # ---------------------------------------------------------------- 6.5 capstone
 
 
-@pytest.mark.grade("6.5", points=5)
+@pytest.mark.grade("6.5", points=5, values=True)
 @pytest.mark.cpu_seconds(300)
 def test_capstone_your_parts_learn_to_copy(learner):
     from annotated_transformer.data.copy import CopyTask

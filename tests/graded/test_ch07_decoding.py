@@ -420,7 +420,7 @@ def model_and_rules(kind, src, vocab_size, max_len, rule_seed, transformer_seed)
 ALPHAS = [0.0, 0.6, 1.0]
 
 
-@pytest.mark.grade("7.1", points=3)
+@pytest.mark.grade("7.1", points=3, values=True)
 @pytest.mark.parametrize("kind", ["rule", "transformer"])
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
@@ -448,7 +448,7 @@ def test_a_beam_as_wide_as_every_sequence_finds_the_best(learner, kind, alpha):
             f"keep every finished hypothesis's score")
 
 
-@pytest.mark.grade("7.1", points=2)
+@pytest.mark.grade("7.1", points=2, values=True)
 @pytest.mark.parametrize("kind", ["rule", "transformer"])
 @pytest.mark.parametrize("beam_size", [2, 3])
 @pytest.mark.parametrize("alpha", ALPHAS)
@@ -476,7 +476,7 @@ def test_a_narrow_beam_keeps_the_beam_size_best_extensions(learner, kind, beam_s
         f"got {out.size(1)} columns")
 
 
-@pytest.mark.grade("7.1", points=1)
+@pytest.mark.grade("7.1", points=1, values=True)
 def test_beam_size_one_is_greedy_decoding(learner):
     model = transformer(9, seed=3)
     with torch.no_grad():  # make EOS likely enough to end some rows early
@@ -520,7 +520,7 @@ WHERE_TREE = {(): {3: 0.5, 4: 0.2, 5: 0.15}, (3,): {EOS: 0.3}, (4,): {6: 0.8},
               (5,) * 4: {EOS: 0.999}}
 
 
-@pytest.mark.grade("7.1", points=2)
+@pytest.mark.grade("7.1", points=2, values=True)
 @pytest.mark.parametrize("alpha, winner, tree, vocab_size", [
     (0.0, (3, EOS), PENALTY_TREE, 6), (0.6, (4, 5, 5, EOS), PENALTY_TREE, 6),
     (1.0, (5, 5, 5, 5, 5, 5, EOS), PENALTY_TREE, 6), (1.0, (5, 5, 5, 5, EOS), WHERE_TREE, 7)])
@@ -540,7 +540,7 @@ def test_the_length_penalty_decides_between_short_and_long(learner, alpha, winne
             "tokens, EOS included (BOS not)"))
 
 
-@pytest.mark.grade("7.1", points=1)
+@pytest.mark.grade("7.1", points=1, values=True)
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_a_hypothesis_that_ended_early_keeps_its_score(learner, alpha):
     # After BOS: a 0.5, b 0.45. "a EOS" ends at step 2 with log-prob ln 0.5 + ln 0.6 = -1.20,
@@ -562,7 +562,7 @@ def test_a_hypothesis_that_ended_early_keeps_its_score(learner, alpha):
         "end, even once it has left the beam"))
 
 
-@pytest.mark.grade("7.1", points=1)
+@pytest.mark.grade("7.1", points=1, values=True)
 def test_a_finished_hypothesis_frees_its_place_in_the_beam(learner):
     # beam_size=2, length_penalty=1. Step 1 keeps a (0.6) and b (0.3). Step 2 keeps
     # "a c" (-1.11) and "a EOS" (-1.43), which is finished. Step 3 extends "a c" alone and

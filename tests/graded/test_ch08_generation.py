@@ -221,7 +221,7 @@ def run_steps(learner, state, xs, cache=None):
 # ---------------------------------------------------------------- 8.1 next_token_distribution
 
 
-@pytest.mark.grade("8.1", points=2)
+@pytest.mark.grade("8.1", points=2, values=True)
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
 def test_temperature(learner, temperature):
     logits = logits_of(3, 7)
@@ -242,7 +242,7 @@ def test_temperature_zero_is_greedy_and_ties_go_to_the_first(learner):
                      "tied maxima, as torch.argmax) and 0 elsewhere.")
 
 
-@pytest.mark.grade("8.1", points=2)
+@pytest.mark.grade("8.1", points=2, values=True)
 @pytest.mark.parametrize("top_k", [1, 3, 7, 12])
 def test_top_k(learner, top_k):
     logits = logits_of(3, 7)
@@ -259,7 +259,7 @@ def test_top_k_keeps_the_ties_of_the_kth(learner):
                        "whose second largest logit is tied", top_k=2)
 
 
-@pytest.mark.grade("8.1", points=2)
+@pytest.mark.grade("8.1", points=2, values=True)
 @pytest.mark.parametrize("top_p", [1.0, 0.9, 0.5, 1e-9])
 def test_top_p(learner, top_p):
     logits = logits_of(3, 7)
@@ -277,7 +277,7 @@ def test_top_p_keeps_the_ties_of_the_crossing_token(learner):
                        top_p=0.5)
 
 
-@pytest.mark.grade("8.1", points=2)
+@pytest.mark.grade("8.1", points=2, values=True)
 def test_all_three_together(learner):
     logits = logits_of(4, 9)
     options = dict(temperature=0.7, top_k=5, top_p=0.8)
@@ -306,7 +306,7 @@ def test_bad_arguments_are_explained(learner, options, named_argument):
 # ---------------------------------------------------------------- 8.2 sample_next
 
 
-@pytest.mark.grade("8.2", points=2)
+@pytest.mark.grade("8.2", points=2, values=True)
 def test_samples_follow_the_distribution(learner):
     logits = logits_of(1, 6)
     options = dict(temperature=0.8, top_k=4, top_p=0.9)
@@ -338,7 +338,7 @@ def test_the_same_seed_gives_the_same_tokens(learner):
         "seeds 7 and 8 gave the same 500 tokens: draw with the generator passed in")
 
 
-@pytest.mark.grade("8.2", points=1)
+@pytest.mark.grade("8.2", points=1, values=True)
 def test_temperature_zero_draws_the_argmax(learner):
     logits = logits_of(6, 5)
     got = learner.run(samples_of, logits=logits, seed=0, temperature=0.0, top_k=3)
@@ -365,7 +365,7 @@ def check_step(got, expected, what, mistakes):
     assert_close(got, expected, what, atol=1e-8, rtol=1e-7)
 
 
-@pytest.mark.grade("8.3", points=3)
+@pytest.mark.grade("8.3", points=3, values=True)
 def test_one_step_over_a_given_cache(learner):
     state = trusted_state(MHA_SHAPES)
     x = torch.randn(2, 1, D_MODEL, dtype=f64)
@@ -387,7 +387,7 @@ def test_one_step_over_a_given_cache(learner):
                      atol=1e-8, hint="Append the new position along dim 2, after the old.")
 
 
-@pytest.mark.grade("8.3", points=3)
+@pytest.mark.grade("8.3", points=3, values=True)
 def test_steps_equal_recomputing_the_prefix(learner):
     state = trusted_state(MHA_SHAPES)
     xs = torch.randn(3, 5, D_MODEL, dtype=f64)
@@ -442,7 +442,7 @@ def mistaken_losses(logits, tokens, pad_id):
             "8.4/mean-of-row-means": torch.stack(rows).mean()}
 
 
-@pytest.mark.grade("8.4", points=4)
+@pytest.mark.grade("8.4", points=4, values=True)
 @pytest.mark.parametrize("pad_id", [0, 3])
 def test_language_model_loss(learner, pad_id):
     logits = torch.randn(4, 6, 9, dtype=f64) * 2
@@ -459,7 +459,7 @@ def test_language_model_loss(learner, pad_id):
                  "targets are left out; the mean is over the tokens that count.")
 
 
-@pytest.mark.grade("8.4", points=1)
+@pytest.mark.grade("8.4", points=1, values=True)
 def test_loss_of_one_sequence_of_two_tokens(learner):
     logits = torch.randn(1, 2, 5, dtype=f64)
     tokens = torch.tensor([[4, 2]])
@@ -496,7 +496,7 @@ def progressions():
                       torch.full((100, 1), 2)], dim=1)
 
 
-@pytest.mark.grade("8.5", points=5)
+@pytest.mark.grade("8.5", points=5, values=True)
 @pytest.mark.cpu_seconds(300)
 def test_capstone_your_decoder_only_model_learns_progressions(learner):
     try:

@@ -164,6 +164,56 @@ class KeyProjectionForValues(_Base):
         return self.out_proj(self.merge(out))
 
 
+@wrong("3.3", "MultiHeadAttention", "the key projected by q_proj",
+       mistake="3.3/keys-by-q-proj")
+class KeysByQueryProjection(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.q_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "one head over all of d_model, scaled by sqrt(d_model)",
+       mistake="3.3/one-head")
+class OneHead(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        q, k, v = (p(x).unsqueeze(1) for p, x in ((self.q_proj, query), (self.k_proj, key),
+                                                   (self.v_proj, value)))
+        out, w = self.attend(q, k, v, mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(out.squeeze(1))
+
+
+@wrong("3.3", "MultiHeadAttention", "heads split right, scores scaled by sqrt(d_model)",
+       mistake="3.3/scaled-by-sqrt-d_model")
+class ScaledByModelWidth(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        q = self.heads(self.q_proj(query))
+        q = q * (q.size(-1) / query.size(-1)) ** 0.5  # 2.2 divides by sqrt(d_k): sqrt(D) in all
+        out, w = self.attend(q, self.heads(self.k_proj(key)), self.heads(self.v_proj(value)),
+                             mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "heads merged in the reversed order [B, L, d_k, H]",
+       mistake="3.3/heads-merged-d_k-major")
+class HeadsMergedReversed(_Base):
+    def merge(self, x):
+        return x.permute(0, 2, 3, 1).flatten(2)
+
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
 @wrong("3.3", "MultiHeadAttention", "attention weights averaged over heads",
        mistake="3.3/weights-averaged")
 class AveragedWeights(_Base):
@@ -223,6 +273,24 @@ class ZeroInitialised(EinsumHeads):
         super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
         for parameter in self.parameters():
             nn.init.zeros_(parameter)
+
+
+@wrong("3.3", "MultiHeadAttention", "a skeleton: the four projections, zero-initialised, "
+       "uniform weights of the right shape and no attention at all")
+class SkeletonWithoutAttention(_Base):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
+        for parameter in self.parameters():
+            nn.init.zeros_(parameter)
+
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        b, lq, d = query.shape
+        lk = key.size(1)
+        self.attention_weights = torch.full((b, self.num_heads, lq, lk), 1 / lk,
+                                            dtype=query.dtype)
+        touched = self.q_proj(query).sum() + self.k_proj(key).sum() + self.v_proj(value).sum()
+        return self.out_proj(torch.zeros_like(query)) + 0 * touched
 
 
 @wrong("3.3", "MultiHeadAttention", "PyTorch's attention reached as nn.Transformer(...).encoder."

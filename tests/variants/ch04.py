@@ -31,6 +31,15 @@ def float_mask(tokens, pad_id):
     return (tokens != pad_id).float()[:, None, None, :]
 
 
+@wrong("4.1", "padding_mask", "only key 0 allowed: the right shape, padded keys get no weight, "
+       "but every real token after the first is hidden too")
+def only_first_key(tokens, pad_id):
+    mask = torch.zeros(tokens.size(0), 1, 1, tokens.size(1), dtype=torch.bool,
+                       device=tokens.device)
+    mask[..., 0] = True
+    return mask
+
+
 @right("4.1", "padding_mask", "ne and two unsqueezes")
 def ne_unsqueeze(tokens, pad_id):
     return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
@@ -66,6 +75,11 @@ def hidden_convention(size, device=None):
 @wrong("4.2", "causal_mask", "device ignored: always on the CPU")
 def cpu_only(size, device=None):
     return torch.ones(size, size).tril().bool()
+
+
+@wrong("4.2", "causal_mask", "the identity: no later position leaks, but no earlier one is seen")
+def identity_mask(size, device=None):
+    return torch.eye(size, dtype=torch.bool, device=device)
 
 
 @right("4.2", "causal_mask", "comparison of aranges")
@@ -121,6 +135,15 @@ def combined_with_or(tokens, pad_id):
 def float_causal(tokens, pad_id):
     length = tokens.size(1)
     return _pad(tokens, pad_id) & torch.ones(length, length, device=tokens.device).tril()
+
+
+@wrong("4.3", "target_mask", "the identity plus key 0: nothing leaks, padded keys get no "
+       "weight, but most of the past is hidden")
+def identity_plus_first_key(tokens, pad_id):
+    batch, length = tokens.shape
+    mask = torch.eye(length, dtype=torch.bool, device=tokens.device)
+    mask[:, 0] = True
+    return (mask & _pad(tokens, pad_id)).expand(batch, 1, length, length)
 
 
 @right("4.3", "target_mask", "logical_and of aranges and the padding")

@@ -54,6 +54,13 @@ OverTheBatch = wrong("5.1", "LayerNorm", "statistics over the batch (dim 0), lik
         / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps)
     ),), {}))
 
+OverPositions = wrong("5.1", "LayerNorm", "statistics over the positions (dim -2)",
+                      mistake="5.1/statistics-over-positions")(
+    type("OverPositions", (_layer_norm_class(
+        lambda x, eps: (x - x.mean(-2, keepdim=True))
+        / torch.sqrt(x.var(-2, keepdim=True, unbiased=False) + eps)
+    ),), {}))
+
 OverAllFeaturesAndPositions = wrong("5.1", "LayerNorm", "statistics over positions and features",
        mistake="5.1/statistics-over-positions-too")(
     type("OverAllFeaturesAndPositions", (_layer_norm_class(
@@ -299,6 +306,15 @@ class QueriesFromMemory(_Decoder):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
         x = self.residuals[1](x, lambda y: self.cross_attn(memory, y, y, src_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
+@wrong("5.5", "DecoderLayer", "self-attention without its tgt_mask",
+       mistake="5.5/self-attention-unmasked")
+class SelfAttentionUnmasked(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y))
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
         return self.residuals[2](x, self.feed_forward)
 
 

@@ -148,6 +148,14 @@ def labels_with_bos(src, tgt, pad_id):
                  int((tgt[:, :-1] != pad_id).sum()))
 
 
+@wrong("6.3", "make_batch", "the shift reversed: input tgt[:, 1:], labels tgt[:, :-1]",
+       mistake="6.3/shift-reversed")
+def shift_reversed(src, tgt, pad_id):
+    src_mask, tgt_mask = _masks(src, tgt[:, 1:], pad_id)
+    return Batch(src, src_mask, tgt[:, 1:], tgt[:, :-1], tgt_mask,
+                 int((tgt[:, :-1] != pad_id).sum()))
+
+
 @wrong("6.3", "make_batch", "num_tokens counts the padding too",
        mistake="6.3/padding-counted")
 def counts_padding(src, tgt, pad_id):

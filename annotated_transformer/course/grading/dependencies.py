@@ -5,9 +5,12 @@ the learner's earlier exercises whose code an exercise's code uses (directly; wh
 counts too). The files are read, never imported, as the grader reads ``FORBIDDEN``.
 
 A chapter is graded on the learner's own earlier chapters, so a later exercise can fail
-because of an earlier one. When an exercise does not pass and a part it builds on does not
-pass either, its message starts by saying so: "5.4 uses your MultiHeadAttention (3.3), which
-does not pass yet: fix 3.3 first."
+because of an earlier one. When an exercise does not pass, called an earlier one while its
+tests ran (observed, :mod:`.calls`; ``BUILDS_ON`` only says which ones to grade to know) and
+that one's values are wrong, its message says so: "5.4 uses your MultiHeadAttention (3.3),
+which does not pass yet: fix 3.3 first.", after the learner's own named mistake when the
+exercise's tests name one. A failed check of an error message or of a structure blocks
+nothing.
 """
 
 from __future__ import annotations
@@ -113,12 +116,15 @@ def read(files: Mapping[int, Path] | None = None) -> Declared:
     return Declared(titles, builds_on, frozenset(integration))
 
 
-def failing_roots(exercise: str, passing: Mapping[str, bool], declared: Declared) -> list[str]:
-    """The parts ``exercise`` builds on that do not pass and whose own parts all pass: the
-    ones to fix first. Parts with no verdict in ``passing`` are not counted."""
-    failing = [p for p in declared.closure(exercise) if passing.get(p) is False]
-    return [p for p in failing
-            if not any(passing.get(q) is False for q in declared.closure(p))]
+def failing_roots(exercise: str, right: Mapping[str, bool],
+                  called: Mapping[str, set[str]]) -> list[str]:
+    """The exercises ``exercise`` called (``called``: observed while its tests ran,
+    :mod:`.calls`) whose values are wrong (``right``: the tests of their values failed) and
+    that call no other such exercise themselves: the ones to fix first. A part whose values
+    are right, or that was never called, is never blamed, whatever its other tests say."""
+    failing = {p for p in called.get(exercise, set()) - {exercise} if right.get(p) is False}
+    return sorted((p for p in failing if not (called.get(p, set()) - {p}) & failing),
+                  key=order)
 
 
 def is_blame(exercise: str, message: str) -> bool:

@@ -168,28 +168,57 @@ def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
     return summarize(records)
 
 
-WITHHELD = ("the {points:g} point(s) for a clear error on bad input count once the tests on "
-            "good input pass")
+WITHHELD = ("the {points:g} point(s) of its other checks (shapes, devices, properties, a clear "
+            "error on bad input) count once the tests on good input pass")
+
+
+def value_tests(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tests of one exercise that compare its values with the right ones (``values=True``);
+    an exercise that marks none counts every test but those of errors on bad input."""
+    marked = [r for r in tests if r.get("values")]
+    return marked or [r for r in tests if not r.get("errors")]
+
+
+def values_right(records: list[dict[str, Any]]) -> dict[str, bool]:
+    """``{exercise: whether every test of its values passed}``: what a later exercise that
+    calls it can rely on (a failed check of an error message or of a structure is not)."""
+    return {e: all(r["outcome"] == "passed" for r in value_tests(tests))
+            for e, tests in _by_exercise(records).items()}
+
+
+def _by_exercise(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_exercise: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record["exercise"] is not None:
+            by_exercise.setdefault(record["exercise"], []).append(record)
+    return by_exercise
 
 
 def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     """One row an exercise: points earned, status from its worst test, that test's message
     and the known mistake it names (a test of that outcome that names one first).
 
-    A test of a clear error on bad input (``errors=True``) pays only when every other test
-    of its exercise passed: an exercise that raises one ``ValueError`` for everything earns
-    nothing."""
-    by_exercise: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        if record["exercise"] is not None:
-            by_exercise.setdefault(record["exercise"], []).append(record)
+    Only behaviour pays: a test that a wrong answer can pass too (a shape, a device, a
+    property, a clear error on bad input) pays only when every test of the exercise's values
+    passed, and a test of a clear error (``errors=True``) only when every other test of its
+    exercise passed: an exercise that raises one ``ValueError`` for everything, or a skeleton
+    that returns zeros of the right shape, earns nothing."""
+    by_exercise = _by_exercise(records)
     rows = []
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
         tests = by_exercise[exercise]
-        # The worst outcome; among its tests, one that names a known mistake.
-        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
+        values = value_tests(tests)
+        right = all(r["outcome"] == "passed" for r in values)
+        # The worst outcome; among its tests, one of the values when they are wrong (a check
+        # of a property names no mistake then: the values are what is wrong), then one that
+        # names a known mistake.
+        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]),
+                                          not right and not any(r is v for v in values),
+                                          not r.get("mistake")))
+        named = worst.get("mistake") if right or any(worst is v for v in values) else ""
         behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
-        paid = [r for r in tests if r["outcome"] == "passed" and (behaves or not r.get("errors"))]
+        paid = [r for r in tests if r["outcome"] == "passed" and (
+            any(r is v for v in values) or (right and (behaves or not r.get("errors"))))]
         withheld = sum(r["points"] for r in tests if r["outcome"] == "passed") - sum(
             r["points"] for r in paid)
         message = cut(worst["message"] or "")
@@ -202,7 +231,7 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
             points=round(sum(r["points"] for r in paid), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
             status=worst["outcome"], message=message,
-            printed=printed or "", mistake=worst.get("mistake") or "",
+            printed=printed or "", mistake=named or "",
         ))
     return rows
 
@@ -216,8 +245,8 @@ def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = 
     Only their graded tests run. A whole-course exercise (the capstone) whose files are
     unchanged since it last passed or failed is not run again when ``cache_dir`` is given
     (see :mod:`annotated_transformer.course.grading.cache`). An exercise that does not pass and
-    builds on a part that does not pass either says so first; the parts it builds on that
-    were not graded in this run are graded for that (and not reported).
+    called a part whose values are wrong says so; the parts it called that were not graded
+    in this run are graded for that (and not reported).
     """
     from annotated_transformer.course.grading import dependencies
 
@@ -238,13 +267,23 @@ def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = 
     records += [r for exercise in wanted for r in kept.get(exercise, [])]
     records.sort(key=lambda r: r["chapter"] if r["chapter"] is not None else 0)
     rows = summarize(records)
-    passing = {r.id: r.status == "passed" for r in rows}
+    right, called = values_right(records), calls_of(records, declared)
     needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
-                     for p in declared.closure(r.id)} - set(passing), key=dependencies.order)
+                     for p in called.get(r.id, ())} - set(right), key=dependencies.order)
     if needed:
-        extra = summarize(bounded(run_tests(None, parts, exercises=needed, **options)))
-        passing.update({r.id: r.status == "passed" for r in extra})
-    return records, [_explained(r, passing, declared) for r in rows]
+        extra = bounded(run_tests(None, parts, exercises=needed, **options))
+        right.update(values_right(extra))
+        called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
+    return records, [_explained(r, right, called, declared) for r in rows]
+
+
+def calls_of(records: list[dict[str, Any]], declared) -> dict[str, set[str]]:
+    """``{exercise: the exercises its code called while its tests ran}`` (observed)."""
+    from annotated_transformer.course.grading import calls
+
+    return {e: calls.exercises((n for r in tests for n in r.get("calls") or ()),
+                               declared.titles)
+            for e, tests in _by_exercise(records).items()}
 
 
 def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
@@ -277,18 +316,24 @@ def _cache_store(cache_dir: Path, exercise: str, entry: str,
     cache.store(cache_dir, exercise, entry, [r for r in records if r["exercise"] == exercise])
 
 
-def _explained(row: ExerciseResult, passing: dict[str, bool], declared) -> ExerciseResult:
-    """``row``, whose message first names the parts it builds on that do not pass."""
+def _explained(row: ExerciseResult, right: dict[str, bool], called: dict[str, set[str]],
+               declared) -> ExerciseResult:
+    """``row``, whose message names the parts it called whose values are wrong: first, or
+    after the learner's own mistake when its tests name one."""
     from annotated_transformer.course.grading import dependencies
 
     # A stub's own message already names the exercise that is not written yet.
     if row.status in ("passed", "forbidden", "not implemented"):
         return row
-    roots = dependencies.failing_roots(row.id, passing, declared)
+    roots = dependencies.failing_roots(row.id, right, called)
     if not roots:
         return row
-    message = f"{dependencies.blame(row.id, roots, declared)} {row.message}".strip()
-    return ExerciseResult(**{**asdict(row), "message": cut(message)})
+    blame = dependencies.blame(row.id, roots, declared)
+    if row.mistake:  # the learner's own mistake first, whole; the blame after it
+        message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"
+    else:
+        message = cut(f"{blame} {row.message}".strip())
+    return ExerciseResult(**{**asdict(row), "message": message})
 
 
 def build_parser() -> argparse.ArgumentParser:

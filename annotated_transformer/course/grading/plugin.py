@@ -2,9 +2,11 @@
 
 Loaded by :mod:`annotated_transformer.course.grading.grade` with ``-p``; writes one JSON record a
 test (``--grade-report PATH``): its exercise, points, whether it checks an error on bad input
-(``errors=True`` on its ``grade`` marker), the parts it ran against (``--parts``), its
+(``errors=True`` on its ``grade`` marker) or its values (``values=True``), the parts it ran against (``--parts``), its
 outcome, the first message a learner should read and the id of the known mistake that
-message names (``tests/graded/mistakes.py``), if any.
+message names (``tests/graded/mistakes.py``), if any. A test that compares the values the code
+computes with the right ones says ``values=True`` on its marker: the others (shapes, devices,
+dtypes, properties a wrong answer can also have) pay only when those pass.
 """
 
 from __future__ import annotations
@@ -158,7 +160,9 @@ class GradeRecorder:
             "chapter": int(exercise.split(".")[0]),
             "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
             "points": share,
-            # A test of a clear error on bad input pays only with the behaviour (grade.summarize).
+            # A test of the values (``values=True``) pays on its own; every other test (shapes,
+            # properties, a clear error on bad input) pays only with them (grade.summarize).
+            "values": bool(marker.kwargs.get("values", False)),
             "errors": bool(marker.kwargs.get("errors", False)),
             "parts": _parts_of(item),
             "outcome": outcome,
@@ -176,7 +180,10 @@ class GradeRecorder:
             outcome_name, message = classify(call.excinfo if report.failed or report.skipped
                                              else None)
             self._record(item, outcome_name, message)
-            printed = getattr(getattr(item, "funcargs", {}).get("learner"), "printed", "")
+            learner = getattr(item, "funcargs", {}).get("learner")
+            # The chapters' functions its code entered: which earlier exercises it called.
+            self.records[item.nodeid]["calls"] = sorted(getattr(learner, "called", ()))
+            printed = getattr(learner, "printed", "")
             if printed:  # what the learner's code printed in this test, its end only
                 self.records[item.nodeid]["printed"] = cut(str(printed)[-PRINTED_LIMIT:])
             self._write()

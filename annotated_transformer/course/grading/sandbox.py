@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import boundary, limits, outcomes, watch
+from annotated_transformer.course.grading import boundary, calls, limits, outcomes, watch
 from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the tests' names
     ForbiddenCall,
     GraderFault,
@@ -331,6 +331,7 @@ class Learner:
         self.pool, self.source, self.chapter, self.exercise = pool, source, chapter, exercise
         self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
         self.printed = ""  # what the code under test printed in this test (its end)
+        self.called: set[str] = set()  # the chapters' functions it entered (grading.calls)
 
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
@@ -346,6 +347,9 @@ class Learner:
             reply = self.pool.call(self.source, request, self.cpu_seconds)
         finally:
             self.printed = (self.printed + self.pool.printed(self.source))[-OUTPUT_LIMIT:]
+        called = reply.get("called")
+        if isinstance(called, list):
+            self.called.update(str(name)[:200] for name in called[:calls.LIMIT])
         if reply.get("ok"):
             return reply.get("value")
         kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]

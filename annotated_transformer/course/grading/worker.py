@@ -37,6 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from annotated_transformer.course.grading import calls
 from annotated_transformer.course.grading.messages import cut
 
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
@@ -150,6 +151,8 @@ class Worker:
         from annotated_transformer.parts import use_parts
 
         probe = self.probe(request["file"], request["function"])
+        seen = calls.Observed(bool(request.get("observe")))  # the chapters' functions it
+        # entered (grading.calls), for an exercise that builds on others
         guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
             "forbid_ops"] else None
         hits: list[str] = guarded[1] if guarded is not None else []
@@ -164,7 +167,7 @@ class Worker:
                 torch.set_grad_enabled(True)
                 torch.manual_seed(request["seed"])
                 random.seed(request["seed"])
-                with use_parts(built):
+                with use_parts(built), seen:
                     value = probe(module, **request["kwargs"])
             try:
                 reply: dict[str, Any] = {"ok": True, "value": plain(value)}
@@ -181,6 +184,7 @@ class Worker:
                      "message": f"Exercise {request['exercise']} may not use PyTorch's "
                                 f"{hits[0]}: write it yourself with elementary tensor "
                                 f"operations (see the docstring)"}
+        reply["called"] = seen.names()
         return reply
 
     def describe(self, error: BaseException) -> dict[str, Any]:
