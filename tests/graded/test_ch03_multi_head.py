@@ -425,6 +425,9 @@ def test_dropout_on_the_weights_only_in_training(learner):
                           shape=(2, 2, 6, 6))
     assert torch.allclose(eval_weights.sum(-1), torch.ones(2, 2, 6)), (
         "in eval mode each row of attention_weights should sum to 1 (no dropout)")
+    assert not torch.allclose(eval_weights, eval_weights[..., :1].expand_as(eval_weights)), (
+        "in eval mode every weight of a row of attention_weights is the same: the weights "
+        "should come from the scores, softmax(Q K^T / sqrt(d_k))")
     weights = tensor(result["train_weights"], "attention_weights in training",
                      shape=(2, 2, 6, 6))
     zeros = (weights == 0).double().mean().item()

@@ -209,13 +209,8 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
         tests = by_exercise[exercise]
         values = value_tests(tests)
         right = all(r["outcome"] == "passed" for r in values)
-        # The worst outcome; among its tests, one of the values when they are wrong (a check
-        # of a property names no mistake then: the values are what is wrong), then one that
-        # names a known mistake.
-        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]),
-                                          not right and not any(r is v for v in values),
-                                          not r.get("mistake")))
-        named = worst.get("mistake") if right or any(worst is v for v in values) else ""
+        # The worst outcome; among its tests, one that names a known mistake.
+        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
         behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
         paid = [r for r in tests if r["outcome"] == "passed" and (
             any(r is v for v in values) or (right and (behaves or not r.get("errors"))))]
@@ -231,7 +226,7 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
             points=round(sum(r["points"] for r in paid), 2),
             max_points=round(sum(r["points"] for r in tests), 2),
             status=worst["outcome"], message=message,
-            printed=printed or "", mistake=named or "",
+            printed=printed or "", mistake=worst.get("mistake") or "",
         ))
     return rows
 
