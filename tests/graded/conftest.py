@@ -208,9 +208,13 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
     limit = request.node.get_closest_marker("cpu_seconds")
     if limit and limit.args:
         cpu_seconds = max(cpu_seconds, float(limit.args[0]))
-    return Learner(_workers, parts, chapter, exercise,
-                   tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
-                   request.config.getoption("--grade-seed"), cpu_seconds)
+    handle = Learner(_workers, parts, chapter, exercise,
+                     tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
+                     request.config.getoption("--grade-seed"), cpu_seconds)
+    # Which earlier exercises its code calls is observed where it may call some (BUILDS_ON
+    # says which exercises to watch; what they call is what the worker sees).
+    handle.observe = bool(getattr(request.module, "BUILDS_ON", {}).get(exercise))
+    return handle
 
 
 @pytest.fixture(autouse=True)

@@ -332,6 +332,7 @@ class Learner:
         self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
         self.printed = ""  # what the code under test printed in this test (its end)
         self.called: set[str] = set()  # the chapters' functions it entered (grading.calls)
+        self.observe = False  # whether the worker notes them (an exercise that builds on others)
 
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
@@ -342,7 +343,8 @@ class Learner:
         """
         request = {"file": inspect.getfile(probe), "function": probe.__qualname__,
                    "kwargs": kwargs, "chapter": self.chapter, "exercise": self.exercise,
-                   "forbid_ops": list(self.forbid_ops), "seed": self.seed}
+                   "forbid_ops": list(self.forbid_ops), "seed": self.seed,
+                   "observe": self.observe}
         try:
             reply = self.pool.call(self.source, request, self.cpu_seconds)
         finally:
