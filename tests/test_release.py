@@ -156,7 +156,7 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
     mine = run(python, out, "-m", "annotated_transformer", "train", "--task", "copy",
                "--steps", "1", "--out", "runs/copy", "--parts", "exercises")
     assert mine.returncode == 1 and "student release" not in mine.stderr, mine.stderr
-    bench = run(python, out, "-m", "annotated_transformer.bench", "--quick")
+    bench = run(python, out, "-m", "annotated_transformer", "bench", "--quick")
     assert bench.returncode == 2 and "student release" in bench.stderr
     again = run(python, out, "-m", "annotated_transformer", "release", str(out.parent / "again"))
     assert again.returncode == 2 and "not from a release" in again.stderr
