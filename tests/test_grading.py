@@ -94,8 +94,9 @@ def test_wrong_variants_fail_and_right_variants_pass():
 
 # Wrong answers that pass every check a wrong answer can pass (shapes, devices, properties):
 # they earn nothing, since those checks pay only with the values.
-EARN_NOTHING = {"only_first_key": "4.1", "identity_mask": "4.2",
-                "identity_plus_first_key": "4.3", "SkeletonWithoutAttention": "3.3"}
+EARN_NOTHING = {"only_first_key": "4.1", "allows_every_key": "4.1", "identity_mask": "4.2",
+                "identity_plus_first_key": "4.3", "causal_only": "4.3",
+                "SkeletonWithoutAttention": "3.3"}
 
 
 @pytest.mark.slow  # four exercises' variants graded

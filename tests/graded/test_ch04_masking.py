@@ -34,11 +34,14 @@ BUILDS_ON = {"4.3": ("4.1", "4.2")}
 # What each exercise may not use: PyTorch's own causal mask (it computes with the same ops
 # an honest answer uses, so only its name can be refused).
 FORBIDDEN = {"4.2": ("generate_square_subsequent_mask",)}
-BATCHES = [  # (tokens, pad_id)
+PADDED = [  # (tokens, pad_id)
     (torch.tensor([[5, 6, 7, 0, 0], [3, 4, 0, 0, 0]]), 0),
     (torch.tensor([[1, 2, 3, 9], [9, 9, 4, 5], [6, 9, 7, 9]]), 9),
-    (torch.tensor([[2, 2, 2]]), 1),
 ]
+# No padding at all: a mask that allows everything is right here, so this case pays only
+# with the padded ones (a test not marked values=True).
+UNPADDED = (torch.tensor([[2, 2, 2]]), 1)
+BATCHES = [*PADDED, UNPADDED]
 f64 = torch.float64
 
 
@@ -155,9 +158,18 @@ def weights_of(query, key, mask):
 # ---------------------------------------------------------------- 4.1 padding_mask
 
 
-@pytest.mark.grade("4.1", points=3, values=True)
-@pytest.mark.parametrize("tokens, pad_id", BATCHES)
+@pytest.mark.grade("4.1", points=2, values=True)
+@pytest.mark.parametrize("tokens, pad_id", PADDED)
 def test_padding_mask(learner, tokens, pad_id):
+    check_padding_mask(learner, tokens, pad_id)
+
+
+@pytest.mark.grade("4.1", points=1)
+def test_padding_mask_without_padding(learner):
+    check_padding_mask(learner, *UNPADDED)
+
+
+def check_padding_mask(learner, tokens, pad_id):
     batch, length = tokens.shape
     expected = allowed_by_loop(tokens, pad_id, causal=False)[:, :, :1, :]
     check_mask(learner.run(padding_mask_of, tokens=tokens, pad_id=pad_id),
@@ -237,9 +249,18 @@ def test_no_output_depends_on_a_later_position(learner):
 # ---------------------------------------------------------------- 4.3 target_mask
 
 
-@pytest.mark.grade("4.3", points=3, values=True)
-@pytest.mark.parametrize("tokens, pad_id", BATCHES)
+@pytest.mark.grade("4.3", points=2, values=True)
+@pytest.mark.parametrize("tokens, pad_id", PADDED)
 def test_target_mask(learner, tokens, pad_id):
+    check_target_mask(learner, tokens, pad_id)
+
+
+@pytest.mark.grade("4.3", points=1)
+def test_target_mask_without_padding(learner):
+    check_target_mask(learner, *UNPADDED)
+
+
+def check_target_mask(learner, tokens, pad_id):
     batch, length = tokens.shape
     check_mask(run_mask(learner, target_mask_of, tokens=tokens, pad_id=pad_id),
                f"target_mask(tokens, pad_id={pad_id})", (batch, 1, length, length),

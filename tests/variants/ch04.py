@@ -40,6 +40,13 @@ def only_first_key(tokens, pad_id):
     return mask
 
 
+@wrong("4.1", "padding_mask", "every key allowed: the right shape and dtype, right only for "
+       "a batch without padding")
+def allows_every_key(tokens, pad_id):
+    return torch.ones(tokens.size(0), 1, 1, tokens.size(1), dtype=torch.bool,
+                      device=tokens.device)
+
+
 @right("4.1", "padding_mask", "ne and two unsqueezes")
 def ne_unsqueeze(tokens, pad_id):
     return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
