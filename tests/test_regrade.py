@@ -265,17 +265,18 @@ def test_the_class_summary_counts_learners_per_mistake_most_common_first():
     """Rows of three learners: a learner counts once per mistake; the most common first."""
     from annotated_transformer.course.grading import class_summary
 
-    def row(who, exercise, status, mistake="", message=""):
+    def row(who, exercise, status, mistake="", message="", blocked_by=""):
         return Row(who, exercise, f"title {exercise}", 0, 1, status,
-                           "what went wrong" if mistake else message, "",
-                           0, mistake)
+                   "what went wrong" if mistake else message, "", 0, mistake,
+                   blocked_by=blocked_by)
 
     blamed = "4.3 uses your causal_mask (4.2), which does not pass yet: fix 4.2 first."
     rows = [row("a", "4.1", "passed"), row("b", "4.1", "failed", "4.1/inverted"),
             row("c", "4.1", "failed", "4.1/inverted"), row("a", "4.2", "failed"),
             row("b", "4.2", "failed", "4.2/no-diagonal"), row("c", "4.2", "passed"),
-            row("a", "4.3", "failed", message=blamed), row("b", "4.3", "not implemented"),
-            row("c", "4.3", "failed", message="4.3 differs"),
+            row("a", "4.3", "failed", message=blamed, blocked_by="4.2"),
+            row("b", "4.3", "not implemented"),
+            row("c", "4.3", "failed", message=blamed),  # the text alone: not blocked
             Row("d", "", "", 0, 2, "error", "not graded", "", 0)]
     summary = class_summary.summarize(rows)
     assert [(e.id, e.passed, e.learners, e.unnamed, e.blocked, e.not_started)

@@ -56,7 +56,7 @@ def summarize(rows: Iterable[Any]) -> list[ExerciseSummary]:
             entry.example.setdefault(mistake, row.message)
         elif row.status == "not implemented":
             entry.not_started += 1
-        elif dependencies.is_blame(exercise, row.message):
+        elif getattr(row, "blocked_by", ""):  # the grader's record, never the message's text
             entry.blocked += 1
         else:
             entry.unnamed += 1

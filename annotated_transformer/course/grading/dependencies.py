@@ -127,12 +127,6 @@ def failing_roots(exercise: str, right: Mapping[str, bool],
                   key=order)
 
 
-def is_blame(exercise: str, message: str) -> bool:
-    """Whether ``message`` is :func:`blame`'s for ``exercise`` (it failed because of a part
-    it builds on)."""
-    return message.startswith(f"{exercise} uses your ") and " pass yet: fix " in message
-
-
 def blame(exercise: str, roots: list[str], declared: Declared) -> str:
     """``"5.4 uses your MultiHeadAttention (3.3), which does not pass yet: fix 3.3 first."``"""
     named = [f"{declared.name(p)} ({p})" for p in roots[:SHOWN]]

@@ -328,7 +328,7 @@ def _explained(row: ExerciseResult, right: dict[str, bool], called: dict[str, se
         message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"
     else:
         message = cut(f"{blame} {row.message}".strip())
-    return ExerciseResult(**{**asdict(row), "message": message})
+    return ExerciseResult(**{**asdict(row), "message": message, "blocked_by": ",".join(roots)})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
 
 COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
-           "seed", "mistake", "graded_at", "override")
+           "seed", "mistake", "graded_at", "override", "blocked_by")
 OVERRIDE_COLUMNS = ("learner", "exercise", "points", "reason")
 
 
@@ -65,6 +65,7 @@ class Row:
     mistake: str = ""  # the id of the known mistake the grader named (tests/graded/mistakes.py)
     graded_at: str = ""  # the run's time (UTC, ISO 8601)
     override: str = ""  # a manual adjustment applied to this row, with its reason
+    blocked_by: str = ""  # the exercises it called whose values are wrong (the grader's)
 
 
 @dataclass

@@ -154,7 +154,8 @@ def rows_for(who: Learner, results: list[ExerciseResult]) -> list[Row]:
     who.points = round(sum(r.points for r in results), 2)
     who.max_points = round(sum(r.max_points for r in results), 2)
     return [Row(who.learner, r.id, r.title, r.points, r.max_points, r.status,
-                grade.cut(r.message), flags, who.seed, r.mistake, who.graded_at)
+                grade.cut(r.message), flags, who.seed, r.mistake, who.graded_at,
+                blocked_by=r.blocked_by)
             for r in results]
 
 

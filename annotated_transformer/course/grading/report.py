@@ -34,6 +34,7 @@ class ExerciseResult:
     message: str
     printed: str = ""  # what the code under test printed in the test that names the status
     mistake: str = ""  # the id of the known mistake the message names (tests/graded/mistakes.py)
+    blocked_by: str = ""  # the exercises it called whose values are wrong ("3.3,2.2"), if any
 
 
 @dataclass
