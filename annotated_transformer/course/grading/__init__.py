@@ -17,6 +17,8 @@ Running (the trusted side)
   - :mod:`.manifest`: the sha256 of the files that decide a grade, and their check.
   - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
   - :mod:`.dependencies`: what each exercise builds on, read from the graded tests.
+  - :mod:`.calls`: which exercises a probe's code called, observed in the worker (the
+    blame of :mod:`.dependencies` follows them).
   - :mod:`.messages`: how long a message may be.
 
 The worker (where the learner's code runs)
