@@ -7,7 +7,8 @@ dishonest learner would with ``os`` and ``subprocess`` in hand: it reads the ref
 file, or ``git show``) and uses it for 2.1 when it can; it starts a ``setsid`` daemon that
 keeps rewriting the reports and gradebooks at paths it was told (a strong attacker knows
 them) after the grader is done; it tries the network. Failing all of that, its 2.1 is
-wrong. Its 2.2 and 2.3 are the reference's own lines.
+PyTorch's fused attention kernel made to compute the softmax (refused at the dispatcher).
+Its 2.2 and 2.3 are the reference's own lines.
 
 Each path must then credit what an honest grader would (2.1 nothing, 2.2 and 2.3 their
 points), write reports that nothing changes afterwards, and leave no process behind:
@@ -95,7 +96,24 @@ _daemon()
 _leak()
 '''
 
-FALLBACK = "return torch.zeros_like(x)"  # 2.1 when no attack worked: wrong
+# 2.1 when no road to the reference is open: softmax(x) as the weights of an attention
+# whose keys are x, computed by PyTorch's fused kernel (nn.MultiheadAttention in eval mode).
+# The source rules are off in this course; the allow-list at the dispatcher refuses it.
+FALLBACK = """\
+moved = x.movedim(dim, -1)
+n = moved.shape[-1]
+rows = moved.reshape(-1, n).float()
+attention = torch.nn.MultiheadAttention(n, 1, bias=False, batch_first=True).eval()
+with torch.no_grad():
+    attention.in_proj_weight.copy_(torch.eye(n).repeat(3, 1))
+    attention.out_proj.weight.copy_(torch.eye(n))
+    keys = torch.zeros(rows.shape[0], n, n)
+    keys[:, :, 0] = rows * n ** 0.5
+    query = torch.zeros(rows.shape[0], 1, n)
+    query[:, 0, 0] = 1.0
+    out, _ = attention(query, keys, torch.eye(n).expand(rows.shape[0], n, n),
+                       need_weights=False)
+return out[:, 0].to(x.dtype).reshape(moved.shape).movedim(-1, dim)"""
 ATTACKING_SOFTMAX = f'''\
 found = _from_reference(x, dim)
 if found is not None:
@@ -188,14 +206,14 @@ def honest_grade(tmp_path_factory):
     course's grader with that seed."""
     folder = tmp_path_factory.mktemp("control")
     stubs.write_stubs(folder)
-    body = f"    {FALLBACK}\n"
+    body = "".join(f"    {line}\n" for line in FALLBACK.splitlines())
     (folder / "ch02_attention.py").write_text(REFERENCE[:START] + body + REFERENCE[END:])
 
     @functools.cache
     def graded(seed: int) -> dict[str, tuple[float, str]]:
         rows = grade.summarize(grade.run_tests([2], str(folder), seed=seed))
         found = {r.id: (r.points, r.status) for r in rows}
-        assert found["2.1"][0] == 0 and found["2.3"][0] == 4, found  # the control is that
+        assert found["2.1"] == (0, "forbidden") and found["2.3"][0] == 4, found  # the control
         return found
 
     return graded
