@@ -168,7 +168,7 @@ def test_command_line_table_and_json(tmp_path):
     assert isinstance(data["seed"], int) and f"--seed {data['seed']}" in done.stdout
     row = data["exercises"][0]
     assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message",
-                        "printed", "mistake"}
+                        "printed", "mistake", "blocked_by"}
     assert data["points"] == data["max_points"] > 0
     usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "99"],
                            capture_output=True, text=True)
