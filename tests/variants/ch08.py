@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from annotated_transformer.parts import active_parts
+
 from variants import right, wrong
 
 
