@@ -21,12 +21,26 @@ def _module_run() -> str | None:
 
     if sys.argv[:1] != ["-m"]:
         return None
-    argv = getattr(sys, "orig_argv", [])
-    for i, arg in enumerate(argv[1:], 1):
-        if arg == "-m":
-            return argv[i + 1] if i + 1 < len(argv) else None
-        if arg.startswith("-m"):
-            return arg[2:]
+    argv = getattr(sys, "orig_argv", [])[1:]
+    while argv:
+        arg = argv.pop(0)
+        if arg == "--check-hash-based-pycs":  # the one long option with an argument
+            argv[:1] = []
+            continue
+        if arg.startswith("--"):
+            continue
+        if not arg.startswith("-") or arg == "-":
+            return None  # a script or standard input
+        # A cluster of short options (`-Im`, `-Wignore`, `-OOm`): after one that takes an
+        # argument, the rest of the cluster (or the next word) is that argument.
+        for i, flag in enumerate(arg[1:], 2):
+            if flag in "mcWX":
+                value = arg[i:] or (argv.pop(0) if argv else "")
+                if flag == "m":
+                    return value or None
+                if flag == "c":
+                    return None
+                break
     return None
 
 

@@ -97,6 +97,18 @@ def test_running_a_module_names_the_command_instead_of_doing_nothing(module):
     assert f"`python -m annotated_transformer {module.rsplit('.', 1)[-1]}`" in result.stderr
 
 
+@pytest.mark.parametrize("flags", [["-Im"], ["-I", "-m"], ["-OOm"], ["-W", "ignore", "-m"],
+                                   ["-Wignore", "-Xutf8", "-m"],
+                                   ["--check-hash-based-pycs", "default", "-m"]])
+def test_interpreter_flags_do_not_hide_a_module_run(flags):
+    """The guard reads Python's own command line, option clusters and option arguments
+    included: ``python -Im annotated_transformer.train`` stops like the plain form."""
+    result = subprocess.run([sys.executable, *flags, "annotated_transformer.train", "--help"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 2 and result.stdout == "", (flags, result.stderr)
+    assert "`python -m annotated_transformer train`" in result.stderr
+
+
 def test_python_m_elsewhere_is_left_alone():
     """Only ``python -m`` on a module of the package stops: pytest, the package itself and
     a script that imports it run as before."""

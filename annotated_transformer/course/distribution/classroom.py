@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from annotated_transformer.course.grading.grade import exercise_points
@@ -198,6 +197,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
