@@ -12,5 +12,9 @@ source "$(dirname "$0")/env.sh"
 if [ ! -d solutions ]; then
   exec python -m annotated_transformer grade "$@"
 fi
+# Threads of PyTorch's OpenMP pool that wait for work sleep instead of spinning: pytest-xdist
+# runs one process a core, and spinning threads of one steal the cores of the others (a
+# training cell of chapter 6 took three times as long). Results are the same either way.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
   --numprocesses auto --dist loadgroup -m "not slow" chapters tests "$@"

@@ -405,6 +405,9 @@ class WorkerPool:
         self.blocks: dict[tuple[str, int | str | None], Callable[[], Exception]] = {}
         self.crashed: set[tuple[str, int]] = set()  # (worker, chapter): a call of it crashed
         self.imports: set[tuple[str, int]] = set()  # (worker, chapter): imported without one
+        # worker -> why it could not start: the grader's fault, the same for every later test
+        # (each would cost a start of PyTorch), so they end with it at once
+        self.unstartable: dict[str, str] = {}
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -426,6 +429,9 @@ class WorkerPool:
 
     def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
         key, chapter, exercise = self._key(source), request.get("chapter"), request.get("exercise")
+        if key in self.unstartable:
+            self.last_printed[key] = ""
+            raise GraderFault(self.unstartable[key])
         for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
                 self.last_printed[key] = ""
@@ -460,6 +466,8 @@ class WorkerPool:
         except (WorkerCrashed, MachineBusy, GraderFault) as error:
             if isinstance(error, WorkerCrashed):
                 self.crashed.add((key, chapter))
+            if isinstance(error, GraderFault):
+                self.unstartable[key] = str(error)
             worker.close()
             del self.workers[key]
             raise
