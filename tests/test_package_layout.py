@@ -278,3 +278,20 @@ def test_code_reads_the_course_paths_from_layout(path):
     assert not spelled, (f"{path.name} spells a path of the course itself: {spelled}; "
                          f"use annotated_transformer.layout's (SOLUTIONS_DIR, "
                          f"WORKFLOWS_DIR, ... and relative(...) under another root)")
+
+
+def test_every_file_of_the_package_that_is_not_python_is_installed():
+    """A wheel holds only the ``.py`` files unless pyproject names the others: each file of
+    the package folder (``hints.toml``, ...) is listed in ``[tool.setuptools.package-data]``."""
+    import fnmatch
+    import tomllib
+
+    declared = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"][
+        "setuptools"].get("package-data", {})
+    data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+    missing = []
+    for path in data:
+        package = ".".join(path.parent.relative_to(PACKAGE.parent).parts)
+        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in declared.get(package, [])):
+            missing.append(str(path.relative_to(PACKAGE.parent)))
+    assert data and not missing, f"not in pyproject's package-data: {missing}"
