@@ -179,5 +179,10 @@ def test_the_recipe_shape_section_reports_ratio_parts_and_ceiling(tmp_path, caps
         assert list(stats["parts_ms"]) == list(recipe_shape.PARTS)
         assert stats["gflops"] > 0 and 0 < stats["utilisation"]
     assert len(result["load_before"]) == 3
+    floor = 1000 * result["model_flops_per_step"] / (entry["ceiling_gflops"] * 1e9)
+    assert entry["floor_ms"] == pytest.approx(floor)
+    torch_best_ms = 1000 * SMALL.tokens / entry["contenders"]["torch"]["max"]
+    assert entry["bound_ratio"] == pytest.approx(torch_best_ms / floor)
     out = capsys.readouterr().out
+    assert "nothing computing them passes" in out
     assert "x nn.Transformer" in out and "load average" in out and "goal: fast >= 1.5x" in out

@@ -286,6 +286,16 @@ def test_dropout_keeps_one_minus_p_and_scales_like_pytorch():
     assert abs(halves[0].double().mean().item() - 0.5) < 0.01
     assert abs((halves[0] == halves[1]).double().mean().item() - 0.5) < 0.01, "independent"
     assert _ops.dropout(torch.ones(3), 1.0).eq(0).all()
+    for odd in (1, 3, 5, 7):  # a count that is not a multiple of the elements a draw serves
+        assert _ops.dropout(torch.ones(odd), 0.1).shape == (odd,)
+
+
+@pytest.mark.parametrize("p", [1e-6, 1 - 1e-6])
+def test_dropout_near_zero_or_one_takes_32_bits_an_element(p):
+    """16 bits would round ``p`` to 0 or 1: 32 bits keep it (the kept share is ``1 - p``)."""
+    torch.manual_seed(0)
+    kept = (_ops.dropout(torch.ones(2_000_000), p) != 0).double().mean().item()
+    assert abs(kept - (1 - p)) < 5e-5 and 0 < kept < 1
 
 
 def test_a_model_with_dropout_is_random_in_training_and_deterministic_in_eval():

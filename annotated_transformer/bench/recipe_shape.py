@@ -7,8 +7,10 @@ thread count: the matmul ceiling measured with that many threads (the best produ
 run: it is timed again between the steps), each contender's target tokens a second
 (median and range), its ratio to ``nn.Transformer``, its matrix-product GFLOP/s and their
 share of the ceiling, the same from the best rounds (on a shared machine, the least
-disturbed ones), and the share of each part of a step (timed one part at a time over a few
-steps, after the rounds).
+disturbed ones), the share of each part of a step (timed one part at a time over a few
+steps, after the rounds), and the bound the arithmetic sets: the step's matrix products
+alone at the ceiling, and the ratio to ``nn.Transformer`` that no contender computing the
+same products can pass.
 """
 
 from __future__ import annotations
@@ -114,9 +116,19 @@ def recipe_shape(threads: tuple[int, ...] = (1, 2), rounds: int = 7, steps: int 
                          parts_ms=step_parts(trainers[name], part_steps))
             entry["contenders"][name] = stats
         entry["goal_met"] = entry["contenders"]["fast"]["ratio_to_torch"] >= GOAL
+        entry.update(products_bound(flops, ceilings[n], 1000 * SHAPE.tokens / torch_best))
         result["threads"][str(n)] = entry
         log(format_entry(n, entry))
     return result
+
+
+def products_bound(flops: float, ceiling_gflops: float, torch_ms: float) -> dict:
+    """What the arithmetic allows: a step's matrix products alone at the ceiling
+    (``floor_ms``), and the ratio to ``nn.Transformer``'s step of ``torch_ms`` (its best
+    rounds, as the ceiling is the run's best) that no contender computing them can pass,
+    were every other operation free (``bound_ratio``)."""
+    floor_ms = 1000 * flops / (ceiling_gflops * 1e9)
+    return {"floor_ms": floor_ms, "bound_ratio": torch_ms / floor_ms}
 
 
 def format_entry(threads: int, entry: dict) -> str:
@@ -133,6 +145,9 @@ def format_entry(threads: int, entry: dict) -> str:
         whole = sum(parts.values())
         lines.append("           parts: " + ", ".join(
             f"{part} {ms:.0f} ms ({ms / whole:.0%})" for part, ms in parts.items()))
+    lines.append(f"    bound: the matrix products alone, at the ceiling, take {entry['floor_ms']:.0f} "
+                 f"ms a step, so nothing computing them passes {entry['bound_ratio']:.2f}x "
+                 f"nn.Transformer's best rounds")
     met = "met" if entry["goal_met"] else "not met"
     lines.append(f"    goal: fast >= {GOAL}x nn.Transformer: "
                  f"{entry['contenders']['fast']['ratio_to_torch']:.2f}x, {met}")

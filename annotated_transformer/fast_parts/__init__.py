@@ -24,9 +24,10 @@ What is faster, and where:
   :mod:`~annotated_transformer.fast_parts.ch03_multi_head`);
 - chapter 5: ``F.layer_norm``, and no dropout call where dropout is off;
 - chapter 6: ``F.cross_entropy`` with ``label_smoothing``;
-- every dropout (chapters 1, 3 and 5): on a CPU, a random mask drawn two elements per
+- every dropout (chapters 1, 3 and 5): on a CPU, a random mask drawn four elements per
   64-bit draw instead of one Bernoulli draw per element (``_ops.dropout``): the same
-  distribution at a third of the cost, which is a fifth of a small model's step.
+  distribution to within ``2**-17`` at a fraction of the cost (PyTorch's dropout is a
+  fifth of a small model's step).
 
 Chapters 4 and 7 have nothing worth fusing: their files re-export the reference, as
 chapter 1 does for all but the dropout of ``PositionalEncoding``.
