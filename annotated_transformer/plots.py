@@ -48,3 +48,64 @@ def heatmap(
         ax.set_yticks(range(len(yticklabels)), yticklabels)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+
+
+def residual_block_diagram(ax: Axes, norm_first: bool, sublayer: str = "Sublayer") -> None:
+    """One residual sublayer as boxes and arrows, post-LN (``norm_first=False``) or pre-LN.
+
+    The identity path (orange) runs from the block's input to its output: through the
+    LayerNorm in post-LN, around it in pre-LN.
+    """
+    from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
+
+    identity, branch = "#e07b00", "black"
+
+    def box(y: float, text: str, colour: str) -> None:
+        ax.add_patch(FancyBboxPatch((0.8, y - 0.3), 2.4, 0.6, fc=colour, ec="black",
+                                    boxstyle="round,pad=0.02,rounding_size=0.12", zorder=2))
+        ax.text(2.0, y, text, ha="center", va="center", fontsize=10, zorder=3)
+
+    def arrow(points: list[tuple[float, float]], colour: str, lw: float = 1.4) -> None:
+        *line, (x0, y0) = points
+        if len(line) > 1:
+            xs, ys = zip(*line, strict=True)
+            ax.plot(xs, ys, color=colour, lw=lw, zorder=1)
+        ax.add_patch(FancyArrowPatch(line[-1], (x0, y0), arrowstyle="-|>", mutation_scale=13,
+                                     color=colour, lw=lw, shrinkA=0, shrinkB=0, zorder=1))
+
+    norm_colour, sub_colour = "#c9e6f5", "#fbe3a0"
+    ax.text(2.0, 0.0, "x", ha="center", va="center", fontsize=12)
+    if norm_first:
+        stages = [(1.4, "LayerNorm", norm_colour), (2.5, sublayer, sub_colour),
+                  (3.6, "Dropout", "white")]
+        add_y, top = 4.7, 5.7
+        arrow([(2.0, 0.25), (2.0, 1.1)], branch)
+    else:
+        stages = [(1.2, sublayer, sub_colour), (2.3, "Dropout", "white"),
+                  (4.4, "LayerNorm", norm_colour)]
+        add_y, top = 3.3, 5.7
+        arrow([(2.0, 0.25), (2.0, 0.9)], branch)
+    for y, text, colour in stages:
+        box(y, text, colour)
+    ax.add_patch(Circle((2.0, add_y), 0.25, fc="white", ec="black", zorder=2))
+    ax.text(2.0, add_y, "+", ha="center", va="center", fontsize=14, zorder=3)
+    lower = [y for y, _, _ in stages if y < add_y]
+    for y0, y1 in zip(lower, lower[1:], strict=False):
+        arrow([(2.0, y0 + 0.3), (2.0, y1 - 0.3)], branch)
+    arrow([(2.0, lower[-1] + 0.3), (2.0, add_y - 0.25)], branch)
+    # the identity path: from the input, round the left, into the addition
+    split = 0.55
+    arrow([(2.0, split), (0.35, split), (0.35, add_y), (1.75, add_y)], identity, lw=2.2)
+    ax.plot([2.0, 2.0], [0.25, split], color=identity, lw=2.2, zorder=1)
+    if norm_first:
+        arrow([(2.0, add_y + 0.25), (2.0, top - 0.25)], identity, lw=2.2)
+    else:
+        arrow([(2.0, add_y + 0.25), (2.0, 4.1)], identity, lw=2.2)
+        arrow([(2.0, 4.7), (2.0, top - 0.25)], identity, lw=2.2)
+    ax.text(2.0, top, "output", ha="center", va="center", fontsize=11)
+    ax.text(0.25, (split + add_y) / 2, "identity path", rotation=90, ha="right",
+            va="center", color=identity, fontsize=9)
+    ax.set(xlim=(-0.4, 3.6), ylim=(-0.4, 6.1),
+           title="pre-LN: x + Sublayer(LN(x))" if norm_first else "post-LN: LN(x + Sublayer(x))")
+    ax.set_aspect("equal")
+    ax.axis("off")
