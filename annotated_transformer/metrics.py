@@ -113,12 +113,17 @@ def evaluate_split(model: nn.Module, task, split: str = "test", size: int | None
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
     """``{"bleu", "bleu_signature", "chrf", "chrf_signature"}`` of ``hypotheses`` against
-    one reference each (scores in percent, as ``sacrebleu`` gives them)."""
+    one reference each (scores in percent, as ``sacrebleu`` gives them), and the BLEU of
+    the lower-cased text (``bleu_lowercase``, ``bleu_lowercase_signature``), the form
+    tutorials often report."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     sacrebleu = require("sacrebleu")
     bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    lowercase = sacrebleu.metrics.BLEU(lowercase=True)
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {"bleu": bleu_score.score, "bleu_signature": str(bleu.get_signature()),
-            "chrf": chrf_score.score, "chrf_signature": str(chrf.get_signature())}
+            "chrf": chrf_score.score, "chrf_signature": str(chrf.get_signature()),
+            "bleu_lowercase": lowercase.corpus_score(hypotheses, [references]).score,
+            "bleu_lowercase_signature": str(lowercase.get_signature())}

@@ -208,6 +208,10 @@ def test_train_translate_evaluate_average(capsys, trained, corpus):
     assert result["bleu"] == pytest.approx(bleu.score)
     assert result["chrf"] == pytest.approx(chrf.score)
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    lowered = sacrebleu.corpus_bleu([h.lower() for h in hypotheses],
+                                    [[r.lower() for r in references]])
+    assert result["bleu_lowercase"] == pytest.approx(lowered.score)
+    assert result["bleu_lowercase_signature"].startswith("nrefs:1|case:lc|eff:no|tok:13a")
     assert f"version:{sacrebleu.__version__}" in result["bleu_signature"]
     exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / 6
     assert result["exact_match"] == exact

@@ -126,6 +126,8 @@ def run_evaluate_translation(args, state: dict, task, model) -> int:
               f"{result['beam_size']}, length penalty {decoding.alpha:g}):\n"
               f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
               f"chrF {result['chrf']:.2f}  {result['chrf_signature']}\n"
+              f"BLEU lower-cased {result['bleu_lowercase']:.2f}  "
+              f"{result['bleu_lowercase_signature']}\n"
               f"exact match {result['exact_match']:.1%}, loss {result['loss']:.4f} per token")
     return 0
 
