@@ -9,6 +9,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,29 @@ def test_an_override_that_names_no_graded_exercise_is_listed_apart(tmp_path):
     gradebook.write(tmp_path, book, {})
     assert "typo in the name" in (tmp_path / "overrides-unmatched.csv").read_text()
     assert book.totals() == {"ann": (6, 6)}
+
+
+def test_a_second_run_into_a_folder_in_use_stops_with_a_clear_error(tmp_path, capsys):
+    """Two runs into one ``--out`` would read the same gradebook and each write its own over
+    the other's: while one holds the folder, ``regrade`` (another process) and ``regrade
+    merge`` stop at once (one ``error:`` line, exit status 2) and change nothing; once it is
+    done, they run."""
+    from annotated_transformer.course.grading import regrade
+
+    gradebook.write(tmp_path, book_of(("ann", (2, 0, 2))), {"seed": 1})
+    before = (tmp_path / "gradebook.json").read_text()
+    submission = tmp_path / "ben"
+    submission.mkdir()
+    with gradebook.locked(tmp_path):
+        done = subprocess.run([sys.executable, "-m", "annotated_transformer", "regrade",
+                               str(submission), "--chapter", "1", "--unsafe", "--out",
+                               str(tmp_path)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: another regrade is writing to")
+        assert f"process {os.getpid()}" in done.stderr
+        with pytest.raises(SystemExit) as stop:
+            regrade.main(["merge", "--out", str(tmp_path)])
+        assert stop.value.code == 2
+        assert "another regrade is writing to" in capsys.readouterr().err
+    assert (tmp_path / "gradebook.json").read_text() == before
+    assert regrade.main(["merge", "--out", str(tmp_path)]) == 0

@@ -12,10 +12,14 @@ in every format: a code span in Markdown, a cell that never runs as a formula in
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import json
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,32 @@ from annotated_transformer.course.grading.report import write_report
 COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
            "seed", "mistake", "graded_at", "override", "blocked_by")
 OVERRIDE_COLUMNS = ("learner", "exercise", "points", "reason")
+LOCK = ".regrade.lock"  # in the class's folder, held by the run that writes there
+
+
+class FolderBusy(Exception):
+    """Another run holds the class's folder."""
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold the class's folder for one run (an exclusive ``flock`` on its lock file): a
+    second run into the same folder stops at once rather than read a gradebook the first is
+    rewriting and write over its rows. The lock ends with the process, however it ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process"
+            raise FolderBusy(f"another regrade is writing to {out} ({holder}): wait for it to "
+                             f"finish and run again, or give another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")
+        handle.flush()
+        yield
 
 
 @dataclass

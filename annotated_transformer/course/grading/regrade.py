@@ -370,6 +370,18 @@ def learner_names(sources: list[str], names: str | None) -> list[str]:
 def merge_main(argv: list[str]) -> int:
     parser = build_merge_parser()
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is not a folder")
+    try:
+        with gradebook.locked(args.out):
+            return _merge(args)
+    except gradebook.FolderBusy as error:
+        parser.error(str(error))
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``regrade merge``, holding ``--out``."""
+    parser = build_merge_parser()
     try:
         book = gradebook.read(args.out)
         about: dict[str, Any] = {}
@@ -410,9 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                   else list(range(len(names))))
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out {args.out} is not a folder")
-        book = gradebook.read(args.out)
-        if args.overrides is not None:
-            book.add_overrides(gradebook.read_overrides(args.overrides))
+        overrides = (gradebook.read_overrides(args.overrides) if args.overrides is not None
+                     else [])
     except (OSError, ValueError) as error:
         parser.error(str(error))
     if args.seed is not None and args.seed < 0:
@@ -428,8 +439,23 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = "none" if why else "bubblewrap"
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     run = Run(chapters, seed, expected, sandbox, args.branch, deadline)
-    sources = [args.submissions[i] for i in chosen]
-    names = [names[i] for i in chosen]
+    try:
+        with gradebook.locked(args.out):  # read, graded and written by this run alone
+            try:
+                book = gradebook.read(args.out)
+            except (OSError, ValueError) as error:
+                parser.error(str(error))
+            book.add_overrides(overrides)
+            return _regrade_into(book, args, run, [args.submissions[i] for i in chosen],
+                                 [names[i] for i in chosen])
+    except gradebook.FolderBusy as error:
+        parser.error(str(error))
+
+
+def _regrade_into(book: gradebook.Gradebook, args: argparse.Namespace, run: Run,
+                  sources: list[str], names: list[str]) -> int:
+    """Grade ``sources`` into ``book``, written to ``--out`` as each learner is done."""
+    chapters, seed, sandbox = run.chapters, run.seed, run.sandbox
     book.chapters = sorted(set(book.chapters) | set(chapters))
     earlier = list(book.learners)
     about = about_run(seed, sandbox)
