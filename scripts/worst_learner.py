@@ -104,16 +104,45 @@ def submissions(folder: Path) -> dict[str, Path]:
     return {name: path.parent for name, path in made.items()}
 
 
-def regrade(course: Path, learners: dict[str, Path], chapters: list[str], out: Path) -> float:
+def regrade(course: Path, learners: dict[str, Path], chapters: list[str], out: Path,
+            limit: float = 4 * 3600) -> float:
+    """The wall time of one ``regrade``; stops the script when it wrote no gradebook or did
+    not finish in ``limit`` seconds (a bound that did not hold)."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "regrade",
-                           *map(str, learners.values()), "--names", ",".join(learners),
-                           "--out", str(out), "--seed", "4", *chapters], cwd=course,
-                          capture_output=True, text=True, timeout=4 * 3600)
+    try:
+        done = subprocess.run([sys.executable, "-m", "annotated_transformer", "regrade",
+                               *map(str, learners.values()), "--names", ",".join(learners),
+                               "--out", str(out), "--seed", "4", *chapters], cwd=course,
+                              capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired as stopped:
+        tail = (stopped.stderr or b"")[-2000:]
+        sys.exit(f"regrade of {', '.join(learners)} did not finish in {limit:g} s: a bound did "
+                 f"not hold. {tail.decode(errors='replace') if isinstance(tail, bytes) else tail}")
     took = time.monotonic() - start
     if not (out / "gradebook.json").exists():
         sys.exit(f"regrade wrote no gradebook (exit {done.returncode}): {done.stderr[-2000:]}")
     return took
+
+
+def verdict(rows: list[dict]) -> list[str]:
+    """What did not hold in the three learners' rows (printing mallory's)."""
+    wrong = []
+    for row in rows:
+        if not row["exercise"]:  # a submission that could not be graded: one error row
+            wrong.append(f"{row['learner']} was not graded: {row['message'][:200]}")
+            continue
+        attack = ATTACKS.get(int(row["exercise"].split(".")[0]))
+        if row["learner"] == "mallory":
+            print(f"  {row['exercise']:5} {row['points']:>5g}/{row['max_points']:<5g} "
+                  f"{row['status']:15} {row['message'][:110]}")
+            attacked = attack and attack[2] and attack[0] in (None, row["exercise"])
+            if attacked and (row["points"] > 0 or attack[2] not in row["message"]):
+                wrong.append(f"mallory's {row['exercise']}: {row['points']:g} points, "
+                             f"{row['message'][:200]}")
+        elif (row["learner"] == "alice") != (row["status"] == "passed") or (
+                row["learner"] == "bob" and row["points"] > 0):
+            wrong.append(f"{row['learner']}'s {row['exercise']}: {row['status']}")
+    return wrong
 
 
 def main() -> int:
@@ -133,20 +162,7 @@ def main() -> int:
         three = regrade(course, learners, chapters, out / "three")
         print(f"mallory, alice and bob: {three / 60:.1f} minutes")
         rows = json.loads((out / "three" / "gradebook.json").read_text())["rows"]
-    wrong = []
-    for row in rows:
-        chapter = int(row["exercise"].split(".")[0])
-        attack = ATTACKS.get(chapter)
-        if row["learner"] == "mallory":
-            print(f"  {row['exercise']:5} {row['points']:>5g}/{row['max_points']:<5g} "
-                  f"{row['status']:15} {row['message'][:110]}")
-            attacked = attack and attack[2] and attack[0] in (None, row["exercise"])
-            if attacked and (row["points"] > 0 or attack[2] not in row["message"]):
-                wrong.append(f"mallory's {row['exercise']}: {row['points']:g} points, "
-                             f"{row['message'][:200]}")
-        elif (row["learner"] == "alice") != (row["status"] == "passed") or (
-                row["learner"] == "bob" and row["points"] > 0):
-            wrong.append(f"{row['learner']}'s {row['exercise']}: {row['status']}")
+    wrong = verdict(rows)
     print("\n".join(wrong) or "every bound held")
     return 1 if wrong else 0
 
