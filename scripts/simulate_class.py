@@ -1,7 +1,7 @@
 """Simulate a class and re-grade it: the class summary an instructor would see.
 
     python scripts/simulate_class.py --learners 30 --seed 0 --chapter 2 --chapter 4 \\
-        --out /tmp/class --copy-to book/images
+        --out /tmp/class --copy-to book/images [--jobs 2]
 
 Each simulated learner answers every exercise of the chapters asked for: with probability
 ``--wrong`` (0.35) by one of its wrong variants (``tests/variants/``; not those that take a
@@ -175,6 +175,8 @@ def main() -> int:
                         help="the chance that a learner answers an exercise wrongly")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--copy-to", type=Path, help="copy class-summary.md and .png here")
+    parser.add_argument("--jobs", type=int,
+                        help="grade this many learners at once (default: regrade's, the cores)")
     args = parser.parse_args()
     chapters = sorted(args.chapter or [2, 4, 5])
     rng = random.Random(args.seed)
@@ -195,8 +197,10 @@ def main() -> int:
         folders.append(str(folder))
     command = [sys.executable, "-m", "annotated_transformer", "regrade", *folders,
                "--out", str(args.out), "--seed", str(args.seed),
-               *(f"--chapter={c}" for c in chapters)]
-    print(" ".join(command[1:4]), f"<{len(folders)} submissions>", *command[-2 - len(chapters):])
+               *(f"--chapter={c}" for c in chapters),
+               *([f"--jobs={args.jobs}"] if args.jobs else [])]
+    print(" ".join(command[1:4]), f"<{len(folders)} submissions>",
+          *command[len(folders) + 4:])
     done = subprocess.run(command, cwd=ROOT)
     if done.returncode != 0:
         return done.returncode
