@@ -3,7 +3,9 @@
 Every page loads with no failed request (nothing depends on the network), every
 formula is typeset by the locally served MathJax (no raw ``\\(`` or ``$$`` left),
 every image has loaded with a non-zero size, the navigation reaches every chapter,
-and each chapter's Colab button opens that chapter's notebook. A full-page
+and each chapter's Colab button opens that chapter's notebook. The interactive figures
+(plotly, whose plotly.js the book serves once) are drawn, switch layer and head, and show
+the value under the pointer. A full-page
 screenshot of every page goes to ``_build/screenshots/``. Skipped, saying why, where
 no Chromium or Playwright can be found.
 """
@@ -29,14 +31,15 @@ CHAPTERS = sorted(p.stem for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 
 playwright = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+expect = playwright.expect
 if not Path(CHROMIUM).exists():
     pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM=...)",
                 allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> str:
-    """Build the book (warnings are errors) into a temporary folder and serve it."""
+def built(tmp_path_factory) -> Path:
+    """Build the book (warnings are errors) into a temporary folder: its HTML folder."""
     out = tmp_path_factory.mktemp("book")
     build = subprocess.run(
         [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--config",
@@ -44,8 +47,13 @@ def site(tmp_path_factory) -> str:
          str(out), "--warningiserror", "--keep-going"],
         capture_output=True, text=True, cwd=ROOT)
     assert build.returncode == 0, f"the book does not build:\n{build.stdout[-4000:]}"
-    html = out / "_build" / "html"
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
+    return out / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def site(built) -> str:
+    """The built book, served on a local port."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -71,6 +79,9 @@ def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     failed: list[str] = []
     page.on("requestfailed", lambda request: failed.append(request.url))
+    origin = url.split("/", 3)[:3]
+    page.on("request", lambda r: None if r.url.split("/", 3)[:3] == origin
+            or r.url.startswith(("data:", "blob:")) else failed.append(f"outside: {r.url}"))
     page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400
             else None)
     page.goto(url, wait_until="networkidle")
@@ -136,3 +147,85 @@ def test_colab_button_opens_the_chapter(site, browser, chapter):
         f"{chapter}: the Colab link should open chapters/{chapter}.ipynb, got {links}")
     assert any(link.endswith(f"{chapter}.ipynb") for link in download), (
         f"{chapter}: no download link for the notebook")
+
+
+# The interactive figures: page, the id of the figure's block (annotated_transformer/interactive.py).
+FIGURES = {"chapters/07_decoding.html": "interactive-translator-attention"}
+
+
+def test_plotly_js_ships_once(built):
+    scripts = sorted(p.relative_to(built).as_posix() for p in built.rglob("plotly*.js"))
+    assert scripts == ["_static/plotly.min.js"], f"plotly.js should ship once, found {scripts}"
+    banner = (built / scripts[0]).read_text(encoding="utf-8")[:200].split("\n")[1]
+    assert "plotly.js" in banner, f"unexpected start of {scripts[0]}: {banner!r}"
+    for page in built.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert banner not in text, f"{page.relative_to(built)} embeds plotly.js"
+        has_figure = 'class="interactive-figure"' in text
+        assert has_figure == ("_static/plotly.min.js" in text), (
+            f"{page.relative_to(built)}: plotly.js must load exactly where a figure is "
+            f"(figure: {has_figure})")
+    for path, element in FIGURES.items():
+        assert f'id="{element}"' in (built / path).read_text(encoding="utf-8"), (
+            f"{path}: no interactive figure {element}")
+
+
+def figure_on(browser, site: str, path: str):
+    page, failed = open_page(browser, f"{site}/{path}")
+    figure = page.locator(f"#{FIGURES[path]}")
+    assert not failed, f"{path}: requests failed or left the machine: {failed}"
+    assert figure.evaluate("el => el.classList.contains('js-plotly-plot')"), (
+        f"{path}: plotly.js did not draw the figure {FIGURES[path]}")
+    figure.scroll_into_view_if_needed()
+    return page, figure
+
+
+def point_at(page, figure, suffix: str, x: float, y: float):
+    """Move the pointer over data point (x, y) of the axes ``x<suffix>``/``y<suffix>``;
+    the hover label's locator."""
+    px, py = figure.evaluate("(el, [s, x, y]) => {const xa = el._fullLayout['xaxis' + s], "
+                             "ya = el._fullLayout['yaxis' + s]; "
+                             "return [xa._offset + xa.l2p(x), ya._offset + ya.l2p(y)];}",
+                             [suffix, x, y])
+    box = figure.bounding_box()
+    page.mouse.move(box["x"] + px, box["y"] + py)
+    return figure.locator(".hoverlayer .hovertext")
+
+
+SHOWN = ("el => el.data.filter(t => t.visible === true).map(t => ({name: t.name, z: t.z, "
+         "x: t.xaxis, y: t.yaxis}))")
+
+
+def test_attention_switches_layer_and_head_and_reads_weights(site, browser):
+    page, figure = figure_on(browser, site, "chapters/07_decoding.html")
+    try:
+        before = figure.evaluate(SHOWN)
+        assert [t["name"] for t in before] == [
+            f"{kind}, layer 1, head 1" for kind in
+            ("encoder self-attention", "decoder self-attention", "cross-attention")]
+        pixels = figure.locator(".cartesianlayer").screenshot()
+        labels = figure.locator(".slider-label")
+        last = labels.nth(labels.count() - 1)
+        box = last.bounding_box()
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        choice = last.text_content()  # e.g. "L3 H4"
+        layer, head = choice[1:].split(" H")
+        expect(figure.locator(".slider-group")).to_contain_text(f"layer and head: {choice}")
+        after = figure.evaluate(SHOWN)
+        assert all(t["name"].endswith(f"layer {layer}, head {head}") for t in after), after
+        assert [t["z"] for t in after] != [t["z"] for t in before], "the maps did not change"
+        assert figure.locator(".cartesianlayer").screenshot() != pixels, (
+            "switching layer and head left the drawn maps as they were")
+        for trace in after:  # one cell of each map: query, key and weight under the pointer
+            suffix = trace["x"][1:]
+            queries, keys = figure.evaluate(
+                "(el, s) => [el._fullLayout['yaxis' + s].ticktext, "
+                "el._fullLayout['xaxis' + s].ticktext]", suffix)
+            row, column = len(queries) - 1, 1
+            label = point_at(page, figure, suffix, column, row)
+            expect(label).to_contain_text(f"{queries[row]} → {keys[column]}")
+            expect(label).to_contain_text(f"weight {trace['z'][row][column]:.3f}")
+            expect(label).to_contain_text(trace["name"])
+    finally:
+        page.close()
+

@@ -41,6 +41,7 @@ LAYERS = {
     "annotated_transformer.metrics": 3,
     "annotated_transformer.recipes": 3,
     "annotated_transformer.inspect_attention": 3,
+    "annotated_transformer.interactive": 3,  # the book's figures to play with (plotly)
     "annotated_transformer.language_model": 3,  # chapter 8's capstone: a small language learnt
     "annotated_transformer.cli": 4,  # the command line and the tools beside the library
     "annotated_transformer.commands": 4,

@@ -1,0 +1,184 @@
+"""Figures to play with: plotly figures of the book's tables, curves and attention maps.
+
+Each figure is shown as a small HTML block, data and a call of ``Plotly.newPlot`` with no
+library inside: the web book draws it with the plotly.js that it serves once, from its own
+``_static`` folder (``book/_ext/interactive_figures.py``; nothing is fetched from
+elsewhere). Without plotly.js (a notebook in Jupyter, a reader without JavaScript) the
+block says where to see the figure, and the notebooks keep a static matplotlib image of
+each figure beside it; in a notebook, ``.figure.show()`` draws the plotly figure itself.
+
+Every figure names its own HTML id (``interactive-<name>``), so that re-executing a notebook
+gives the same page. Plotly is an optional dependency (the ``book`` extra): importing this
+module without it says so.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+try:
+    import plotly.graph_objects as go
+    import plotly.io as pio
+except ImportError as error:  # pragma: no cover - depends on the installation
+    raise ImportError("the interactive figures need plotly: pip install -e '.[book]' "
+                      "(or pip install plotly)") from error
+
+from annotated_transformer.inspect_attention import AttentionMaps
+
+MARKER = "interactive-figure"  # the class of every figure's HTML block (the book looks for it)
+CONFIG = {"displaylogo": False, "responsive": True,
+          "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+FALLBACK = ("An interactive figure, drawn in the web book (bash scripts/book.sh); in a "
+            "notebook, call .figure.show() on it.")
+# A notebook cell tagged so holds the static image of the figure in the next cell: in the
+# web book (myst-nb writes a cell's tags as classes "tag_<tag>") the figure hides that
+# image once it is drawn, so that the page shows it once; without JavaScript it stays.
+TWIN = "static-twin"
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+class InteractiveFigure:
+    """A plotly figure that a notebook displays as the book's HTML block."""
+
+    def __init__(self, figure: go.Figure, name: str):
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"a figure's name is lower-case letters, digits and '-', got {name!r}")
+        self.figure = figure
+        self.name = name
+
+    @property
+    def element_id(self) -> str:
+        return f"interactive-{self.name}"
+
+    def to_html(self) -> str:
+        """The HTML block: a ``div`` that holds the fallback text, and a script that
+        replaces it with the figure when plotly.js is there (and hides the images of the
+        cell before, if that cell is tagged ``static-twin``)."""
+        spec = pio.to_json({"data": self.figure.data, "layout": self.figure.layout,
+                            "config": CONFIG}, validate=False, pretty=False)
+        spec = spec.replace("</", "<\\/")  # a token such as "</s>" cannot end the script
+        return (f'<div class="{MARKER}" id="{self.element_id}">'
+                f'<p class="{MARKER}-fallback"><em>{html.escape(FALLBACK)}</em></p></div>\n'
+                f"<script>(function () {{\n"
+                f'  var element = document.getElementById("{self.element_id}");\n'
+                f"  if (!window.Plotly || !element) return;\n"
+                f"  var spec = {spec};\n"
+                f'  element.innerHTML = "";\n'
+                f"  Plotly.newPlot(element, spec.data, spec.layout, spec.config);\n"
+                f'  var cell = element.closest(".cell"), '
+                f"before = cell && cell.previousElementSibling;\n"
+                f'  if (before && before.classList.contains("tag_{TWIN}"))\n'
+                f'    before.querySelectorAll(".cell_output img").forEach(function (image) {{\n'
+                f'      image.style.display = "none";\n'
+                f"    }});\n"
+                f"}})();</script>")
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+def _rounded(values: Tensor, digits: int) -> list:
+    return torch.round(values.double(), decimals=digits).tolist()
+
+
+def positional_encoding_figure(table: Tensor, name: str = "positional-encoding"
+                               ) -> InteractiveFigure:
+    """The table ``[positions, d_model]`` as a heatmap; the pointer reads position,
+    dimension and value."""
+    if table.dim() != 2:
+        raise ValueError(f"the table must be [positions, d_model], got {tuple(table.shape)}")
+    d_model = table.size(1)
+    figure = go.Figure(go.Heatmap(
+        z=_rounded(table, 4), colorscale="RdBu", reversescale=True, zmid=0, zmin=-1, zmax=1,
+        hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.4f}<extra></extra>"))
+    figure.update_layout(
+        title=f"Sinusoidal positional encoding, d_model = {d_model}: point at a cell",
+        xaxis_title="encoding dimension (even: sine, odd: cosine)", yaxis_title="position",
+        yaxis_autorange="reversed", height=460, margin=dict(t=60, l=60, r=20, b=50))
+    return InteractiveFigure(figure, name)
+
+
+def learning_rate_figure(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+                         name: str = "learning-rate") -> InteractiveFigure:
+    """One line per schedule (label: steps, rates); the pointer reads step and rate."""
+    if not curves:
+        raise ValueError("learning_rate_figure needs at least one curve")
+    figure = go.Figure()
+    for label, (steps, rates) in curves.items():
+        if len(steps) != len(rates):
+            raise ValueError(f"{label}: {len(steps)} steps but {len(rates)} rates")
+        figure.add_trace(go.Scatter(
+            x=list(steps), y=[float(f"{r:.4g}") for r in rates], mode="lines", name=label,
+            hovertemplate="step %{x}<br>rate %{y:.3e}<extra>%{fullData.name}</extra>"))
+    figure.update_layout(title="The warmup schedule: point at a curve",
+                         xaxis_title="training step", yaxis_title="learning rate",
+                         hovermode="closest", height=420,
+                         legend=dict(x=0.98, xanchor="right", y=0.98),
+                         margin=dict(t=60, l=70, r=20, b=50))
+    return InteractiveFigure(figure, name)
+
+
+KINDS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
+         "cross": "cross-attention"}
+
+
+def attention_figure(maps: AttentionMaps, name: str = "attention") -> InteractiveFigure:
+    """Every kind of attention the model has, side by side, for one layer and head at a
+    time: a slider chooses the layer and head; the pointer reads query, key and weight.
+    The colour scale runs from 0 to 1 for every map, so that heads compare by colour."""
+    kinds = [kind for kind in KINDS if getattr(maps, kind)]
+    if not kinds:
+        raise ValueError("the maps hold no attention weights")
+    layers, heads = len(getattr(maps, kinds[0])), getattr(maps, kinds[0])[0].size(0)
+    axes = {"encoder": (maps.source_tokens, maps.source_tokens),
+            "decoder": (maps.output_tokens, maps.output_tokens),
+            "cross": (maps.output_tokens, maps.source_tokens)}
+    widths = [len(axes[kind][1]) for kind in kinds]
+    figure = go.Figure()
+    domains, start, gap = [], 0.0, 0.12  # room for the next panel's query labels
+    for width in widths:
+        share = (1 - gap * (len(kinds) - 1)) * width / sum(widths)
+        domains.append((start, start + share))
+        start += share + gap
+    for index, kind in enumerate(kinds):
+        queries, keys = axes[kind]
+        suffix = "" if index == 0 else str(index + 1)
+        text = [[f"{q} → {k}" for k in keys] for q in queries]
+        for layer in range(layers):
+            for head in range(heads):
+                weights = getattr(maps, kind)[layer][head]
+                figure.add_trace(go.Heatmap(
+                    z=_rounded(weights, 4), text=text, coloraxis="coloraxis",
+                    xaxis=f"x{suffix}", yaxis=f"y{suffix}",
+                    visible=layer == 0 and head == 0,
+                    name=f"{KINDS[kind]}, layer {layer + 1}, head {head + 1}",
+                    meta=[kind, layer + 1, head + 1],
+                    hovertemplate=(f"{KINDS[kind]}, layer {layer + 1}, head {head + 1}<br>"
+                                   "query → key: %{text}<br>weight %{z:.3f}<extra></extra>")))
+        figure.update_layout({
+            f"xaxis{suffix}": dict(domain=domains[index], tickvals=list(range(len(keys))),
+                                   ticktext=keys, tickangle=-90, title=f"key ({KINDS[kind]})",
+                                   anchor=f"y{suffix}", tickfont=dict(size=10)),
+            f"yaxis{suffix}": dict(tickvals=list(range(len(queries))), ticktext=queries,
+                                   autorange="reversed", anchor=f"x{suffix}",
+                                   tickfont=dict(size=10),
+                                   title="query" if index == 0 else None)})
+    steps = []
+    for layer in range(layers):
+        for head in range(heads):
+            shown = [(l, h) == (layer, head) for _ in kinds for l in range(layers)
+                     for h in range(heads)]
+            steps.append(dict(method="restyle", args=[{"visible": shown}],
+                              label=f"L{layer + 1} H{head + 1}"))
+    figure.update_layout(
+        title="Attention of the trained translator: choose a layer and head, point at a cell",
+        coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1, colorbar=dict(title="weight")),
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="layer and head: "),
+                      pad=dict(t=110))],
+        height=560, margin=dict(t=60, l=80, r=20, b=40))
+    return InteractiveFigure(figure, name)
