@@ -5,7 +5,6 @@ first, and the class summary counts it there. Learners written as the reference 
 from __future__ import annotations
 
 import shutil
-from types import SimpleNamespace
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import class_summary, grade
@@ -54,9 +53,7 @@ def test_a_cosmetic_failure_of_2_2_does_not_hide_the_own_mistake_of_3_3(tmp_path
     assert rows["3.3"].mistake == "3.3/one-head", rows["3.3"].message
     assert "This is attention with one head" in rows["3.3"].message, rows["3.3"].message
     assert "pass yet" not in rows["3.3"].message and "fix 2.2" not in rows["3.3"].message
-    [summary] = [s for s in class_summary.summarize(
-        SimpleNamespace(exercise=r.id, title=r.title, status=r.status, mistake=r.mistake,
-                        message=r.message) for r in rows.values()) if s.id == "3.3"]
+    [summary] = [s for s in class_summary.summarize(rows.values()) if s.id == "3.3"]
     assert summary.mistakes["3.3/one-head"] == 1 and summary.blocked == 0
 
 

@@ -10,20 +10,24 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import gradebook, repositories, submissions
-from annotated_transformer.course.grading.gradebook import Gradebook, Learner, Override, Row
+from annotated_transformer.course.grading.gradebook import Gradebook, Learner, Override
+from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
 
 
-def rows_of(name: str, points: tuple[float, float, float], seed: int = 1) -> list[Row]:
+def rows_of(name: str, points: tuple[float, float, float], seed: int = 1,
+            ) -> list[ExerciseResult]:
     exercises = ("1.1", "1.2", "2.1")
-    return [Row(name, e, f"title {e}", p, 2, "passed" if p == 2 else "failed",
-                "=cmd|' /C calc'!A0" if p == 0 else "", "", seed, "", f"t{seed}")
+    return [ExerciseResult(e, int(e[0]), f"title {e}", p, 2, "passed" if p == 2 else "failed",
+                           "=cmd|' /C calc'!A0" if p == 0 else "", learner=name, seed=seed,
+                           graded_at=f"t{seed}")
             for e, p in zip(exercises, points, strict=True)]
 
 
@@ -79,7 +83,7 @@ def test_every_output_agrees_and_carries_the_overrides(tmp_path):
 def test_learner_text_is_data_in_every_output(tmp_path):
     """A message that would be a formula in a spreadsheet, or markup in Markdown."""
     book = book_of(("ann", (0, 2, 2)))
-    book.rows[0].message = "=HYPERLINK(\"x\")\r\n# heading | cell |"
+    book.rows[0] = replace(book.rows[0], message="=HYPERLINK(\"x\")\r\n# heading | cell |")
     gradebook.write(tmp_path, book, {})
     long = list(csv.reader(io.StringIO((tmp_path / "gradebook.csv").read_text())))
     assert not any(cell.startswith(("=", "+", "-", "@")) for line in long for cell in line)
@@ -202,8 +206,9 @@ def test_names_that_share_their_safe_characters_get_feedback_files_of_their_own(
 def test_a_chapter_graded_again_replaces_only_that_chapter_s_rows():
     book = book_of(("ann", (2, 2, 2)))
     book.put(Learner("ann", "/subs/ann", seed=4),
-             [Row("ann", "2.1", "t", 1, 2, "failed", "", "", 4)], chapters=[2])
-    assert [(r.exercise, r.points) for r in book.rows] == [("1.1", 2), ("1.2", 2), ("2.1", 1)]
+             [ExerciseResult("2.1", 2, "t", 1, 2, "failed", "", learner="ann", seed=4)],
+             chapters=[2])
+    assert [(r.id, r.points) for r in book.rows] == [("1.1", 2), ("1.2", 2), ("2.1", 1)]
 
 
 def test_an_override_that_names_no_graded_exercise_is_listed_apart(tmp_path):

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.grading import manifest, regrade, submissions
-from annotated_transformer.course.grading.gradebook import COLUMNS, Learner, Row, spreadsheet_safe
+from annotated_transformer.course.grading.gradebook import Learner
+from annotated_transformer.course.grading.results import COLUMNS, ExerciseResult, spreadsheet_safe
 from annotated_transformer.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
 
 CH01 = "ch01_positional_encoding.py"
@@ -266,9 +267,9 @@ def test_the_class_summary_counts_learners_per_mistake_most_common_first():
     from annotated_transformer.course.grading import class_summary
 
     def row(who, exercise, status, mistake="", message="", blocked_by=""):
-        return Row(who, exercise, f"title {exercise}", 0, 1, status,
-                   "what went wrong" if mistake else message, "", 0, mistake,
-                   blocked_by=blocked_by)
+        return ExerciseResult(exercise, 4, f"title {exercise}", 0, 1, status,
+                              "what went wrong" if mistake else message, mistake=mistake,
+                              blocked_by=blocked_by, learner=who, seed=0)
 
     blamed = "4.3 uses your causal_mask (4.2), which does not pass yet: fix 4.2 first."
     rows = [row("a", "4.1", "passed"), row("b", "4.1", "failed", "4.1/inverted"),
@@ -277,7 +278,7 @@ def test_the_class_summary_counts_learners_per_mistake_most_common_first():
             row("a", "4.3", "failed", message=blamed, blocked_by="4.2"),
             row("b", "4.3", "not implemented"),
             row("c", "4.3", "failed", message=blamed),  # the text alone: not blocked
-            Row("d", "", "", 0, 2, "error", "not graded", "", 0)]
+            ExerciseResult("", 0, "", 0, 2, "error", "not graded", learner="d", seed=0)]
     summary = class_summary.summarize(rows)
     assert [(e.id, e.passed, e.learners, e.unnamed, e.blocked, e.not_started)
             for e in summary] == [("4.1", 1, 3, 0, 0, 0), ("4.2", 1, 3, 1, 0, 0),

@@ -6,6 +6,8 @@ Running (the trusted side)
   - :mod:`.plugin`: the pytest plugin that records each graded test's outcome and message.
   - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
     one gradebook, each checked for changed grading files first (for instructors).
+  - :mod:`.results`: an exercise's result, the one shape the report, the gradebook and
+    the class's summary share, and its formats (JSON, the gradebook's line and CSV).
   - :mod:`.report`: a run's :class:`~.report.Report` and its formats (terminal, JSON,
     Markdown, JUnit).
   - :mod:`.submissions`: a submission read without trusting it: its exercise files

@@ -12,11 +12,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from annotated_transformer.course.grading import dependencies
 from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
+from annotated_transformer.course.grading.results import ExerciseResult
 
 
 @dataclass
@@ -38,17 +38,16 @@ def _order(exercise: str) -> tuple[int, ...]:
     return tuple(int(p) for p in exercise.split("."))
 
 
-def summarize(rows: Iterable[Any]) -> list[ExerciseSummary]:
-    """The class's summary from gradebook rows (anything with ``exercise``, ``title``,
-    ``status``, ``mistake`` and ``message``); rows of submissions not graded are left out."""
+def summarize(rows: Iterable[ExerciseResult]) -> list[ExerciseSummary]:
+    """The class's summary from the gradebook's results; those of submissions not graded
+    are left out."""
     found: dict[str, ExerciseSummary] = {}
     for row in rows:
-        exercise = row.exercise
-        if not exercise:  # a submission that could not be graded
+        if not row.id:  # a submission that could not be graded
             continue
-        entry = found.setdefault(exercise, ExerciseSummary(exercise, row.title))
+        entry = found.setdefault(row.id, ExerciseSummary(row.id, row.title))
         entry.learners += 1
-        mistake = getattr(row, "mistake", "")
+        mistake = row.mistake
         if row.status == "passed":
             entry.passed += 1
         elif mistake:
@@ -56,7 +55,7 @@ def summarize(rows: Iterable[Any]) -> list[ExerciseSummary]:
             entry.example.setdefault(mistake, row.message)
         elif row.status == "not implemented":
             entry.not_started += 1
-        elif getattr(row, "blocked_by", ""):  # the grader's record, never the message's text
+        elif row.blocked_by:  # the grader's record, never the message's text
             entry.blocked += 1
         else:
             entry.unnamed += 1
@@ -148,7 +147,7 @@ def figure(summary: list[ExerciseSummary], learners: int, path: Path, top: int =
     partial.replace(path)
 
 
-def write(out: Path, rows: Iterable[Any], learners: int) -> list[Path]:
+def write(out: Path, rows: Iterable[ExerciseResult], learners: int) -> list[Path]:
     """Write ``class-summary.md`` and ``class-summary.png`` into ``out``; their paths."""
     summary = summarize(rows)
     out.mkdir(parents=True, exist_ok=True)

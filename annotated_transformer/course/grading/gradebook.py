@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import fcntl
 import hashlib
-import io
 import json
 import os
 import re
@@ -26,9 +25,8 @@ from typing import Any
 
 from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
+from annotated_transformer.course.grading.results import ExerciseResult, csv_text, to_csv
 
-COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
-           "seed", "mistake", "graded_at", "override", "blocked_by")
 OVERRIDE_COLUMNS = ("learner", "exercise", "points", "reason")
 LOCK = ".regrade.lock"  # in the class's folder, held by the run that writes there
 
@@ -80,25 +78,6 @@ class Learner:
 
 
 @dataclass
-class Row:
-    """One line of the gradebook: a learner's exercise."""
-
-    learner: str
-    exercise: str
-    title: str
-    points: float
-    max_points: float
-    status: str
-    message: str
-    flags: str  # the learner's flags, joined with ";"
-    seed: int
-    mistake: str = ""  # the id of the known mistake the grader named (tests/graded/mistakes.py)
-    graded_at: str = ""  # the run's time (UTC, ISO 8601)
-    override: str = ""  # a manual adjustment applied to this row, with its reason
-    blocked_by: str = ""  # the exercises it called whose values are wrong (the grader's)
-
-
-@dataclass
 class Override:
     """A manual adjustment: ``learner``'s ``exercise`` is worth ``points``, because ``reason``."""
 
@@ -113,21 +92,22 @@ class Gradebook:
     """Every learner graded so far, their rows, and the manual adjustments."""
 
     learners: dict[str, Learner] = field(default_factory=dict)
-    rows: list[Row] = field(default_factory=list)
+    rows: list[ExerciseResult] = field(default_factory=list)  # each with its learner's name
     overrides: list[Override] = field(default_factory=list)
     chapters: list[int] = field(default_factory=list)
 
-    def put(self, who: Learner, rows: list[Row], chapters: list[int] | None = None) -> None:
+    def put(self, who: Learner, rows: list[ExerciseResult],
+            chapters: list[int] | None = None) -> None:
         """Add ``who`` with ``rows``, replacing only that learner's earlier rows of
         ``chapters`` (default: all of them; an error row replaces all of them too)."""
         self.learners[who.learner] = who
 
-        def replaced(row: Row) -> bool:
+        def replaced(row: ExerciseResult) -> bool:
             if row.learner != who.learner:
                 return False
-            if chapters is None or not row.exercise or any(not r.exercise for r in rows):
+            if chapters is None or not row.id or any(not r.id for r in rows):
                 return True
-            return int(row.exercise.split(".")[0]) in chapters
+            return row.chapter in chapters
 
         self.rows = [r for r in self.rows if not replaced(r)] + rows
 
@@ -155,15 +135,15 @@ class Gradebook:
     def unmatched_overrides(self) -> list[Override]:
         """The adjustments that name no learner's exercise in the gradebook (a typo, or a
         learner who could not be graded): kept, applied to nothing."""
-        rows = {(r.learner, r.exercise) for r in self.rows}
+        rows = {(r.learner, r.id) for r in self.rows}
         return [o for o in self.overrides if (o.learner, o.exercise) not in rows]
 
-    def effective_rows(self) -> list[Row]:
+    def effective_rows(self) -> list[ExerciseResult]:
         """The rows with the overrides applied (the graded points kept in ``override``)."""
         keyed = {(o.learner, o.exercise): o for o in self.overrides}
         rows = []
         for row in self.rows:
-            found = keyed.get((row.learner, row.exercise))
+            found = keyed.get((row.learner, row.id))
             if found is not None:
                 row = replace(row, points=found.points, override=(
                     f"{found.points:g} instead of {row.points:g}: {found.reason}"))
@@ -184,7 +164,7 @@ class Gradebook:
         totals = self.totals()
         learners = [{**asdict(who), "points": totals[name][0]}
                     for name, who in self.learners.items()]
-        rows = [{**asdict(r), **({"graded_points": g.points} if r.override else {})}
+        rows = [{**r.to_row(), **({"graded_points": g.points} if r.override else {})}
                 for r, g in zip(self.effective_rows(), self.rows, strict=True)]
         return {**about, "chapters": self.chapters, "learners": learners, "rows": rows,
                 "overrides": [asdict(o) for o in self.overrides]}
@@ -198,7 +178,7 @@ class Gradebook:
             who = Learner(**{k: v for k, v in entry.items() if k in names})
             book.learners[who.learner] = who
         for entry in data.get("rows", []):
-            row = Row(**{f.name: entry[f.name] for f in fields(Row) if f.name in entry})
+            row = ExerciseResult.from_row(entry)
             book.rows.append(replace(row, points=entry.get("graded_points", row.points),
                                      override=""))
         book.overrides = [Override(**o) for o in data.get("overrides", [])]
@@ -239,25 +219,9 @@ def read_overrides(path: Path) -> list[Override]:
 # ---------------------------------------------------------------- the files
 
 
-def spreadsheet_safe(value: Any) -> Any:
-    """A cell that a spreadsheet shows as text, never runs as a formula."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-def _csv(header: list[str], lines: list[list[Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(header)
-    for line in lines:
-        writer.writerow([spreadsheet_safe(cell) for cell in line])
-    return out.getvalue()
-
-
 def long_csv(book: Gradebook) -> str:
     """One line a learner's exercise, the overrides applied."""
-    return _csv(list(COLUMNS), [[getattr(r, c) for c in COLUMNS] for r in book.effective_rows()])
+    return to_csv(book.effective_rows())
 
 
 def _exercise_order(exercise: str) -> tuple[int, ...]:
@@ -269,21 +233,21 @@ def wide_csv(book: Gradebook) -> str:
     the second line gives each column's possible points (the ``Points Possible`` line that
     LMS imports such as Canvas's read)."""
     rows = book.effective_rows()
-    exercises = sorted({r.exercise for r in rows if r.exercise}, key=_exercise_order)
+    exercises = sorted({r.id for r in rows if r.id}, key=_exercise_order)
     chapters = sorted({int(e.split(".")[0]) for e in exercises})
-    possible = {r.exercise: r.max_points for r in rows if r.exercise}
+    possible = {r.id: r.max_points for r in rows if r.id}
     header = ["learner", *exercises, *(f"chapter {c}" for c in chapters), "total"]
     chapter_possible = [round(sum(p for e, p in possible.items()
                                   if e.split(".")[0] == str(c)), 2) for c in chapters]
     lines = [["Points Possible", *(possible[e] for e in exercises), *chapter_possible,
               round(sum(possible.values()), 2)]]
     for name in sorted(book.learners):
-        mine = {r.exercise: r.points for r in rows if r.learner == name and r.exercise}
+        mine = {r.id: r.points for r in rows if r.learner == name and r.id}
         per_chapter = [round(sum(p for e, p in mine.items() if e.split(".")[0] == str(c)), 2)
                        for c in chapters]
         lines.append([name, *(mine.get(e, 0) for e in exercises), *per_chapter,
                       round(sum(mine.values()), 2)])
-    return _csv(header, lines)
+    return csv_text(header, lines)
 
 
 def feedback(book: Gradebook, name: str) -> str:
@@ -306,13 +270,13 @@ def feedback(book: Gradebook, name: str) -> str:
         for row in rows:
             mistake = f"`{row.mistake}`" if row.mistake else ""
             message = markdown_code(row.message, table=True) if row.message else ""
-            lines.append(f"| {row.exercise} {row.title.replace('|', '/')} | "
+            lines.append(f"| {row.id} {row.title.replace('|', '/')} | "
                          f"{row.points:g}/{row.max_points:g} | {row.status} | {mistake} | "
                          f"{message} |")
     adjusted = [r for r in rows if r.override]
     if adjusted:
         lines += ["", "## Adjusted by your instructor", ""]
-        lines += [f"- {r.exercise}: {markdown_code(r.override)}" for r in adjusted]
+        lines += [f"- {r.id}: {markdown_code(r.override)}" for r in adjusted]
     if who.flags:
         lines += ["", "## What the checks noticed (a reason to look, not a verdict)", ""]
         lines += [f"- {flag}: {markdown_code('; '.join(what))}"
@@ -340,7 +304,7 @@ def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
     folder.mkdir(exist_ok=True)
     unmatched = book.unmatched_overrides()
     if unmatched:
-        write_report(out / "overrides-unmatched.csv", _csv(list(OVERRIDE_COLUMNS), [
+        write_report(out / "overrides-unmatched.csv", csv_text(list(OVERRIDE_COLUMNS), [
             [getattr(o, c) for c in OVERRIDE_COLUMNS] for o in unmatched]))
     elif (out / "overrides-unmatched.csv").exists():
         (out / "overrides-unmatched.csv").unlink()

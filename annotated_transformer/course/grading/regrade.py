@@ -41,7 +41,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -54,8 +54,8 @@ from annotated_transformer.course.grading import (
     manifest,
     repositories,
 )
-from annotated_transformer.course.grading.gradebook import Learner, Row
-from annotated_transformer.course.grading.report import ExerciseResult
+from annotated_transformer.course.grading.gradebook import Learner
+from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.grading.repositories import SubmissionError, without_credentials
 from annotated_transformer.course.grading.submissions import (
     check_reports,
@@ -148,26 +148,25 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
         return rows
 
 
-def rows_for(who: Learner, results: list[ExerciseResult]) -> list[Row]:
-    """The gradebook's rows of one learner."""
-    flags = ";".join(sorted(who.flags))
+def rows_for(who: Learner, results: list[ExerciseResult]) -> list[ExerciseResult]:
+    """The gradebook's rows of one learner: their results, with whose they are and of
+    which run (what the code printed stays in the learner's own report)."""
     who.points = round(sum(r.points for r in results), 2)
     who.max_points = round(sum(r.max_points for r in results), 2)
-    return [Row(who.learner, r.id, r.title, r.points, r.max_points, r.status,
-                grade.cut(r.message), flags, who.seed, r.mistake, who.graded_at,
-                blocked_by=r.blocked_by)
-            for r in results]
+    return [replace(r, printed="", learner=who.learner, flags=";".join(sorted(who.flags)),
+                    seed=who.seed, graded_at=who.graded_at) for r in results]
 
 
-def error_row(who: Learner, error: BaseException, possible: float) -> Row:
+def error_row(who: Learner, error: BaseException, possible: float) -> ExerciseResult:
     """The one row of a submission that could not be graded: 0 points."""
     who.status, who.points, who.max_points = "error", 0, possible
-    message = grade.cut(f"not graded: {type(error).__name__}: {error}")
-    return Row(who.learner, "", "", 0, possible, "error", message,
-               ";".join(sorted(who.flags)), who.seed, "", who.graded_at)
+    return ExerciseResult("", 0, "", 0, possible, "error",
+                          f"not graded: {type(error).__name__}: {error}",
+                          learner=who.learner, flags=";".join(sorted(who.flags)),
+                          seed=who.seed, graded_at=who.graded_at)
 
 
-def grade_one(source: str, name: str, run: Run, position: str) -> tuple[Learner, list[Row]]:
+def grade_one(source: str, name: str, run: Run, position: str) -> tuple[Learner, list[ExerciseResult]]:
     """One learner's rows; a submission that cannot be graded gets one ``error`` row."""
     who = Learner(name, without_credentials(source), seed=run.seed)
     print(f"[{position}] grading {name} ({who.source})", flush=True)
@@ -181,8 +180,8 @@ def grade_one(source: str, name: str, run: Run, position: str) -> tuple[Learner,
 
 
 def regrade(sources: list[str], names: list[str], run: Run, jobs: int = 1,
-            on_graded: Callable[[Learner, list[Row]], None] | None = None,
-            ) -> list[tuple[Learner, list[Row]]]:
+            on_graded: Callable[[Learner, list[ExerciseResult]], None] | None = None,
+            ) -> list[tuple[Learner, list[ExerciseResult]]]:
     """Grade every submission, ``jobs`` at a time (each in a process of its own, with its
     own worker and sandbox, all with the run's seed: the grader's checks parse Python, which
     threads of one interpreter cannot do safely at once); ``on_graded`` gets each learner's
@@ -190,9 +189,9 @@ def regrade(sources: list[str], names: list[str], run: Run, jobs: int = 1,
     its own rows."""
     tasks = [(source, name, run, f"{i}/{len(names)}")
              for i, (source, name) in enumerate(zip(sources, names, strict=True), 1)]
-    done: list[tuple[Learner, list[Row]]] = []
+    done: list[tuple[Learner, list[ExerciseResult]]] = []
 
-    def finished(who: Learner, rows: list[Row]) -> None:
+    def finished(who: Learner, rows: list[ExerciseResult]) -> None:
         done.append((who, rows))
         if on_graded is not None:
             on_graded(who, rows)
@@ -463,7 +462,7 @@ def _regrade_into(book: gradebook.Gradebook, args: argparse.Namespace, run: Run,
           f"{args.jobs} at a time, sandbox: {sandbox}; writing to {args.out} as each "
           f"learner is done", flush=True)
 
-    def keep(who: Learner, rows: list[Row]) -> None:  # written at once: a stop loses nothing
+    def keep(who: Learner, rows: list[ExerciseResult]) -> None:  # written at once: a stop loses nothing
         book.put(who, rows, chapters)
         gradebook.write(args.out, book, about)
 

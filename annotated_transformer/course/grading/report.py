@@ -1,8 +1,8 @@
 """A grading run's report, and every format it is written in.
 
-A :class:`Report` holds what one run found (one :class:`ExerciseResult` an exercise, the
-graded tests' records when the tests ran here, the seed, and what was checked about the
-submission: :class:`Integrity` of its grading files, the :class:`WorkflowCheck` of the CI
+A :class:`Report` holds what one run found (one :class:`~.results.ExerciseResult` an
+exercise, the graded tests' records when the tests ran here, the seed, and what was checked
+about the submission: :class:`Integrity` of its grading files, the :class:`WorkflowCheck` of the CI
 file that ran) and writes it as the terminal's table, one line of score, JSON (which
 :meth:`Report.from_json` reads back), Markdown for a CI job summary, and JUnit XML.
 """
@@ -17,24 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading.messages import cut, markdown_code
+from annotated_transformer.course.grading.results import ExerciseResult
 
 # Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-
-
-@dataclass
-class ExerciseResult:
-    id: str
-    chapter: int
-    title: str
-    points: float
-    max_points: float
-    status: str
-    message: str
-    printed: str = ""  # what the code under test printed in the test that names the status
-    mistake: str = ""  # the id of the known mistake the message names (tests/graded/mistakes.py)
-    blocked_by: str = ""  # the exercises it called whose values are wrong ("3.3,2.2"), if any
 
 
 @dataclass
@@ -212,7 +199,7 @@ class Report:
             "parts": self.parts,
             "seed": self.seed,
             "sandbox": self.sandbox,
-            "exercises": [{**asdict(r), "message": cut(r.message)} for r in rows],
+            "exercises": [r.to_json() for r in rows],
             "points": self.points,
             "max_points": self.max_points,
             "chapters": {
@@ -225,8 +212,7 @@ class Report:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Report:
         """The report that :meth:`to_json` wrote (its rows, not the tests' records)."""
-        rows = [ExerciseResult(**{**row, "message": cut(row["message"])})
-                for row in data["exercises"]]
+        rows = [ExerciseResult.from_json(row) for row in data["exercises"]]
         return cls(rows, data["parts" if "parts" in data else "impl"],
                    Integrity(**data["integrity"]) if data.get("integrity") else None,
                    data.get("seed"),

@@ -1,0 +1,122 @@
+"""What grading found about one exercise: the one shape of a result, and its formats.
+
+An :class:`ExerciseResult` is what the grader makes of an exercise's graded tests (points,
+status, the message a learner reads, the known mistake it names, the exercises it called
+whose values are wrong). The same value travels to the report (:mod:`.report`), the class's
+gradebook (:mod:`.gradebook`, where it also says whose result it is, from which run, and
+the manual adjustment applied to it) and the class's summary (:mod:`.class_summary`).
+
+Its formats read back what they wrote: :meth:`ExerciseResult.to_json` /
+:meth:`~ExerciseResult.from_json` (the report's row), :meth:`~ExerciseResult.to_row` /
+:meth:`~ExerciseResult.from_row` (the gradebook's line: its JSON and CSV, which leave out
+what the code printed) and :func:`to_csv` / :func:`from_csv`, whose learner text is a cell
+that a spreadsheet shows as text and never runs as a formula.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from annotated_transformer.course.grading.messages import cut
+
+# The gradebook's line, in order (its CSV's header, its JSON rows' keys).
+COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
+           "seed", "mistake", "graded_at", "override", "blocked_by")
+# What only a gradebook's result says (left out of the report's JSON while unset).
+_IN_GRADEBOOK = {"learner": "", "flags": "", "seed": None, "graded_at": "", "override": ""}
+# A cell that starts with one of these would be a formula (or, for "'", would lose that
+# first character) in a spreadsheet: it is written after a "'" and read back without it.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+@dataclass(frozen=True)
+class ExerciseResult:
+    """One exercise's grade; its message is never longer than :func:`~.messages.cut` allows."""
+
+    id: str  # "2.1"; "" for a submission that could not be graded (a gradebook's error line)
+    chapter: int
+    title: str
+    points: float
+    max_points: float
+    status: str  # passed, failed, not implemented, forbidden, error, timeout, ... (plugin)
+    message: str
+    printed: str = ""  # what the code under test printed in the test that names the status
+    mistake: str = ""  # the id of the known mistake the message names (tests/graded/mistakes.py)
+    blocked_by: str = ""  # the exercises it called whose values are wrong ("3.3,2.2"), if any
+    # In a gradebook: whose result, that run's flags (";"-joined), seed and time (UTC, ISO
+    # 8601), and a manual adjustment applied to it, with its reason.
+    learner: str = ""
+    flags: str = ""
+    seed: int | None = None
+    graded_at: str = ""
+    override: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", cut(self.message))
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's row: every field (a gradebook's only where set)."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in _IN_GRADEBOOK or v != _IN_GRADEBOOK[k]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ExerciseResult:
+        """The result that :meth:`to_json` wrote."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def to_row(self) -> dict[str, Any]:
+        """The gradebook's line (:data:`COLUMNS`): every field but ``chapter`` (its id's)
+        and ``printed`` (the report's alone)."""
+        return {c: self.id if c == "exercise" else getattr(self, c) for c in COLUMNS}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ExerciseResult:
+        """The result of a gradebook's line, from its JSON or its CSV (numbers as text);
+        a column an older gradebook lacks is empty."""
+        exercise = row["exercise"] or ""
+        seed = row.get("seed")
+        return cls(exercise, int(exercise.split(".")[0]) if exercise else 0,
+                   row["title"] or "", float(row["points"]), float(row["max_points"]),
+                   row["status"], row["message"] or "", mistake=row.get("mistake") or "",
+                   blocked_by=row.get("blocked_by") or "", learner=row["learner"],
+                   flags=row.get("flags") or "",
+                   seed=None if seed in (None, "") else int(seed),
+                   graded_at=row.get("graded_at") or "", override=row.get("override") or "")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell that a spreadsheet shows as text, never runs as a formula."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def spreadsheet_text(cell: str) -> str:
+    """The text that :func:`spreadsheet_safe` wrote as ``cell``."""
+    return cell[1:] if cell[:1] == "'" and cell[1:].startswith(_FORMULA_START) else cell
+
+
+def csv_text(header: Iterable[str], lines: Iterable[Iterable[Any]]) -> str:
+    """A CSV file whose every cell is :func:`spreadsheet_safe`."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    for line in lines:
+        writer.writerow([spreadsheet_safe(cell) for cell in line])
+    return out.getvalue()
+
+
+def to_csv(results: Iterable[ExerciseResult]) -> str:
+    """The gradebook's CSV: one line a result (:meth:`ExerciseResult.to_row`)."""
+    return csv_text(COLUMNS, (r.to_row().values() for r in results))
+
+
+def from_csv(text: str) -> list[ExerciseResult]:
+    """The results of a CSV that :func:`to_csv` wrote."""
+    lines = list(csv.DictReader(io.StringIO(text)))
+    return [ExerciseResult.from_row({k: spreadsheet_text(v) for k, v in line.items()})
+            for line in lines]

@@ -1,0 +1,111 @@
+"""The one shape of a result: every format reads back what it wrote, and learner text stays
+data (a cell that never runs as a formula)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from dataclasses import FrozenInstanceError, replace
+
+import pytest
+
+from annotated_transformer.course.grading import gradebook, results
+from annotated_transformer.course.grading.gradebook import Gradebook, Learner
+from annotated_transformer.course.grading.messages import MESSAGE_LIMIT
+from annotated_transformer.course.grading.report import Report
+from annotated_transformer.course.grading.results import ExerciseResult
+
+# Text a learner's code can put in a message: formulas, quotes, separators, line breaks,
+# control characters, markup, a forged mistake tag, other scripts.
+PIECES = ["=1+1", "+", "-", "@", "'", "''=", "\t", "\r", "\n", "\r\n", ",", '"', "|", "`", "#",
+          "<b>", "[mistake 2.1/x]", "é", "注意", "\x1b[31m", " ", "expected 1, got 2", ""]
+STATUSES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "busy")
+
+
+def text(rng: random.Random, longest: int = 6) -> str:
+    return "".join(rng.choice(PIECES) for _ in range(rng.randint(0, longest)))
+
+
+def some_result(rng: random.Random, in_gradebook: bool) -> ExerciseResult:
+    chapter = rng.randint(1, 8)
+    exercise = f"{chapter}.{rng.randint(1, 5)}"
+    graded = rng.random() < 0.9  # else a submission that could not be graded
+    context = {}
+    if in_gradebook:
+        context = {"learner": text(rng) or "ann", "flags": text(rng),
+                   "seed": rng.choice([None, 0, rng.randint(1, 2**31)]),
+                   "graded_at": text(rng), "override": text(rng)}
+    return ExerciseResult(
+        exercise if graded else "", chapter if graded else 0, text(rng) if graded else "",
+        rng.choice([0, 0.5, 1.25, round(rng.uniform(-3, 10), 2)]), rng.choice([1, 2.5, 7.0]),
+        rng.choice(STATUSES), text(rng, 12), printed="" if in_gradebook else text(rng),
+        mistake=rng.choice(["", f"{exercise}/swapped-axes"]),
+        blocked_by=rng.choice(["", "3.3", "3.3,2.2"]), **context)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_json_reads_back_every_result(seed):
+    rng = random.Random(seed)
+    for in_gradebook in (False, True):
+        for result in (some_result(rng, in_gradebook) for _ in range(40)):
+            data = json.loads(json.dumps(result.to_json()))
+            assert ExerciseResult.from_json(data) == result
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_csv_reads_back_every_result_and_no_cell_is_a_formula(seed):
+    rng = random.Random(seed)
+    found = [some_result(rng, in_gradebook=True) for _ in range(60)]
+    written = results.to_csv(found)
+    assert results.from_csv(written) == found
+    cells = [cell for line in csv.reader(io.StringIO(written)) for cell in line]
+    assert not any(cell.startswith(("=", "+", "@", "\t", "\r")) for cell in cells)
+    assert not any(cell.startswith("-") and not _number(cell) for cell in cells)
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_gradebook_line_leaves_out_only_what_the_code_printed():
+    result = ExerciseResult("2.1", 2, "attention", 1, 2, "failed", "x", printed="hello",
+                            learner="ann", seed=3)
+    assert ExerciseResult.from_row(result.to_row()) == replace(result, printed="")
+
+
+def test_the_report_s_rows_hold_no_gradebook_fields_and_read_back():
+    rng = random.Random(7)
+    rows = [some_result(rng, in_gradebook=False) for _ in range(30)]
+    report = Report(rows, "solutions", seed=11, sandbox="bubblewrap")
+    data = json.loads(json.dumps(report.to_json()))
+    assert all(set(row) == {"id", "chapter", "title", "points", "max_points", "status",
+                            "message", "printed", "mistake", "blocked_by"}
+               for row in data["exercises"])
+    assert Report.from_json(data).rows == rows
+
+
+def test_a_gradebook_reads_back_through_its_json(tmp_path):
+    rng = random.Random(3)
+    book = Gradebook(chapters=[1, 2])
+    for name in ("ann", "=ben", "'cy"):
+        rows = [replace(some_result(rng, in_gradebook=True), learner=name, override="")
+                for _ in range(6)]
+        book.put(Learner(name, f"/subs/{name}", seed=1), rows)
+    gradebook.write(tmp_path, book, {"seed": 1})
+    assert gradebook.read(tmp_path).rows == book.rows
+    with (tmp_path / "gradebook.csv").open(newline="") as handle:  # a "\r" in a cell kept
+        assert results.from_csv(handle.read()) == book.rows
+
+
+def test_a_message_is_never_longer_than_the_limit_and_a_result_never_changes():
+    result = ExerciseResult("1.1", 1, "t", 0, 1, "failed", "x" * (3 * MESSAGE_LIMIT))
+    assert len(result.message) == MESSAGE_LIMIT and result.message.endswith("characters]")
+    assert ExerciseResult.from_json(result.to_json()) == result
+    with pytest.raises(FrozenInstanceError):
+        result.points = 1  # type: ignore[misc]
