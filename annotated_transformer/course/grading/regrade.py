@@ -55,8 +55,8 @@ from annotated_transformer.course.grading import (
     repositories,
 )
 from annotated_transformer.course.grading.gradebook import Learner
-from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.grading.repositories import SubmissionError, without_credentials
+from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.grading.submissions import (
     check_reports,
     check_tests,
@@ -166,7 +166,8 @@ def error_row(who: Learner, error: BaseException, possible: float) -> ExerciseRe
                           seed=who.seed, graded_at=who.graded_at)
 
 
-def grade_one(source: str, name: str, run: Run, position: str) -> tuple[Learner, list[ExerciseResult]]:
+def grade_one(source: str, name: str, run: Run,
+              position: str) -> tuple[Learner, list[ExerciseResult]]:
     """One learner's rows; a submission that cannot be graded gets one ``error`` row."""
     who = Learner(name, without_credentials(source), seed=run.seed)
     print(f"[{position}] grading {name} ({who.source})", flush=True)
@@ -462,7 +463,7 @@ def _regrade_into(book: gradebook.Gradebook, args: argparse.Namespace, run: Run,
           f"{args.jobs} at a time, sandbox: {sandbox}; writing to {args.out} as each "
           f"learner is done", flush=True)
 
-    def keep(who: Learner, rows: list[ExerciseResult]) -> None:  # written at once: a stop loses nothing
+    def keep(who: Learner, rows: list[ExerciseResult]) -> None:  # at once: a stop loses none
         book.put(who, rows, chapters)
         gradebook.write(args.out, book, about)
 
