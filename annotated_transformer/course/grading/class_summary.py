@@ -34,10 +34,6 @@ class ExerciseSummary:
     example: dict[str, str] = field(default_factory=dict)  # {mistake id: a message naming it}
 
 
-def _order(exercise: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in exercise.split("."))
-
-
 def summarize(rows: Iterable[ExerciseResult]) -> list[ExerciseSummary]:
     """The class's summary from the gradebook's results; those of submissions not graded
     are left out."""
@@ -59,7 +55,7 @@ def summarize(rows: Iterable[ExerciseResult]) -> list[ExerciseSummary]:
             entry.blocked += 1
         else:
             entry.unnamed += 1
-    return [found[e] for e in sorted(found, key=_order)]
+    return [found[e] for e in sorted(found, key=dependencies.order)]
 
 
 def most_common(summary: list[ExerciseSummary]) -> list[tuple[str, int]]:
@@ -67,8 +63,8 @@ def most_common(summary: list[ExerciseSummary]) -> list[tuple[str, int]]:
     counts = Counter()
     for entry in summary:
         counts.update(entry.mistakes)
-    return sorted(counts.items(), key=lambda item: (-item[1], _order(item[0].split("/")[0]),
-                                                    item[0]))
+    return sorted(counts.items(), key=lambda item: (
+        -item[1], dependencies.order(item[0].split("/")[0]), item[0]))
 
 
 def markdown(summary: list[ExerciseSummary], learners: int) -> str:

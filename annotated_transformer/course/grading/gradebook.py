@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from annotated_transformer.course.grading import dependencies
 from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
 from annotated_transformer.course.grading.results import ExerciseResult, csv_text, to_csv
@@ -224,16 +225,12 @@ def long_csv(book: Gradebook) -> str:
     return to_csv(book.effective_rows())
 
 
-def _exercise_order(exercise: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in exercise.split("."))
-
-
 def wide_csv(book: Gradebook) -> str:
     """The LMS's table: one line a learner, a column an exercise and a chapter, the total;
     the second line gives each column's possible points (the ``Points Possible`` line that
     LMS imports such as Canvas's read)."""
     rows = book.effective_rows()
-    exercises = sorted({r.id for r in rows if r.id}, key=_exercise_order)
+    exercises = sorted({r.id for r in rows if r.id}, key=dependencies.order)
     chapters = sorted({int(e.split(".")[0]) for e in exercises})
     possible = {r.id: r.max_points for r in rows if r.id}
     header = ["learner", *exercises, *(f"chapter {c}" for c in chapters), "total"]

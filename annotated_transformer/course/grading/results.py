@@ -1,16 +1,7 @@
-"""What grading found about one exercise: the one shape of a result, and its formats.
-
-An :class:`ExerciseResult` is what the grader makes of an exercise's graded tests (points,
-status, the message a learner reads, the known mistake it names, the exercises it called
-whose values are wrong). The same value travels to the report (:mod:`.report`), the class's
-gradebook (:mod:`.gradebook`, where it also says whose result it is, from which run, and
-the manual adjustment applied to it) and the class's summary (:mod:`.class_summary`).
-
-Its formats read back what they wrote: :meth:`ExerciseResult.to_json` /
-:meth:`~ExerciseResult.from_json` (the report's row), :meth:`~ExerciseResult.to_row` /
-:meth:`~ExerciseResult.from_row` (the gradebook's line: its JSON and CSV, which leave out
-what the code printed) and :func:`to_csv` / :func:`from_csv`, whose learner text is a cell
-that a spreadsheet shows as text and never runs as a formula.
+"""An exercise's result: the one shape the report (:mod:`.report`), the class's gradebook
+(:mod:`.gradebook`) and its summary (:mod:`.class_summary`) share, and its formats, each
+read back by its pair: JSON (the report's row), the gradebook's line (its JSON and CSV: all
+but what the code printed) and CSV, whose learner text never runs as a formula.
 """
 
 from __future__ import annotations
