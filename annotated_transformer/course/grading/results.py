@@ -71,12 +71,18 @@ class ExerciseResult:
         exercise = row["exercise"] or ""
         seed = row.get("seed")
         return cls(exercise, int(exercise.split(".")[0]) if exercise else 0,
-                   row["title"] or "", float(row["points"]), float(row["max_points"]),
+                   row["title"] or "", _number(row["points"]), _number(row["max_points"]),
                    row["status"], row["message"] or "", mistake=row.get("mistake") or "",
                    blocked_by=row.get("blocked_by") or "", learner=row["learner"],
                    flags=row.get("flags") or "",
                    seed=None if seed in (None, "") else int(seed),
                    graded_at=row.get("graded_at") or "", override=row.get("override") or "")
+
+
+def _number(value: Any) -> float:
+    """A number as JSON gave it (a gradebook read again writes it as before), or of CSV's
+    text."""
+    return value if isinstance(value, (int, float)) else float(value)
 
 
 def spreadsheet_safe(value: Any) -> Any:
