@@ -243,3 +243,28 @@ def test_a_second_run_into_a_folder_in_use_stops_with_a_clear_error(tmp_path, ca
         assert "another regrade is writing to" in capsys.readouterr().err
     assert (tmp_path / "gradebook.json").read_text() == before
     assert regrade.main(["merge", "--out", str(tmp_path)]) == 0
+
+
+def test_the_class_summary_agrees_with_the_merged_gradebook(tmp_path):
+    """Two shards merged by ``regrade merge``: the class summary is rebuilt from the whole
+    gradebook, and its passes, named mistakes and other failures are the gradebook's."""
+    from annotated_transformer.course.grading import regrade
+
+    shards = [book_of(("ann", (2, 2, 2)), ("ben", (0, 1, 2))), book_of(("cy", (0, 2, 1)))]
+    for k, book in enumerate(shards, 1):
+        for row in book.rows:
+            row.mistake = "1.1/sine-cosine-swapped" if row.exercise == "1.1" and not row.points \
+                else ""
+        gradebook.write(tmp_path / f"s{k}", book, {"seed": 1})
+    out = tmp_path / "class"
+    assert regrade.main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"),
+                         "--out", str(out)]) == 0
+    summary = (out / "class-summary.md").read_text()
+    assert "3 submission(s)" in summary
+    lines = [line for line in summary.splitlines() if line.startswith(("| 1.", "| 2."))]
+    assert lines == [
+        "| 1.1 | title 1.1 | 1/3 | `1.1/sine-cosine-swapped` (2) | 0 | 0 | 0 |",
+        "| 1.2 | title 1.2 | 2/3 | - | 0 | 0 | 1 |",
+        "| 2.1 | title 2.1 | 2/3 | - | 0 | 0 | 1 |"]
+    merged = gradebook.read(out)
+    assert merged.totals() == {"ann": (6, 6), "ben": (3, 6), "cy": (3, 6)}
