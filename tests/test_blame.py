@@ -85,3 +85,20 @@ def test_only_what_an_exercise_calls_is_blamed(tmp_path):
     assert "fix 4.1" not in rows["4.3"].message and "4.2" not in rows["4.3"].message
     assert rows["6.3"].status == "failed"
     assert rows["6.3"].message.startswith("6.3 uses your padding_mask (4.1)"), rows["6.3"].message
+
+
+def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_given():
+    """The release's stub of 8.3 (entered by the package's decoding, which catches its
+    NotImplementedError) is no part to fix first; a 5.4 whose post-LN input fails with no
+    name while its pre-LN input looks like "norm_first not passed on" (what a swapped 5.3
+    computes there) keeps no name: the message of the input that names none is shown."""
+    def record(exercise, outcome, mistake="", message=""):
+        return {"exercise": exercise, "outcome": outcome, "values": True,
+                "mistake": mistake, "message": message}
+
+    records = [record("8.3", "not implemented"),
+               record("5.4", "failed", message="post-LN differs"),
+               record("5.4", "failed", "5.4/norm-first-not-passed-on", "pre-LN: post-LN"),
+               record("3.3", "failed", "3.3/one-head"), record("3.3", "failed", "3.3/one-head")]
+    assert grade.values_right(records) == {"8.3": None, "5.4": False, "3.3": False}
+    assert grade.unsure_names(records) == {"5.4": "post-LN differs"}

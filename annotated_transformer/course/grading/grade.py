@@ -43,7 +43,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,11 +179,28 @@ def value_tests(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return marked or [r for r in tests if not r.get("errors")]
 
 
-def values_right(records: list[dict[str, Any]]) -> dict[str, bool]:
+def values_right(records: list[dict[str, Any]]) -> dict[str, bool | None]:
     """``{exercise: whether every test of its values passed}``: what a later exercise that
-    calls it can rely on (a failed check of an error message or of a structure is not)."""
-    return {e: all(r["outcome"] == "passed" for r in value_tests(tests))
+    calls it can rely on (a failed check of an error message or of a structure is not).
+    ``None`` for the release's stub, which is never to blame: code that called it and still
+    ran caught its ``NotImplementedError`` (the package's own fallbacks do)."""
+    return {e: None if all(r["outcome"] == "not implemented" for r in tests)
+            else all(r["outcome"] == "passed" for r in value_tests(tests))
             for e, tests in _by_exercise(records).items()}
+
+
+def unsure_names(records: list[dict[str, Any]]) -> dict[str, str]:
+    """``{exercise: the message of a failed test of its values that names no mistake}`` for
+    each exercise whose failed tests of values do not all name one and the same mistake: a
+    name that one input supports and another contradicts (an exercise that calls a wrong
+    part computes what a mistake of its own would, on some inputs only)."""
+    unsure = {}
+    for exercise, tests in _by_exercise(records).items():
+        failed = [r for r in value_tests(tests) if r["outcome"] != "passed"]
+        if len({r.get("mistake") or "" for r in failed}) > 1:
+            unsure[exercise] = next((r["message"] or "" for r in failed
+                                     if not r.get("mistake")), "")
+    return unsure
 
 
 def _by_exercise(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -269,7 +286,8 @@ def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = 
         extra = bounded(run_tests(None, parts, exercises=needed, **options))
         right.update(values_right(extra))
         called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
-    return records, [_explained(r, right, called, declared) for r in rows]
+    unsure = unsure_names(records)
+    return records, [_explained(r, right, called, declared, unsure) for r in rows]
 
 
 def calls_of(records: list[dict[str, Any]], declared) -> dict[str, set[str]]:
@@ -311,10 +329,13 @@ def _cache_store(cache_dir: Path, exercise: str, entry: str,
     cache.store(cache_dir, exercise, entry, [r for r in records if r["exercise"] == exercise])
 
 
-def _explained(row: ExerciseResult, right: dict[str, bool], called: dict[str, set[str]],
-               declared) -> ExerciseResult:
+def _explained(row: ExerciseResult, right: dict[str, bool | None],
+               called: dict[str, set[str]], declared,
+               unsure: dict[str, str] | None = None) -> ExerciseResult:
     """``row``, whose message names the parts it called whose values are wrong: first, or
-    after the learner's own mistake when its tests name one."""
+    after the learner's own mistake when its tests name one. A mistake that some of its
+    tests of values do not name is dropped there (with the message of one that names none):
+    the wrong part may explain it."""
     from annotated_transformer.course.grading import dependencies
 
     # A stub's own message already names the exercise that is not written yet.
@@ -324,6 +345,8 @@ def _explained(row: ExerciseResult, right: dict[str, bool], called: dict[str, se
     if not roots:
         return row
     blame = dependencies.blame(row.id, roots, declared)
+    if row.mistake and row.id in (unsure or {}):
+        row = replace(row, mistake="", message=cut(unsure[row.id]) or row.message)
     if row.mistake:  # the learner's own mistake first, whole; the blame after it
         message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"
     else:
