@@ -51,6 +51,9 @@ class InteractiveFigure:
         self.figure = figure
         self.name = name
 
+    def __repr__(self) -> str:
+        return f"InteractiveFigure({self.name!r})"
+
     @property
     def element_id(self) -> str:
         return f"interactive-{self.name}"
@@ -114,7 +117,7 @@ def learning_rate_figure(curves: Mapping[str, tuple[Sequence[int], Sequence[floa
             raise ValueError(f"{label}: {len(steps)} steps but {len(rates)} rates")
         figure.add_trace(go.Scatter(
             x=list(steps), y=[float(f"{r:.4g}") for r in rates], mode="lines", name=label,
-            hovertemplate="step %{x}<br>rate %{y:.3e}<extra>%{fullData.name}</extra>"))
+            hovertemplate="step %{x:d}<br>rate %{y:.3e}<extra>%{fullData.name}</extra>"))
     figure.update_layout(title="The warmup schedule: point at a curve",
                          xaxis_title="training step", yaxis_title="learning rate",
                          hovermode="closest", height=420,

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import http.server
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -150,7 +152,11 @@ def test_colab_button_opens_the_chapter(site, browser, chapter):
 
 
 # The interactive figures: page, the id of the figure's block (annotated_transformer/interactive.py).
-FIGURES = {"chapters/07_decoding.html": "interactive-translator-attention"}
+FIGURES = {"chapters/07_decoding.html": "interactive-translator-attention",
+           "chapters/01_positional_encoding.html": "interactive-positional-encoding",
+           "chapters/06_training.html": "interactive-learning-rate"}
+# Those that replace a static image of the cell before (tagged static-twin) once drawn.
+TWINS = ["chapters/01_positional_encoding.html", "chapters/06_training.html"]
 
 
 def test_plotly_js_ships_once(built):
@@ -187,9 +193,12 @@ def point_at(page, figure, suffix: str, x: float, y: float):
                              "ya = el._fullLayout['yaxis' + s]; "
                              "return [xa._offset + xa.l2p(x), ya._offset + ya.l2p(y)];}",
                              [suffix, x, y])
+    label = figure.locator(".hoverlayer .hovertext")
+    page.mouse.move(0, 0)  # away first, so that no earlier label is read
+    expect(label).to_have_count(0)
     box = figure.bounding_box()
     page.mouse.move(box["x"] + px, box["y"] + py)
-    return figure.locator(".hoverlayer .hovertext")
+    return label
 
 
 SHOWN = ("el => el.data.filter(t => t.visible === true).map(t => ({name: t.name, z: t.z, "
@@ -229,3 +238,68 @@ def test_attention_switches_layer_and_head_and_reads_weights(site, browser):
     finally:
         page.close()
 
+
+def test_positional_encoding_reads_position_dimension_and_value(site, browser):
+    page, figure = figure_on(browser, site, "chapters/01_positional_encoding.html")
+    try:
+        d_model = len(figure.evaluate("el => el.data[0].z[0]"))
+        for position, dimension in [(10, 5), (37, 64)]:
+            pair = dimension // 2
+            angle = position / 10000 ** (2 * pair / d_model)
+            value = math.sin(angle) if dimension % 2 == 0 else math.cos(angle)
+            label = point_at(page, figure, "", dimension, position)
+            expect(label).to_contain_text(f"position {position}")
+            expect(label).to_contain_text(f"dimension {dimension}")
+            expect(label).to_contain_text(f"value {value:.4f}")
+    finally:
+        page.close()
+
+
+def test_learning_rate_reads_step_and_rate(site, browser):
+    page, figure = figure_on(browser, site, "chapters/06_training.html")
+    try:
+        names = figure.evaluate("el => el.data.map(t => t.name)")
+        assert names == [f"d_model = {d}, warmup = {w}" for d, w in
+                         [(512, 4000), (512, 8000), (256, 4000)]], names
+        # in the warmup, at the peak, and in the decay (where the first two curves meet)
+        for trace, step, d_model, warmup in [(0, 2000, 512, 4000), (0, 4000, 512, 4000),
+                                             (2, 12000, 256, 4000)]:
+            x = figure.evaluate("(el, [t, s]) => el.data[t].x.indexOf(s)", [trace, step])
+            assert x >= 0, f"step {step} is not among the points of {names[trace]}"
+            y = figure.evaluate("(el, [t, i]) => el.data[t].y[i]", [trace, x])
+            label = point_at(page, figure, "", step, y)
+            expect(label).to_contain_text(names[trace])
+            # the pointer lands within a pixel (tens of steps): read which step it shows
+            shown = re.search(r"step (\d+)rate (\S+)", label.text_content())
+            assert shown, f"no step and rate in the label {label.text_content()!r}"
+            hovered = int(shown.group(1))
+            assert abs(hovered - step) <= 100, f"pointed at step {step}, the label says {hovered}"
+            rate = d_model ** -0.5 * min(hovered ** -0.5, hovered * warmup ** -1.5)
+            mantissa, exponent = f"{rate:.3e}".split("e")
+            assert shown.group(2) == f"{mantissa}e{int(exponent)}", (
+                f"step {hovered}: the label says rate {shown.group(2)}, the schedule {rate:.3e}")
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("path", TWINS)
+def test_the_static_image_is_shown_once(site, browser, path):
+    """Drawn, the figure hides the static image of the cell before; without JavaScript
+    the static image and the figure's note stay."""
+    page, figure = figure_on(browser, site, path)
+    try:
+        hidden = page.evaluate("Array.from(document.querySelectorAll('.tag_static-twin img'))"
+                               ".map(i => getComputedStyle(i).display)")
+        assert hidden == ["none"], f"{path}: static twin images after drawing: {hidden}"
+    finally:
+        page.close()
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/{path}")
+        shown = page.evaluate("Array.from(document.querySelectorAll('.tag_static-twin img'))"
+                              ".map(i => i.complete && i.naturalWidth > 0)")
+        assert shown == [True], f"{path}: without JavaScript the static image should show"
+        assert "drawn in the web book" in page.locator(f"#{FIGURES[path]}").inner_text()
+    finally:
+        context.close()
