@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import boundary, grade
+from annotated_transformer.course.grading import boundary, engine
 from annotated_transformer.layout import ROOT
 
 pytestmark = [pytest.mark.slow,
@@ -211,7 +211,7 @@ def honest_grade(tmp_path_factory):
 
     @functools.cache
     def graded(seed: int) -> dict[str, tuple[float, str]]:
-        rows = grade.summarize(grade.run_tests([2], str(folder), seed=seed))
+        rows = engine.summarize(engine.run_tests([2], str(folder), seed=seed))
         found = {r.id: (r.points, r.status) for r in rows}
         assert found["2.1"] == (0, "forbidden") and found["2.3"][0] == 4, found  # the control
         return found

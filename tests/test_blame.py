@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import class_summary, grade
+from annotated_transformer.course.grading import class_summary, engine
 
 
 def learner(tmp_path, chapters, edits):
@@ -25,7 +25,7 @@ def learner(tmp_path, chapters, edits):
 
 
 def rows_of(parts, exercises):
-    _, rows = grade.grade(None, parts, exercises, sandbox="auto")
+    _, rows = engine.grade(None, parts, exercises, sandbox="auto")
     return {r.id: r for r in rows}
 
 

@@ -296,3 +296,30 @@ def test_every_file_of_the_package_that_is_not_python_is_installed():
         if not any(fnmatch.fnmatch(path.name, pattern) for pattern in declared.get(package, [])):
             missing.append(str(path.relative_to(PACKAGE.parent)))
     assert data and not missing, f"not in pyproject's package-data: {missing}"
+
+
+MAX_LINES = 500  # CONTRIBUTING.md: small files with one job
+
+
+def long_modules(package: Path, limit: int = MAX_LINES) -> dict[str, int]:
+    """``{module path: its lines}`` for every module of ``package`` longer than ``limit``."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > limit:
+            found[str(path.relative_to(package.parent))] = lines
+    return found
+
+
+def test_no_module_of_the_package_is_over_500_lines():
+    long = long_modules(PACKAGE)
+    assert not long, (f"modules over {MAX_LINES} lines (split each by its jobs): "
+                      + ", ".join(f"{name} ({lines})" for name, lines in long.items()))
+
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (package / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    assert long_modules(package) == {"pkg/long.py": MAX_LINES + 1}

@@ -201,7 +201,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
     none)."""
     from test_grading_security import CHEATS, HONEST
 
-    from annotated_transformer.course.grading import grade
+    from annotated_transformer.course.grading import engine
 
     verdicts = {}
     for name, text in (("honest", HONEST), ("alias", CHEATS["alias outside the function"][0]),
@@ -209,7 +209,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
         folder = tmp_path / name
         stubs.write_stubs(folder)
         (folder / "ch02_attention.py").write_text(text)
-        course = grade.summarize(grade.run_tests([2], str(folder), seed=5))
+        course = engine.summarize(engine.run_tests([2], str(folder), seed=5))
         done = run(python, out, "-m", "annotated_transformer", "grade", "--parts", str(folder),
                    "--chapter", "2", "--seed", "5", "--json", str(tmp_path / f"{name}.json"))
         assert done.returncode == 0, done.stdout + done.stderr

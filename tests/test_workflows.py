@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from annotated_transformer.course.distribution import classroom, release
-from annotated_transformer.course.grading import grade
+from annotated_transformer.course.grading import engine, grade, manifest
+from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Integrity,
@@ -51,7 +52,7 @@ def triggers(workflow: dict):
 
 @cache
 def points() -> tuple[ExerciseResult, ...]:
-    return tuple(grade.exercise_points())
+    return tuple(engine.exercise_points())
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
@@ -607,8 +608,8 @@ def test_a_huge_message_gives_small_reports():
     message = "x" * 50_000_000 + "\x00\x1b[2J"
     records = [{"test": "test_a", "exercise": "1.1", "chapter": 1, "title": "first",
                 "points": 7, "parts": "exercises", "outcome": "failed", "message": message}]
-    rows = grade.summarize(records)
-    assert len(rows[0].message) <= grade.MESSAGE_LIMIT and "[... cut: " in rows[0].message
+    rows = engine.summarize(records)
+    assert len(rows[0].message) <= MESSAGE_LIMIT and "[... cut: " in rows[0].message
     junit = Report([], "exercises", seed=1, records=records).junit()
     data = json.dumps(Report(rows, "exercises", seed=1).to_json())
     table = Report(rows, "exercises", seed=1).table()
@@ -618,20 +619,20 @@ def test_a_huge_message_gives_small_reports():
     from xml.etree import ElementTree as ET
 
     failure = ET.fromstring(junit.split("?>", 1)[1]).find(".//failure")
-    assert len(failure.get("message")) <= grade.MESSAGE_LIMIT
+    assert len(failure.get("message")) <= MESSAGE_LIMIT
     assert "\x1b" not in table and "\x1b" not in markdown
     hidden = [ExerciseResult("1.1", 1, "first", 0, 7, "failed", "<!-- hides the rest")]
     # a code span: shown as it is, never run as HTML
     assert "| `<!-- hides the rest` |" in Report(hidden, "exercises").markdown()
     many = Integrity("m.json", "..", {f"tests/t{n}/pytest.ini": "added" for n in
                                             range(10_000)}, used=False)
-    assert len(Report(hidden, "exercises", many).score()) < 2 * grade.MESSAGE_LIMIT
-    assert len(Report(hidden, "exercises", many).table()) < 3 * grade.MESSAGE_LIMIT
-    assert grade.cut("short") == "short"
-    cut = grade.cut("y" * 5000)
-    assert len(cut) <= grade.MESSAGE_LIMIT
-    kept = cut.index(" [... cut: ")
-    assert cut.endswith(f"[... cut: {5000 - kept} characters]")
+    assert len(Report(hidden, "exercises", many).score()) < 2 * MESSAGE_LIMIT
+    assert len(Report(hidden, "exercises", many).table()) < 3 * MESSAGE_LIMIT
+    assert cut("short") == "short"
+    long = cut("y" * 5000)
+    assert len(long) <= MESSAGE_LIMIT
+    kept = long.index(" [... cut: ")
+    assert long.endswith(f"[... cut: {5000 - kept} characters]")
 
 
 def test_the_submission_s_workflows_are_named_in_every_report(tmp_path):
@@ -639,18 +640,18 @@ def test_the_submission_s_workflows_are_named_in_every_report(tmp_path):
     path a workflow names): a changed, an added or a linked workflow is WORKFLOW CHANGED."""
     same = tmp_path / "same"
     shutil.copytree(WORKFLOWS_DIR, same / ".github" / "workflows")
-    assert grade.workflow_changes(same) == {}
+    assert manifest.workflow_changes(same) == {}
     changed = tmp_path / "changed"
     shutil.copytree(WORKFLOWS_DIR, changed / ".github" / "workflows")
     (changed / ".github/workflows/grade.yml").write_text("name: grade\n# edited\n")
     (changed / ".github/workflows/mine.yml").write_text("name: mine\n")
-    assert grade.workflow_changes(changed) == {"grade.yml": "changed", "mine.yml": "added"}
+    assert manifest.workflow_changes(changed) == {"grade.yml": "changed", "mine.yml": "added"}
     linked = tmp_path / "linked" / ".github" / "workflows"
     linked.mkdir(parents=True)
     (linked / "grade.yml").symlink_to(WORKFLOWS_DIR / "grade.yml")
-    assert grade.workflow_changes(tmp_path / "linked") == {"grade.yml": "changed"}, (
+    assert manifest.workflow_changes(tmp_path / "linked") == {"grade.yml": "changed"}, (
         "a link is not followed")
-    check = WorkflowCheck(str(changed / ".github/workflows"), grade.workflow_changes(changed))
+    check = WorkflowCheck(str(changed / ".github/workflows"), manifest.workflow_changes(changed))
     rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", "")]
     for text in (Report(rows, "x", workflow=check).table(),
                  Report(rows, "x", workflow=check).markdown(),
@@ -676,4 +677,4 @@ def test_the_submission_s_workflows_are_named_in_every_report(tmp_path):
 
 
 def test_the_course_workflows_are_the_course_s():
-    assert grade.workflow_changes(WORKFLOWS_DIR.parent.parent) == {}
+    assert manifest.workflow_changes(WORKFLOWS_DIR.parent.parent) == {}

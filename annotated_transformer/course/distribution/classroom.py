@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from annotated_transformer.course.grading.grade import exercise_points
+from annotated_transformer.course.grading.engine import exercise_points
 from annotated_transformer.course.grading.report import ExerciseResult
 from annotated_transformer.layout import WORKFLOWS_DIR
 

@@ -1,8 +1,9 @@
 """Grading: run the graded tests (``tests/graded/``) on a learner's parts, report points.
 
 Running (the trusted side)
-  - :mod:`.grade`: ``python -m annotated_transformer grade``: runs pytest on the graded
-    tests in a fresh interpreter, turns its records into points per exercise, reports.
+  - :mod:`.grade`: ``python -m annotated_transformer grade``: the command over the engine.
+  - :mod:`.engine`: runs pytest on the graded tests in a fresh interpreter and turns its
+    records into points per exercise (``grade``, ``regrade`` and ``classroom`` use it).
   - :mod:`.plugin`: the pytest plugin that records each graded test's outcome and message.
   - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
     one gradebook, each checked for changed grading files first (for instructors).
@@ -16,7 +17,8 @@ Running (the trusted side)
     deadline).
   - :mod:`.gradebook`: the class's gradebook, its files, and how runs add up.
   - :mod:`.class_summary`: what a whole class got right and wrong, beside the gradebook.
-  - :mod:`.manifest`: the sha256 of the files that decide a grade, and their check.
+  - :mod:`.manifest`: the sha256 of the files that decide a grade, and the integrity
+    checks (a submission's grading files and workflows against the course's).
   - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
   - :mod:`.dependencies`: what each exercise builds on, read from the graded tests.
   - :mod:`.calls`: which exercises a probe's code called, observed in the worker (the

@@ -34,27 +34,18 @@ its files are unchanged (``--no-cache`` turns that off; CI passes it).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
 import secrets
-import stat
-import subprocess
 import sys
-import tempfile
-from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
-from annotated_transformer.course.grading import boundary
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut  # noqa: F401
+from annotated_transformer.course.grading import boundary, cache, engine, manifest
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
-    Integrity,
     Report,
     WorkflowCheck,
-    bounded,
     format_points,
     write_report,
 )
@@ -62,296 +53,7 @@ from annotated_transformer.course.grading.sandbox import (
     AFTER_TIMEOUT_CPU_SECONDS,
     DEFAULT_CPU_SECONDS,
 )
-from annotated_transformer.layout import (
-    GRADED_DIR,
-    ROOT,
-    WORKFLOWS_DIR,
-    chapter_test_files,
-    relative,
-)
-
-MAX_WORKFLOWS = 5_000  # the most workflow files of a submission looked at
-# The worst outcome of an exercise's tests names its status.
-PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "timeout", "failed",
-            "skipped", "passed", "collected")
-def file_sha256(path: Path) -> str | None:
-    """The sha256 of a regular file (a symbolic link is not followed), else None."""
-    try:
-        if not stat.S_ISREG(path.lstat().st_mode):
-            return None
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-        return digest.hexdigest()
-    except OSError:
-        return None
-
-
-def workflow_changes(root: Path, course_dir: Path = WORKFLOWS_DIR) -> dict[str, str]:
-    """``{file name: "changed" | "added"}`` for the submission's workflow files (``root``'s
-    ``.github/workflows/*.yml``, as committed) that are not the course's copies: computed
-    from the files themselves, never from a path a workflow names."""
-    folder = root / relative(WORKFLOWS_DIR)
-    if os.path.islink(folder.parent) or os.path.islink(folder):
-        return {relative(WORKFLOWS_DIR): "a symbolic link"}
-    if not folder.is_dir():
-        return {}
-    changes = {}
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name)[:MAX_WORKFLOWS]:
-        if entry.name.endswith((".yml", ".yaml")):
-            ran, course = file_sha256(Path(entry.path)), file_sha256(course_dir / entry.name)
-            if ran is None or ran != course:
-                changes[entry.name] = "added" if course is None else "changed"
-    return changes
-
-
-def _pytest_command(files: list[Path], parts: str, report: Path,
-                    extra_args: tuple[str, ...]) -> list[str]:
-    # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
-    # tests/graded/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
-    return [
-        sys.executable, "-m", "pytest", *map(str, files), f"--parts={parts}",
-        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-        "--confcutdir", str(GRADED_DIR), "-p", "pytest_timeout",
-        "-p", "annotated_transformer.course.grading.plugin", f"--grade-report={report}",
-        # No wall-clock limit on a test: each call of the code under test has its CPU budget
-        # and its own backstop (grading.sandbox).
-        "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
-    ]
-
-
-def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
-              extra_args: tuple[str, ...] = (), seed: int = 0,
-              sandbox: str = "auto",
-              exercises: list[str] | None = None) -> list[dict[str, Any]]:
-    """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
-
-    The tests run in that interpreter; the code under test only in the grading worker it
-    starts (``sandbox``: ``bubblewrap``, ``none`` or ``auto``, see grading.boundary; as the
-    user nobody when the grader runs as root), which may use
-    ``timeout`` CPU seconds a call (a test's ``cpu_seconds`` marker may give more). Every test
-    starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
-    command line draws a fresh one per run. With ``exercises``, only the graded tests of
-    those exercises run (the files of their chapters are collected, nothing else runs).
-    """
-    if exercises is not None:
-        chapters = sorted({int(e.split(".")[0]) for e in exercises})
-        extra_args = (f"--grade-exercises={','.join(exercises)}", *extra_args)
-    files = chapter_test_files(chapters)
-    if parts not in ("solutions", "exercises", "variants") and Path(parts).exists():
-        parts = str(Path(parts).resolve())
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        worker = (f"--grade-seed={seed}", f"--grade-cpu-seconds={timeout:g}",
-                  f"--grade-sandbox={sandbox}")
-        command = _pytest_command(list(files.values()), parts, report, (*worker, *extra_args))
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
-        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
-        if not report.exists():
-            raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
-                               f"{process.stderr[-3000:]}")
-        return json.loads(report.read_text())
-
-
-def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
-    """The points on offer per exercise, read from the graded tests without running them.
-
-    One row an exercise, as :func:`summarize` gives, with ``points`` 0 and status
-    ``"collected"``. The GitHub Classroom workflow takes its steps' points from here.
-    """
-    records = run_tests(chapters, "exercises", extra_args=("--collect-only",))
-    if any(r["exercise"] is None for r in records):
-        problem = next(r for r in records if r["exercise"] is None)
-        raise RuntimeError(problem["message"])
-    return summarize(records)
-
-
-WITHHELD = ("the {points:g} point(s) of its other checks (shapes, devices, properties, a clear "
-            "error on bad input) count once the tests on good input pass")
-
-
-def value_tests(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The tests of one exercise that compare its values with the right ones (``values=True``);
-    an exercise that marks none counts every test but those of errors on bad input."""
-    marked = [r for r in tests if r.get("values")]
-    return marked or [r for r in tests if not r.get("errors")]
-
-
-def values_right(records: list[dict[str, Any]]) -> dict[str, bool | None]:
-    """``{exercise: whether every test of its values passed}``: what a later exercise that
-    calls it can rely on (a failed check of an error message or of a structure is not).
-    ``None`` for the release's stub, which is never to blame: code that called it and still
-    ran caught its ``NotImplementedError`` (the package's own fallbacks do)."""
-    return {e: None if all(r["outcome"] == "not implemented" for r in tests)
-            else all(r["outcome"] == "passed" for r in value_tests(tests))
-            for e, tests in _by_exercise(records).items()}
-
-
-def unsure_names(records: list[dict[str, Any]]) -> dict[str, str]:
-    """``{exercise: the message of a failed test of its values that names no mistake}`` for
-    each exercise whose failed tests of values do not all name one and the same mistake: a
-    name that one input supports and another contradicts (an exercise that calls a wrong
-    part computes what a mistake of its own would, on some inputs only)."""
-    unsure = {}
-    for exercise, tests in _by_exercise(records).items():
-        failed = [r for r in value_tests(tests) if r["outcome"] != "passed"]
-        if len({r.get("mistake") or "" for r in failed}) > 1:
-            unsure[exercise] = next((r["message"] or "" for r in failed
-                                     if not r.get("mistake")), "")
-    return unsure
-
-
-def _by_exercise(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    by_exercise: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        if record["exercise"] is not None:
-            by_exercise.setdefault(record["exercise"], []).append(record)
-    return by_exercise
-
-
-def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
-    """One row an exercise: points earned, status from its worst test, that test's message
-    and the known mistake it names (a test of that outcome that names one first).
-
-    Only behaviour pays: a test that a wrong answer can pass too (a shape, a device, a
-    property, a clear error on bad input) pays only when every test of the exercise's values
-    passed, and a test of a clear error (``errors=True``) only when every other test of its
-    exercise passed: an exercise that raises one ``ValueError`` for everything, or a skeleton
-    that returns zeros of the right shape, earns nothing."""
-    by_exercise = _by_exercise(records)
-    rows = []
-    for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
-        tests = by_exercise[exercise]
-        values = value_tests(tests)
-        right = all(r["outcome"] == "passed" for r in values)
-        # The worst outcome; among its tests, one that names a known mistake.
-        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
-        behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
-        paid = [r for r in tests if r["outcome"] == "passed" and (
-            any(r is v for v in values) or (right and (behaves or not r.get("errors"))))]
-        withheld = sum(r["points"] for r in tests if r["outcome"] == "passed") - sum(
-            r["points"] for r in paid)
-        message = cut(worst["message"] or "")
-        if withheld > 1e-9:
-            message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
-        printed = (worst.get("printed") if worst["outcome"] != "passed"
-                   else "".join(r.get("printed", "") for r in tests)[-2000:])
-        rows.append(ExerciseResult(
-            id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
-            points=round(sum(r["points"] for r in paid), 2),
-            max_points=round(sum(r["points"] for r in tests), 2),
-            status=worst["outcome"], message=message,
-            printed=printed or "", mistake=worst.get("mistake") or "",
-        ))
-    return rows
-
-
-def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
-          timeout: float = DEFAULT_CPU_SECONDS, seed: int = 0, sandbox: str = "auto",
-          cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
-    """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
-    their records and rows.
-
-    Only their graded tests run. A whole-course exercise (the capstone) whose files are
-    unchanged since it last passed or failed is not run again when ``cache_dir`` is given
-    (see :mod:`annotated_transformer.course.grading.cache`). An exercise that does not pass and
-    called a part whose values are wrong says so; the parts it called that were not graded
-    in this run are graded for that (and not reported).
-    """
-    from annotated_transformer.course.grading import dependencies
-
-    chapter_test_files(chapters)  # a chapter without graded tests is a ValueError
-    declared = dependencies.read()
-    wanted = list(exercises) if exercises else declared.exercises(chapters)
-    unknown = sorted(set(wanted) - set(declared.titles), key=dependencies.order)
-    if unknown:
-        raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
-                         f"{', '.join(declared.exercises())}")
-    kept, keys = _reused(wanted, parts, declared, cache_dir)
-    to_run = [e for e in wanted if e not in kept]
-    options = {"timeout": timeout, "seed": seed, "sandbox": sandbox}
-    records = bounded(run_tests(None, parts, exercises=to_run, **options)) if to_run else []
-    for exercise, entry in keys.items():
-        if cache_dir is not None and exercise not in kept:
-            _cache_store(cache_dir, exercise, entry, records)
-    records += [r for exercise in wanted for r in kept.get(exercise, [])]
-    records.sort(key=lambda r: r["chapter"] if r["chapter"] is not None else 0)
-    rows = summarize(records)
-    right, called = values_right(records), calls_of(records, declared)
-    needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
-                     for p in called.get(r.id, ())} - set(right), key=dependencies.order)
-    if needed:
-        extra = bounded(run_tests(None, parts, exercises=needed, **options))
-        right.update(values_right(extra))
-        called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
-    unsure = unsure_names(records)
-    return records, [_explained(r, right, called, declared, unsure) for r in rows]
-
-
-def calls_of(records: list[dict[str, Any]], declared) -> dict[str, set[str]]:
-    """``{exercise: the exercises its code called while its tests ran}`` (observed)."""
-    from annotated_transformer.course.grading import calls
-
-    return {e: calls.exercises((n for r in tests for n in r.get("calls") or ()),
-                               declared.titles)
-            for e, tests in _by_exercise(records).items()}
-
-
-def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
-    """``({exercise: kept records}, {exercise: cache key})`` for the whole-course exercises
-    asked for (nothing without ``cache_dir``)."""
-    from annotated_transformer.course.grading import cache
-
-    kept: dict[str, list[dict[str, Any]]] = {}
-    keys: dict[str, str] = {}
-    if cache_dir is None:
-        return kept, keys
-    files = chapter_test_files()
-    for exercise in (e for e in wanted if e in declared.integration):
-        chapter = declared.chapter_of(exercise)
-        chapters = {declared.chapter_of(p) for p in declared.closure(exercise)} | {chapter}
-        entry = cache.key(parts, chapters, files[chapter])
-        if entry is None:
-            continue
-        keys[exercise] = entry
-        found = cache.load(cache_dir, exercise, entry)
-        if found is not None:
-            kept[exercise] = bounded(cache.reused(*found))
-    return kept, keys
-
-
-def _cache_store(cache_dir: Path, exercise: str, entry: str,
-                 records: list[dict[str, Any]]) -> None:
-    from annotated_transformer.course.grading import cache
-
-    cache.store(cache_dir, exercise, entry, [r for r in records if r["exercise"] == exercise])
-
-
-def _explained(row: ExerciseResult, right: dict[str, bool | None],
-               called: dict[str, set[str]], declared,
-               unsure: dict[str, str] | None = None) -> ExerciseResult:
-    """``row``, whose message names the parts it called whose values are wrong: first, or
-    after the learner's own mistake when its tests name one. A mistake that some of its
-    tests of values do not name is dropped there (with the message of one that names none):
-    the wrong part may explain it."""
-    from annotated_transformer.course.grading import dependencies
-
-    # A stub's own message already names the exercise that is not written yet.
-    if row.status in ("passed", "forbidden", "not implemented"):
-        return row
-    roots = dependencies.failing_roots(row.id, right, called)
-    if not roots:
-        return row
-    blame = dependencies.blame(row.id, roots, declared)
-    if row.mistake and row.id in (unsure or {}):
-        row = replace(row, mistake="", message=cut(unsure[row.id]) or row.message)
-    if row.mistake:  # the learner's own mistake first, whole; the blame after it
-        message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"
-    else:
-        message = cut(f"{blame} {row.message}".strip())
-    return ExerciseResult(**{**asdict(row), "message": message, "blocked_by": ",".join(roots)})
+from annotated_transformer.layout import ROOT, WORKFLOWS_DIR, relative
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,8 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chapters = _checked(args, parser)
     if args.write_manifest:
-        from annotated_transformer.course.grading import manifest
-
         manifest.write(args.write_manifest)
         print(f"wrote {args.write_manifest}")
         return 0
@@ -466,7 +166,7 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
 def _list_points(args: argparse.Namespace, chapters: list[int] | None,
                  parser: argparse.ArgumentParser) -> int:
     try:
-        rows = _only(exercise_points(chapters), args.exercise, parser)
+        rows = _only(engine.exercise_points(chapters), args.exercise, parser)
     except ValueError as error:
         parser.error(str(error))
     print(format_points(rows))
@@ -492,19 +192,20 @@ def _read_report(args: argparse.Namespace, chapters: list[int] | None,
 def _run(args: argparse.Namespace, chapters: list[int] | None,
          parser: argparse.ArgumentParser) -> Report:
     """Grade now: the graded tests' records and the rows, with the checks asked for."""
-    from annotated_transformer.course.grading import cache
-
-    integrity = (_verify(args.verify_manifest, args.submission_root or ROOT, parser)
-                 if args.verify_manifest else None)
+    try:
+        integrity = (manifest.integrity(args.verify_manifest, args.submission_root or ROOT)
+                     if args.verify_manifest else None)
+    except ValueError as error:
+        parser.error(str(error))
     workflow = (WorkflowCheck(str(args.submission_root / relative(WORKFLOWS_DIR)),
-                              workflow_changes(args.submission_root))
+                              manifest.workflow_changes(args.submission_root))
                 if args.submission_root else None)
     sandbox = _sandbox(args.sandbox, parser)
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     try:
-        records, rows = grade(chapters, args.parts, args.exercise, timeout=args.timeout,
-                              seed=seed, sandbox=sandbox,
-                              cache_dir=None if args.no_cache else cache.default_dir())
+        records, rows = engine.grade(chapters, args.parts, args.exercise,
+                                     timeout=args.timeout, seed=seed, sandbox=sandbox,
+                                     cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
     faults = [r for r in records if r["outcome"] == "grader error"]
@@ -541,23 +242,6 @@ def _write(found: Report, args: argparse.Namespace) -> int:
         print(f"\n{found.percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
         return 1
     return 0
-
-
-def _verify(path: Path, submission: Path, parser: argparse.ArgumentParser) -> Integrity:
-    from annotated_transformer.course.grading import manifest
-
-    if not submission.is_dir():
-        parser.error(f"--submission-root {submission} is not a folder")
-    try:
-        expected = manifest.load(path)
-    except (OSError, ValueError) as error:
-        parser.error(f"cannot read the manifest {path}: {error}")
-    try:
-        changes = manifest.verify(expected, submission)
-    except (OSError, ValueError) as error:  # a file of the submission that cannot be read
-        changes = {"(submission)": cut(f"unreadable: {type(error).__name__}: {error}", 300)}
-    used = submission.resolve() == ROOT.resolve()
-    return Integrity(str(path), str(submission), changes, used)
 
 
 def _only(rows: list[ExerciseResult], exercises: list[str] | None,

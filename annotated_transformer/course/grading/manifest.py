@@ -24,9 +24,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import re
+import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from annotated_transformer.layout import (
     COURSE_TOOLS_DIR,
@@ -36,8 +38,14 @@ from annotated_transformer.layout import (
     PACKAGE_DIR,
     ROOT,
     TESTS_DIR,
+    WORKFLOWS_DIR,
     relative,
 )
+
+MAX_WORKFLOWS = 5_000  # the most workflow files of a submission looked at
+
+if TYPE_CHECKING:
+    from annotated_transformer.course.grading.report import Integrity
 
 PYTEST_SETTINGS = "pyproject.toml [tool.pytest.ini_options]"
 # Files from which pytest reads its settings; only pyproject.toml's section is the course's.
@@ -198,3 +206,56 @@ def load(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
         raise ValueError(f"{path} is not a grading manifest")
     return data
+
+
+def integrity(path: Path, submission: Path) -> Integrity:
+    """What ``--verify-manifest`` reports: the files of ``submission`` that differ from the
+    manifest at ``path``. A manifest that cannot be read is a ``ValueError``; a submission
+    whose files cannot be read is named as such (a learner's file, not the grader's)."""
+    from annotated_transformer.course.grading.messages import cut
+    from annotated_transformer.course.grading.report import Integrity
+
+    if not submission.is_dir():
+        raise ValueError(f"--submission-root {submission} is not a folder")
+    try:
+        expected = load(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read the manifest {path}: {error}") from None
+    try:
+        changes = verify(expected, submission)
+    except (OSError, ValueError) as error:  # a file of the submission that cannot be read
+        changes = {"(submission)": cut(f"unreadable: {type(error).__name__}: {error}", 300)}
+    used = submission.resolve() == ROOT.resolve()
+    return Integrity(str(path), str(submission), changes, used)
+
+
+def file_sha256(path: Path) -> str | None:
+    """The sha256 of a regular file (a symbolic link is not followed), else None."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        found = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                found.update(chunk)
+        return found.hexdigest()
+    except OSError:
+        return None
+
+
+def workflow_changes(root: Path, course_dir: Path = WORKFLOWS_DIR) -> dict[str, str]:
+    """``{file name: "changed" | "added"}`` for the submission's workflow files (``root``'s
+    ``.github/workflows/*.yml``, as committed) that are not the course's copies: computed
+    from the files themselves, never from a path a workflow names."""
+    folder = root / relative(WORKFLOWS_DIR)
+    if os.path.islink(folder.parent) or os.path.islink(folder):
+        return {relative(WORKFLOWS_DIR): "a symbolic link"}
+    if not folder.is_dir():
+        return {}
+    changes = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name)[:MAX_WORKFLOWS]:
+        if entry.name.endswith((".yml", ".yaml")):
+            ran, course = file_sha256(Path(entry.path)), file_sha256(course_dir / entry.name)
+            if ran is None or ran != course:
+                changes[entry.name] = "added" if course is None else "changed"
+    return changes

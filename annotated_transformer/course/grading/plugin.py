@@ -1,6 +1,6 @@
 """A pytest plugin that records every graded test's outcome for the grader.
 
-Loaded by :mod:`annotated_transformer.course.grading.grade` with ``-p``; writes one JSON record a
+Loaded by :mod:`annotated_transformer.course.grading.engine` with ``-p``; writes one JSON record a
 test (``--grade-report PATH``): its exercise, points, whether it checks an error on bad input
 (``errors=True`` on its ``grade`` marker) or its values (``values=True``), the parts it ran against (``--parts``), its
 outcome, the first message a learner should read and the id of the known mistake that

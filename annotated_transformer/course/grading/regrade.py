@@ -49,7 +49,7 @@ from typing import Any
 from annotated_transformer.course.grading import (
     boundary,
     class_summary,
-    grade,
+    engine,
     gradebook,
     manifest,
     repositories,
@@ -140,7 +140,7 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
         impl = Path(tmp) / EXERCISES_DIR.name
         impl.mkdir()
         collect_exercises(root, run.chapters, impl, who)
-        rows = grade.grade(run.chapters, str(impl), seed=run.seed, cache_dir=None,
+        rows = engine.grade(run.chapters, str(impl), seed=run.seed, cache_dir=None,
                            sandbox=run.sandbox)[1]
         fault = next((r for r in rows if r.status == "grader error"), None)
         if fault is not None:  # not the learner's doing: no row of points from this run
@@ -225,7 +225,7 @@ def _now() -> str:
 def _possible_points(chapters: list[int]) -> float:
     """The points on offer in these chapters (0 when even that cannot be read)."""
     try:
-        return round(sum(r.max_points for r in grade.exercise_points(chapters)), 2)
+        return round(sum(r.max_points for r in engine.exercise_points(chapters)), 2)
     except Exception:  # only the error row's max_points depends on it
         return 0.0
 

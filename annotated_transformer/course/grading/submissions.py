@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import grade, manifest
+from annotated_transformer.course.grading import manifest
 from annotated_transformer.course.grading.gradebook import Learner
+from annotated_transformer.course.grading.messages import cut
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     EXERCISES_DIR,
@@ -147,14 +148,14 @@ def check_tests(root: Path, expected: dict[str, Any], who: Learner) -> None:
         try:
             changes = manifest.verify(expected, Path(staged))
         except (OSError, ValueError) as error:
-            changes = {"(submission)": grade.cut(f"unreadable: {error}", 300)}
+            changes = {"(submission)": cut(f"unreadable: {error}", 300)}
     for path, change in changes.items():
         who.flag("tests-changed", f"{path} ({change})")
 
 
 def check_workflows(root: Path, who: Learner) -> None:
     """Flag ``workflow-changed`` for each workflow file that is not the course's copy."""
-    for name, how in grade.workflow_changes(root).items():
+    for name, how in manifest.workflow_changes(root).items():
         path = name if "/" in name else relative(WORKFLOWS_DIR / name)
         who.flag("workflow-changed", f"{path} ({how})")
 

@@ -1,0 +1,279 @@
+"""The grading engine: run the graded tests on some parts and turn their records into
+points per exercise.
+
+``grade`` and ``regrade`` are commands over it (:mod:`.grade`, :mod:`.regrade`), and the
+GitHub Classroom workflow takes its points from :func:`exercise_points`. One grading run:
+:func:`grade` picks the exercises (reusing the capstone's result through :mod:`.cache`),
+:func:`run_tests` runs their graded tests in a fresh interpreter under the grading plugin
+(:mod:`.plugin`), :func:`summarize` turns the records into one
+:class:`~.report.ExerciseResult` an exercise, and the blame of :mod:`.dependencies` names
+the parts it called whose values are wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
+from annotated_transformer.course.grading.report import ExerciseResult, bounded
+from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
+from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
+
+# The worst outcome of an exercise's tests names its status.
+PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "timeout", "failed",
+            "skipped", "passed", "collected")
+
+
+def _pytest_command(files: list[Path], parts: str, report: Path,
+                    extra_args: tuple[str, ...]) -> list[str]:
+    # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
+    # tests/graded/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
+    return [
+        sys.executable, "-m", "pytest", *map(str, files), f"--parts={parts}",
+        "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+        "--confcutdir", str(GRADED_DIR), "-p", "pytest_timeout",
+        "-p", "annotated_transformer.course.grading.plugin", f"--grade-report={report}",
+        # No wall-clock limit on a test: each call of the code under test has its CPU budget
+        # and its own backstop (grading.sandbox).
+        "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
+    ]
+
+
+def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
+              extra_args: tuple[str, ...] = (), seed: int = 0,
+              sandbox: str = "auto",
+              exercises: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
+
+    The tests run in that interpreter; the code under test only in the grading worker it
+    starts (``sandbox``: ``bubblewrap``, ``none`` or ``auto``, see grading.boundary; as the
+    user nobody when the grader runs as root), which may use
+    ``timeout`` CPU seconds a call (a test's ``cpu_seconds`` marker may give more). Every test
+    starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
+    command line draws a fresh one per run. With ``exercises``, only the graded tests of
+    those exercises run (the files of their chapters are collected, nothing else runs).
+    """
+    if exercises is not None:
+        chapters = sorted({int(e.split(".")[0]) for e in exercises})
+        extra_args = (f"--grade-exercises={','.join(exercises)}", *extra_args)
+    files = chapter_test_files(chapters)
+    if parts not in ("solutions", "exercises", "variants") and Path(parts).exists():
+        parts = str(Path(parts).resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        worker = (f"--grade-seed={seed}", f"--grade-cpu-seconds={timeout:g}",
+                  f"--grade-sandbox={sandbox}")
+        command = _pytest_command(list(files.values()), parts, report, (*worker, *extra_args))
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+        if not report.exists():
+            raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
+                               f"{process.stderr[-3000:]}")
+        return json.loads(report.read_text())
+
+
+def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
+    """The points on offer per exercise, read from the graded tests without running them.
+
+    One row an exercise, as :func:`summarize` gives, with ``points`` 0 and status
+    ``"collected"``. The GitHub Classroom workflow takes its steps' points from here.
+    """
+    records = run_tests(chapters, "exercises", extra_args=("--collect-only",))
+    if any(r["exercise"] is None for r in records):
+        problem = next(r for r in records if r["exercise"] is None)
+        raise RuntimeError(problem["message"])
+    return summarize(records)
+
+
+WITHHELD = ("the {points:g} point(s) of its other checks (shapes, devices, properties, a clear "
+            "error on bad input) count once the tests on good input pass")
+
+
+def value_tests(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tests of one exercise that compare its values with the right ones (``values=True``);
+    an exercise that marks none counts every test but those of errors on bad input."""
+    marked = [r for r in tests if r.get("values")]
+    return marked or [r for r in tests if not r.get("errors")]
+
+
+def values_right(records: list[dict[str, Any]]) -> dict[str, bool | None]:
+    """``{exercise: whether every test of its values passed}``: what a later exercise that
+    calls it can rely on (a failed check of an error message or of a structure is not).
+    ``None`` for the release's stub, which is never to blame: code that called it and still
+    ran caught its ``NotImplementedError`` (the package's own fallbacks do)."""
+    return {e: None if all(r["outcome"] == "not implemented" for r in tests)
+            else all(r["outcome"] == "passed" for r in value_tests(tests))
+            for e, tests in _by_exercise(records).items()}
+
+
+def unsure_names(records: list[dict[str, Any]]) -> dict[str, str]:
+    """``{exercise: the message of a failed test of its values that names no mistake}`` for
+    each exercise whose failed tests of values do not all name one and the same mistake: a
+    name that one input supports and another contradicts (an exercise that calls a wrong
+    part computes what a mistake of its own would, on some inputs only)."""
+    unsure = {}
+    for exercise, tests in _by_exercise(records).items():
+        failed = [r for r in value_tests(tests) if r["outcome"] != "passed"]
+        if len({r.get("mistake") or "" for r in failed}) > 1:
+            unsure[exercise] = next((r["message"] or "" for r in failed
+                                     if not r.get("mistake")), "")
+    return unsure
+
+
+def _by_exercise(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_exercise: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record["exercise"] is not None:
+            by_exercise.setdefault(record["exercise"], []).append(record)
+    return by_exercise
+
+
+def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
+    """One row an exercise: points earned, status from its worst test, that test's message
+    and the known mistake it names (a test of that outcome that names one first).
+
+    Only behaviour pays: a test that a wrong answer can pass too (a shape, a device, a
+    property, a clear error on bad input) pays only when every test of the exercise's values
+    passed, and a test of a clear error (``errors=True``) only when every other test of its
+    exercise passed: an exercise that raises one ``ValueError`` for everything, or a skeleton
+    that returns zeros of the right shape, earns nothing."""
+    by_exercise = _by_exercise(records)
+    rows = []
+    for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
+        tests = by_exercise[exercise]
+        values = value_tests(tests)
+        right = all(r["outcome"] == "passed" for r in values)
+        # The worst outcome; among its tests, one that names a known mistake.
+        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
+        behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
+        paid = [r for r in tests if r["outcome"] == "passed" and (
+            any(r is v for v in values) or (right and (behaves or not r.get("errors"))))]
+        withheld = sum(r["points"] for r in tests if r["outcome"] == "passed") - sum(
+            r["points"] for r in paid)
+        message = cut(worst["message"] or "")
+        if withheld > 1e-9:
+            message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
+        printed = (worst.get("printed") if worst["outcome"] != "passed"
+                   else "".join(r.get("printed", "") for r in tests)[-2000:])
+        rows.append(ExerciseResult(
+            id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
+            points=round(sum(r["points"] for r in paid), 2),
+            max_points=round(sum(r["points"] for r in tests), 2),
+            status=worst["outcome"], message=message,
+            printed=printed or "", mistake=worst.get("mistake") or "",
+        ))
+    return rows
+
+
+def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
+          timeout: float = DEFAULT_CPU_SECONDS, seed: int = 0, sandbox: str = "auto",
+          cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
+    """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
+    their records and rows.
+
+    Only their graded tests run. A whole-course exercise (the capstone) whose files are
+    unchanged since it last passed or failed is not run again when ``cache_dir`` is given
+    (see :mod:`annotated_transformer.course.grading.cache`). An exercise that does not pass and
+    called a part whose values are wrong says so; the parts it called that were not graded
+    in this run are graded for that (and not reported).
+    """
+    from annotated_transformer.course.grading import dependencies
+
+    chapter_test_files(chapters)  # a chapter without graded tests is a ValueError
+    declared = dependencies.read()
+    wanted = list(exercises) if exercises else declared.exercises(chapters)
+    unknown = sorted(set(wanted) - set(declared.titles), key=dependencies.order)
+    if unknown:
+        raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
+                         f"{', '.join(declared.exercises())}")
+    kept, keys = _reused(wanted, parts, declared, cache_dir)
+    to_run = [e for e in wanted if e not in kept]
+    options = {"timeout": timeout, "seed": seed, "sandbox": sandbox}
+    records = bounded(run_tests(None, parts, exercises=to_run, **options)) if to_run else []
+    for exercise, entry in keys.items():
+        if cache_dir is not None and exercise not in kept:
+            _cache_store(cache_dir, exercise, entry, records)
+    records += [r for exercise in wanted for r in kept.get(exercise, [])]
+    records.sort(key=lambda r: r["chapter"] if r["chapter"] is not None else 0)
+    rows = summarize(records)
+    right, called = values_right(records), calls_of(records, declared)
+    needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
+                     for p in called.get(r.id, ())} - set(right), key=dependencies.order)
+    if needed:
+        extra = bounded(run_tests(None, parts, exercises=needed, **options))
+        right.update(values_right(extra))
+        called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
+    unsure = unsure_names(records)
+    return records, [_explained(r, right, called, declared, unsure) for r in rows]
+
+
+def calls_of(records: list[dict[str, Any]], declared) -> dict[str, set[str]]:
+    """``{exercise: the exercises its code called while its tests ran}`` (observed)."""
+    from annotated_transformer.course.grading import calls
+
+    return {e: calls.exercises((n for r in tests for n in r.get("calls") or ()),
+                               declared.titles)
+            for e, tests in _by_exercise(records).items()}
+
+
+def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
+    """``({exercise: kept records}, {exercise: cache key})`` for the whole-course exercises
+    asked for (nothing without ``cache_dir``)."""
+    from annotated_transformer.course.grading import cache
+
+    kept: dict[str, list[dict[str, Any]]] = {}
+    keys: dict[str, str] = {}
+    if cache_dir is None:
+        return kept, keys
+    files = chapter_test_files()
+    for exercise in (e for e in wanted if e in declared.integration):
+        chapter = declared.chapter_of(exercise)
+        chapters = {declared.chapter_of(p) for p in declared.closure(exercise)} | {chapter}
+        entry = cache.key(parts, chapters, files[chapter])
+        if entry is None:
+            continue
+        keys[exercise] = entry
+        found = cache.load(cache_dir, exercise, entry)
+        if found is not None:
+            kept[exercise] = bounded(cache.reused(*found))
+    return kept, keys
+
+
+def _cache_store(cache_dir: Path, exercise: str, entry: str,
+                 records: list[dict[str, Any]]) -> None:
+    from annotated_transformer.course.grading import cache
+
+    cache.store(cache_dir, exercise, entry, [r for r in records if r["exercise"] == exercise])
+
+
+def _explained(row: ExerciseResult, right: dict[str, bool | None],
+               called: dict[str, set[str]], declared,
+               unsure: dict[str, str] | None = None) -> ExerciseResult:
+    """``row``, whose message names the parts it called whose values are wrong: first, or
+    after the learner's own mistake when its tests name one. A mistake that some of its
+    tests of values do not name is dropped there (with the message of one that names none):
+    the wrong part may explain it."""
+    from annotated_transformer.course.grading import dependencies
+
+    # A stub's own message already names the exercise that is not written yet.
+    if row.status in ("passed", "forbidden", "not implemented"):
+        return row
+    roots = dependencies.failing_roots(row.id, right, called)
+    if not roots:
+        return row
+    blame = dependencies.blame(row.id, roots, declared)
+    if row.mistake and row.id in (unsure or {}):
+        row = replace(row, mistake="", message=cut(unsure[row.id]) or row.message)
+    if row.mistake:  # the learner's own mistake first, whole; the blame after it
+        message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"
+    else:
+        message = cut(f"{blame} {row.message}".strip())
+    return ExerciseResult(**{**asdict(row), "message": message, "blocked_by": ",".join(roots)})
