@@ -70,6 +70,7 @@ import torch
 
 from annotated_transformer import student_release
 from annotated_transformer.layout import CHAPTER_FILE, EXERCISES_DIR, SOLUTIONS_DIR
+from annotated_transformer.sources import Source
 
 # The course's folders of chapter files, imported as packages of these names from the
 # repository (never installed: ``pyproject.toml`` installs ``annotated_transformer`` alone).
@@ -127,7 +128,13 @@ def _resolve(source: str) -> str:
 
 
 def _source_dir(source: str) -> Path:
-    """The folder that holds a source's chapter files."""
+    """The folder that holds a source's chapter files (see :mod:`annotated_transformer.sources`
+    for what each word means)."""
+    parsed = Source.parse(source)
+    if parsed.word == "variants":
+        raise ValueError("'variants' are the graded tests' wrong and right answers, graded "
+                         "by the graded tests only; they are not parts to build a model from")
+    source = parsed.word if parsed.folder is None else str(parsed.folder)
     if source in PACKAGES:
         if not PACKAGES[source].is_dir():
             raise ModuleNotFoundError(
@@ -148,13 +155,7 @@ def _source_dir(source: str) -> Path:
                 f"`pip install -e .` from the repository root"
             )
         return Path(next(iter(spec.submodule_search_locations)))
-    path = Path(source)
-    if not path.is_dir():
-        raise ValueError(
-            f"a parts source is 'solutions', 'exercises', 'fast' or a folder of chNN_*.py "
-            f"files; got {source!r}, which is none of them"
-        )
-    return path.resolve()
+    return Path(source)
 
 
 @cache

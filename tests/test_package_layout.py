@@ -22,6 +22,7 @@ LAYERS = {
     "annotated_transformer": 0,  # the package's __init__: Parts and friends
     "annotated_transformer.layout": 0,  # where the course keeps its files
     "annotated_transformer.parts": 0,  # which code each chapter's parts come from
+    "annotated_transformer.sources": 0,  # the --parts language, parsed once
     "annotated_transformer.student_release": 0,  # the reference missing: exercises/ instead
     "annotated_transformer.batch": 0,  # the batch type chapter 6 builds (chapter files import it)
     "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only

@@ -9,6 +9,7 @@ from annotated_transformer import checkpoint
 from annotated_transformer.data import Task
 from annotated_transformer.model import Model
 from annotated_transformer.parts import Parts
+from annotated_transformer.sources import Source
 
 
 class UsageError(Exception):
@@ -40,10 +41,11 @@ def parse_parts(source: str | None) -> Parts | None:
     if source is None:
         return None
     try:
-        Parts(source).module(1)
+        parts = Parts(str(Source.parse(source)))
+        parts.module(1)
     except (ValueError, LookupError, ModuleNotFoundError) as error:
         raise UsageError(f"--parts: {error}") from None
-    return Parts(source)
+    return parts
 
 
 def add_model_options(p) -> None:

@@ -1,9 +1,10 @@
 """Choose the parts the graded tests run against (``--parts``); keep every test independent.
 
-``--parts`` takes a comma-separated list of the parts to grade, each graded on its own:
-``solutions`` (the default, or ``exercises`` in a student release, which has no
-reference), ``exercises``, a folder of ``chNN_*.py`` files, or ``variants`` (every wrong
-and right variant of each chapter, each against its own exercise's tests). ``--impl`` is
+``--parts`` takes a comma-separated list of the parts to grade, each graded on its own, in
+the one ``--parts`` language (:mod:`annotated_transformer.sources`): ``solutions`` (the
+default, or ``exercises`` in a student release, which has no reference), ``exercises``, a
+folder of ``chNN_*.py`` files, or ``variants`` (every wrong and right variant of each
+chapter, each against its own exercise's tests); ``fast`` is refused (not graded). ``--impl`` is
 its earlier name, still accepted. A graded test module sets ``CHAPTER`` and
 ``EXERCISES`` and asks for the ``learner`` fixture: a handle on the code under test,
 which runs in a separate worker process (:mod:`annotated_transformer.course.grading.sandbox`).
@@ -43,10 +44,9 @@ from annotated_transformer.course.grading.sandbox import (
     WorkerPool,
     unreadable,
 )
-from annotated_transformer.layout import EXERCISES_DIR, VARIANTS_DIR, chapter_test_files
+from annotated_transformer.layout import VARIANTS_DIR, chapter_test_files
 from annotated_transformer.parts import has_reference
-
-TRUSTED = ("solutions",)  # the course's own sources; variants are trusted too
+from annotated_transformer.sources import Source, graded_sources
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,9 +84,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _learner_dir(parts: str) -> Path | None:
     """The folder of a learner's parts, None for the course's own code."""
-    if parts in TRUSTED or parts.startswith("variant:"):
+    if parts.startswith("variant:"):  # one of the course's variants (see generate_tests)
         return None
-    return (EXERCISES_DIR if parts == "exercises" else Path(parts)).resolve()
+    return Source.parse(parts).learner_folder
 
 
 @cache
@@ -108,8 +108,6 @@ def _violations(parts: str) -> Mapping[int | None, list]:
 
     folder = _learner_dir(parts)
     assert folder is not None
-    if not folder.is_dir():
-        raise pytest.UsageError(f"--parts {parts}: no such folder")
     return source_rules.check_folder(folder, _forbidden_names())
 
 
@@ -136,8 +134,8 @@ def pytest_configure(config: pytest.Config) -> None:
     does not). The others start when first needed, one at a time."""
     pool = WorkerPool(_learner_dir, _blocked, sandboxed=_sandboxed(config))
     config.stash[POOL] = pool
-    first = config.getoption("--parts").split(",")[0]
-    if config.getoption("--grade-report", None) and not config.option.collectonly and first:
+    first = str(_sources(config)[0])
+    if config.getoption("--grade-report", None) and not config.option.collectonly:
         try:
             pool.start("solutions" if first == "variants" else first)
         except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
@@ -157,6 +155,14 @@ def _sandboxed(config: pytest.Config) -> bool:
     return why is None
 
 
+def _sources(config: pytest.Config) -> tuple[Source, ...]:
+    """The sources ``--parts`` names (:mod:`annotated_transformer.sources`)."""
+    try:
+        return graded_sources(config.getoption("--parts"))
+    except ValueError as error:
+        raise pytest.UsageError(f"--parts: {error}") from None
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if POOL in config.stash:
         config.stash[POOL].close()
@@ -174,17 +180,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("grade")
     exercise = marker.args[0] if marker else None
     chosen: list[str] = []
-    for parts in metafunc.config.getoption("--parts").split(","):
-        if parts == "variants":
+    ids: list[str] = []
+    for source in _sources(metafunc.config):
+        if source.word == "variants":
             if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its
                 sys.path.append(str(VARIANTS_DIR.parent))  # tests; not in a release
             import variants
 
-            chosen += [f"variant:{v.name}" for v in variants.for_chapter(chapter)
-                       if v.exercise == exercise]
-        elif parts:
-            chosen.append(parts)
-    ids = [Path(s).name if s not in ("solutions", "exercises") and "/" in s else s for s in chosen]
+            named = [f"variant:{v.name}" for v in variants.for_chapter(chapter)
+                     if v.exercise == exercise]
+            chosen += named
+            ids += named
+        else:
+            chosen.append(str(source))
+            ids.append(source.folder.name if source.folder else source.word)
     metafunc.parametrize("learner", chosen, ids=ids, indirect=True)
 
 

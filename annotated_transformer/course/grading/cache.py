@@ -28,12 +28,12 @@ from typing import Any
 from annotated_transformer.course.grading import manifest
 from annotated_transformer.layout import (
     CHAPTER_FILE,
-    EXERCISES_DIR,
     ROOT,
     SOLUTIONS_DIR,
     TESTS_DIR,
     relative,
 )
+from annotated_transformer.sources import parse_sources
 
 KEPT = ("passed", "failed")  # the verdicts worth keeping
 ENTRIES = 20  # the most results kept; the oldest go first
@@ -49,12 +49,13 @@ def default_dir() -> Path | None:
 def source_folder(parts: str) -> Path | None:
     """The folder of chapter files that ``parts`` names; None for anything else (variants,
     several sources)."""
-    if parts == "solutions":
-        return SOLUTIONS_DIR
-    if parts == "exercises":
-        return EXERCISES_DIR
-    path = Path(parts)
-    return path.resolve() if "," not in parts and path.is_dir() else None
+    try:
+        sources = parse_sources(parts)
+    except ValueError:
+        return None
+    if len(sources) != 1:
+        return None
+    return SOLUTIONS_DIR if sources[0].word == "solutions" else sources[0].learner_folder
 
 
 def _digest(path: Path) -> str:

@@ -25,6 +25,7 @@ from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.report import ExerciseResult, bounded
 from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
+from annotated_transformer.sources import graded_sources
 
 # The worst outcome of an exercise's tests names its status.
 PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "timeout", "failed",
@@ -64,8 +65,7 @@ def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_C
         chapters = sorted({int(e.split(".")[0]) for e in exercises})
         extra_args = (f"--grade-exercises={','.join(exercises)}", *extra_args)
     files = chapter_test_files(chapters)
-    if parts not in ("solutions", "exercises", "variants") and Path(parts).exists():
-        parts = str(Path(parts).resolve())
+    parts = ",".join(map(str, graded_sources(parts)))  # a ValueError names a wrong word
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         worker = (f"--grade-seed={seed}", f"--grade-cpu-seconds={timeout:g}",

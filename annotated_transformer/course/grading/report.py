@@ -88,13 +88,16 @@ def _folder(parts: str) -> str:
     """The folder a ``--parts`` names (the learner's exercises/ included), "" for none; in a
     student release, ``solutions`` names the learner's exercises/ and says why."""
     from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
+    from annotated_transformer.sources import parse_sources
 
-    if parts == "exercises":
-        return str(EXERCISES_DIR)
     if parts == "solutions" and not SOLUTIONS_DIR.is_dir():
         return (f"{EXERCISES_DIR}: this student release has no solutions/, so your own "
                 f"exercises were graded")
-    return str(Path(parts).resolve()) if parts not in ("solutions", "points") else ""
+    try:
+        sources = parse_sources(parts) if parts != "points" else ()
+    except ValueError:  # a folder gone since the report was written
+        return str(Path(parts).resolve()) if "," not in parts else ""
+    return str(sources[0].learner_folder or "") if len(sources) == 1 else ""
 
 
 def _last_lines(text: str, count: int = 5) -> list[str]:

@@ -1,0 +1,85 @@
+"""The ``--parts`` language, parsed in one place: where chapter files come from.
+
+A *source* is one word of ``--parts``, with one meaning wherever it is used (``train``,
+``evaluate``, ``bench``, ``grade``, ``regrade``, the graded tests, the parts registry):
+
+- ``solutions``: the reference (``solutions/``; in a student release, which has none, the
+  learner's ``exercises/`` instead);
+- ``exercises``: the learner's own files (``exercises/``);
+- ``fast``: the reference on PyTorch's fused kernels (the package
+  :mod:`annotated_transformer.fast_parts`), never a folder named ``fast``;
+- ``variants``: every wrong and right variant of the graded tests (``tests/variants/``),
+  for the course's own check of its tests: the graded tests only;
+- anything else: a folder of ``chNN_*.py`` files (a submission elsewhere, fresh stubs). A
+  folder whose name is one of the words above is written with its path: ``./fast``.
+
+The grader and the graded tests take a comma list (``solutions,../alice/exercises``), each
+graded on its own: :func:`parse_sources`. The model commands take one: :meth:`Source.parse`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from annotated_transformer.layout import EXERCISES_DIR
+
+WORDS = ("solutions", "exercises", "fast", "variants")  # every other word is a folder
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source: ``word`` is one of :data:`WORDS`, or ``"folder"`` with ``folder`` set
+    (resolved)."""
+
+    word: str
+    folder: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Source:
+        """The source ``text`` names; a ``ValueError`` naming what was wrong otherwise (a
+        folder that does not exist, an empty word)."""
+        text = text.strip()
+        if text in WORDS:
+            return cls(text)
+        if not text:
+            raise ValueError("a parts source is empty (write solutions, exercises, fast, "
+                             "variants or a folder)")
+        path = Path(text).expanduser()
+        if not path.is_dir():
+            raise ValueError(
+                f"a parts source is 'solutions', 'exercises', 'fast', 'variants' or a folder "
+                f"of chNN_*.py files; got {text!r}, which is none of them")
+        return cls("folder", path.resolve())
+
+    def __str__(self) -> str:
+        """The word again, a folder as its absolute path: parsed again, the same source."""
+        return str(self.folder) if self.folder is not None else self.word
+
+    @property
+    def learner_folder(self) -> Path | None:
+        """The folder of a learner's files that this source grades (``exercises/`` or the
+        folder); None for the course's own code (the reference, the fast parts, variants)."""
+        if self.word == "exercises":
+            return EXERCISES_DIR.resolve()
+        return self.folder
+
+
+def parse_sources(text: str) -> tuple[Source, ...]:
+    """The sources of a comma list (``solutions,exercises``), in order, each once."""
+    found: list[Source] = []
+    for word in text.split(","):
+        source = Source.parse(word)
+        if source not in found:
+            found.append(source)
+    return tuple(found)
+
+
+def graded_sources(text: str) -> tuple[Source, ...]:
+    """The sources of a comma list that the grader grades: :func:`parse_sources`, less
+    ``fast`` (the reference on fused kernels is measured, not graded), which is refused."""
+    found = parse_sources(text)
+    if any(source.word == "fast" for source in found):
+        raise ValueError("'fast' names the reference on PyTorch's fused kernels, which is "
+                         "measured, not graded; a folder named fast is written ./fast")
+    return found
