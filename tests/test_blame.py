@@ -7,7 +7,8 @@ from __future__ import annotations
 import shutil
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import class_summary, engine
+from annotated_transformer.course.grading import boundary, class_summary, engine
+from annotated_transformer.course.grading.runspec import RunSpec
 
 
 def learner(tmp_path, chapters, edits):
@@ -25,7 +26,8 @@ def learner(tmp_path, chapters, edits):
 
 
 def rows_of(parts, exercises):
-    _, rows = engine.grade(None, parts, exercises, sandbox="auto")
+    _, rows = engine.grade(RunSpec.new(parts, seed=0, exercises=exercises,
+                                           sandbox=boundary.decide("auto")))
     return {r.id: r for r in rows}
 
 

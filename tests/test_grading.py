@@ -24,6 +24,7 @@ from annotated_transformer.course.grading import (
     messages,
 )
 from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
+from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.layout import GRADED_DIR, chapter_test_files
 
 import variants
@@ -549,19 +550,20 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     assert not cache.store(folder, "6.5", key, [{**record, "outcome": "timeout"}])
     runs = []
 
-    def run_tests(chapters, parts, **options):  # the capstone's run, without its training
-        runs.append(options["exercises"])
+    def run(spec, chapters=None, extra_args=()):  # the capstone's run, without its training
+        runs.append(list(spec.exercises))
         return [record]
 
-    monkeypatch.setattr(grade, "run_tests", run_tests)
-    records, rows = engine.grade(None, str(tmp_path), ["6.5"], cache_dir=folder)
+    monkeypatch.setattr(engine, "run", run)
+    spec = RunSpec.new(str(tmp_path), seed=0, exercises=["6.5"])
+    records, rows = engine.grade(spec, cache_dir=folder)
     assert runs == [["6.5"]] and rows[0].message == ""
-    records, rows = engine.grade(None, str(tmp_path), ["6.5"], cache_dir=folder)
+    records, rows = engine.grade(spec, cache_dir=folder)
     assert runs == [["6.5"]], "the second time nothing runs"
     assert [r.status for r in rows] == ["passed"] and len(records) == 1
     assert rows[0].message.startswith("(result reused: files unchanged since ")
     assert "(result reused" in Report(rows, str(tmp_path)).table()
-    engine.grade(None, str(tmp_path), ["6.5"], cache_dir=None)
+    engine.grade(spec, cache_dir=None)
     assert len(runs) == 2, "without a cache it runs"
     # Any file it builds from changes the key; chapter 7 does not.
     (tmp_path / "ch07_decoding.py").write_text("# changed\n")

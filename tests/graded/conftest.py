@@ -20,9 +20,11 @@ chapter file in it is read (never run) for what an exercise file may not do
 imported, and the tests that need it are ``forbidden``. While a probe of an exercise runs,
 the ops in the test file's ``FORBIDDEN_OPS`` for it are refused at PyTorch's dispatch level.
 
-Every test starts from the seed ``--grade-seed`` (0 unless given), here and in the
-worker; the grader draws a fresh one per run and reports it, so the random inputs change
-and a hard-coded answer fails.
+A grading run is described once, by ``grade`` or ``regrade``, in the file ``--grade-run``
+names (:mod:`annotated_transformer.course.grading.runspec`): its sources, seed, CPU
+seconds, sandbox and exercises; run by hand, the tests grade ``--parts`` from seed 0. Every
+test starts from the run's seed, here and in the worker; the grader draws a fresh one per
+run and reports it, so the random inputs change and a hard-coded answer fails.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+from annotated_transformer.course.grading.plugin import run_spec
 from annotated_transformer.course.grading.sandbox import (
     ForbiddenCall,
     Learner,
@@ -46,7 +49,7 @@ from annotated_transformer.course.grading.sandbox import (
 )
 from annotated_transformer.layout import VARIANTS_DIR, chapter_test_files
 from annotated_transformer.parts import has_reference
-from annotated_transformer.sources import Source, graded_sources
+from annotated_transformer.sources import Source
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,32 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--parts",
         default="solutions" if has_reference() else "exercises",
         help="comma-separated parts to grade: solutions (default; exercises in a "
-        "student release), exercises, a folder of chNN_*.py files, or variants",
+        "student release), exercises, a folder of chNN_*.py files, or variants; "
+        "a grading run's --grade-run replaces it",
     )
     parser.addoption("--impl", dest="parts", default=argparse.SUPPRESS,
                      help=argparse.SUPPRESS)  # the earlier name of --parts
-    parser.addoption(
-        "--grade-seed",
-        type=int,
-        default=0,
-        help="the seed every test starts from, so the random inputs change with it "
-        "(default 0; the grader draws a fresh one per run and reports it)",
-    )
-    parser.addoption(
-        "--grade-cpu-seconds",
-        type=float,
-        default=10.0,  # grading.sandbox.DEFAULT_CPU_SECONDS
-        help="CPU seconds one call of the code under test may use (a test's own "
-        "pytest.mark.cpu_seconds, when larger, raises it); the wall-clock backstop is "
-        "far longer and reported as a busy machine",
-    )
-    parser.addoption(
-        "--grade-sandbox",
-        choices=("auto", "bubblewrap", "none"),
-        default="auto",
-        help="the boundary around the worker: bubblewrap, none, or auto (bubblewrap where "
-        "it can start; the grader's report says which)",
-    )
 
 
 def _learner_dir(parts: str) -> Path | None:
@@ -129,38 +111,18 @@ POOL = pytest.StashKey[WorkerPool]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In a grading run (``--grade-report``), start the first source's worker now: it
+    """In a grading run (one that writes records), start the first source's worker now: it
     imports PyTorch while this process collects the tests, which import it too (this module
     does not). The others start when first needed, one at a time."""
-    pool = WorkerPool(_learner_dir, _blocked, sandboxed=_sandboxed(config))
+    spec = run_spec(config)
+    pool = WorkerPool(_learner_dir, _blocked, sandboxed=spec.sandbox == "bubblewrap")
     config.stash[POOL] = pool
-    first = str(_sources(config)[0])
-    if config.getoption("--grade-report", None) and not config.option.collectonly:
+    first = str(spec.parsed_sources()[0])
+    if spec.records and not config.option.collectonly:
         try:
             pool.start("solutions" if first == "variants" else first)
         except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
             pass
-
-
-def _sandboxed(config: pytest.Config) -> bool:
-    """Whether the worker runs inside bubblewrap (``--grade-sandbox``)."""
-    from annotated_transformer.course.grading import boundary
-
-    wanted = config.getoption("--grade-sandbox")
-    if wanted == "none":
-        return False
-    why = boundary.unavailable()
-    if wanted == "bubblewrap" and why:
-        raise pytest.UsageError(f"--grade-sandbox bubblewrap: {why}")
-    return why is None
-
-
-def _sources(config: pytest.Config) -> tuple[Source, ...]:
-    """The sources ``--parts`` names (:mod:`annotated_transformer.sources`)."""
-    try:
-        return graded_sources(config.getoption("--parts"))
-    except ValueError as error:
-        raise pytest.UsageError(f"--parts: {error}") from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -181,7 +143,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     exercise = marker.args[0] if marker else None
     chosen: list[str] = []
     ids: list[str] = []
-    for source in _sources(metafunc.config):
+    for source in run_spec(metafunc.config).parsed_sources():
         if source.word == "variants":
             if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its
                 sys.path.append(str(VARIANTS_DIR.parent))  # tests; not in a release
@@ -213,13 +175,14 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
             raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
         if own:
             raise ForbiddenCall(_say(own[0]))
-    cpu_seconds = request.config.getoption("--grade-cpu-seconds")
+    spec = run_spec(request.config)
+    cpu_seconds = spec.cpu_seconds
     limit = request.node.get_closest_marker("cpu_seconds")
     if limit and limit.args:
         cpu_seconds = max(cpu_seconds, float(limit.args[0]))
     handle = Learner(_workers, parts, chapter, exercise,
                      tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
-                     request.config.getoption("--grade-seed"), cpu_seconds)
+                     spec.seed, cpu_seconds)
     # Which earlier exercises its code calls is observed where it may call some (BUILDS_ON
     # says which exercises to watch; what they call is what the worker sees).
     handle.observe = bool(getattr(request.module, "BUILDS_ON", {}).get(exercise))
@@ -228,11 +191,11 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
 
 @pytest.fixture(autouse=True)
 def _isolated_torch_state(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test starts from the run's seed (``--grade-seed``), and global torch settings
-    are restored after it."""
+    """Every test starts from the run's seed, and global torch settings are restored after
+    it."""
     import torch
 
-    seed = request.config.getoption("--grade-seed")
+    seed = run_spec(request.config).seed
     torch.manual_seed(seed)
     random.seed(seed)
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()

@@ -60,6 +60,18 @@ def unavailable() -> str | None:
     return None
 
 
+def decide(wanted: str) -> str:
+    """The boundary a grading run uses, ``bubblewrap`` or ``none``, from what was asked for:
+    ``auto`` is bubblewrap where it can start, else none (which the report says);
+    ``bubblewrap`` where it cannot start is a ``ValueError`` saying why."""
+    if wanted not in ("auto", "bubblewrap", "none"):
+        raise ValueError(f"the sandbox is auto, bubblewrap or none, not {wanted!r}")
+    why = unavailable() if wanted != "none" else None
+    if wanted == "bubblewrap" and why:
+        raise ValueError(why)
+    return "none" if wanted == "none" or why else "bubblewrap"
+
+
 def describe(sandboxed: bool) -> str:
     """What a report says about the boundary its grading ran in."""
     if sandboxed:

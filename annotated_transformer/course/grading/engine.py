@@ -21,56 +21,50 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.report import ExerciseResult, bounded
+from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
-from annotated_transformer.sources import graded_sources
 
 # The worst outcome of an exercise's tests names its status.
 PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "timeout", "failed",
             "skipped", "passed", "collected")
 
 
-def _pytest_command(files: list[Path], parts: str, report: Path,
-                    extra_args: tuple[str, ...]) -> list[str]:
+def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -> list[str]:
     # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
     # tests/graded/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
     return [
-        sys.executable, "-m", "pytest", *map(str, files), f"--parts={parts}",
+        sys.executable, "-m", "pytest", *map(str, files), f"--grade-run={run}",
         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
         "--confcutdir", str(GRADED_DIR), "-p", "pytest_timeout",
-        "-p", "annotated_transformer.course.grading.plugin", f"--grade-report={report}",
+        "-p", "annotated_transformer.course.grading.plugin",
         # No wall-clock limit on a test: each call of the code under test has its CPU budget
         # and its own backstop (grading.sandbox).
         "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
     ]
 
 
-def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
-              extra_args: tuple[str, ...] = (), seed: int = 0,
-              sandbox: str = "auto",
-              exercises: list[str] | None = None) -> list[dict[str, Any]]:
-    """Run the graded tests in a fresh interpreter; one record a test (see grading.plugin).
+def run(spec: RunSpec, chapters: list[int] | None = None,
+        extra_args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Run the graded tests of ``spec`` in a fresh interpreter; one record a test (see
+    grading.plugin).
 
-    The tests run in that interpreter; the code under test only in the grading worker it
-    starts (``sandbox``: ``bubblewrap``, ``none`` or ``auto``, see grading.boundary; as the
-    user nobody when the grader runs as root), which may use
-    ``timeout`` CPU seconds a call (a test's ``cpu_seconds`` marker may give more). Every test
-    starts from ``seed`` (``--grade-seed``): 0 here, as in the course's own test suite; the
-    command line draws a fresh one per run. With ``exercises``, only the graded tests of
-    those exercises run (the files of their chapters are collected, nothing else runs).
+    The tests run in that interpreter, reading ``spec`` from one file (``--grade-run``); the
+    code under test only in the grading worker it starts (in ``spec.sandbox``; as the user
+    nobody when the grader runs as root). With ``spec.exercises``, only the graded tests of
+    those exercises run (the files of their chapters are collected, nothing else runs);
+    else those of ``chapters`` (None: every chapter).
     """
-    if exercises is not None:
-        chapters = sorted({int(e.split(".")[0]) for e in exercises})
-        extra_args = (f"--grade-exercises={','.join(exercises)}", *extra_args)
+    if spec.exercises is not None:
+        chapters = sorted({int(e.split(".")[0]) for e in spec.exercises})
     files = chapter_test_files(chapters)
-    parts = ",".join(map(str, graded_sources(parts)))  # a ValueError names a wrong word
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        worker = (f"--grade-seed={seed}", f"--grade-cpu-seconds={timeout:g}",
-                  f"--grade-sandbox={sandbox}")
-        command = _pytest_command(list(files.values()), parts, report, (*worker, *extra_args))
+        report, described = Path(tmp) / "report.json", Path(tmp) / "run.json"
+        replace(spec, records=str(report)).write(described)
+        command = _pytest_command(list(files.values()), described, extra_args)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -78,6 +72,17 @@ def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_C
             raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
                                f"{process.stderr[-3000:]}")
         return json.loads(report.read_text())
+
+
+def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
+              extra_args: tuple[str, ...] = (), seed: int = 0, sandbox: str = "auto",
+              exercises: list[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`run` of the run these describe: ``parts`` (the ``--parts`` language),
+    ``timeout`` CPU seconds a call, ``seed`` (0, as in the course's own test suite),
+    ``sandbox`` (``auto``, ``bubblewrap`` or ``none``: see ``boundary.decide``)."""
+    spec = RunSpec.new(parts, seed=seed, cpu_seconds=timeout, sandbox=boundary.decide(sandbox),
+                       exercises=exercises)
+    return run(spec, chapters, extra_args)
 
 
 def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
@@ -173,11 +178,10 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     return rows
 
 
-def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = None, *,
-          timeout: float = DEFAULT_CPU_SECONDS, seed: int = 0, sandbox: str = "auto",
-          cache_dir: Path | None = None) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
-    """Grade the exercises asked for (``exercises``, else those of ``chapters``, else all):
-    their records and rows.
+def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | None = None,
+          ) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
+    """Grade the exercises ``spec`` asks for (its ``exercises``, else those of ``chapters``,
+    else all): their records and rows.
 
     Only their graded tests run. A whole-course exercise (the capstone) whose files are
     unchanged since it last passed or failed is not run again when ``cache_dir`` is given
@@ -189,15 +193,14 @@ def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = 
 
     chapter_test_files(chapters)  # a chapter without graded tests is a ValueError
     declared = dependencies.read()
-    wanted = list(exercises) if exercises else declared.exercises(chapters)
+    wanted = list(spec.exercises) if spec.exercises else declared.exercises(chapters)
     unknown = sorted(set(wanted) - set(declared.titles), key=dependencies.order)
     if unknown:
         raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
                          f"{', '.join(declared.exercises())}")
-    kept, keys = _reused(wanted, parts, declared, cache_dir)
+    kept, keys = _reused(wanted, spec.sources, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
-    options = {"timeout": timeout, "seed": seed, "sandbox": sandbox}
-    records = bounded(run_tests(None, parts, exercises=to_run, **options)) if to_run else []
+    records = bounded(run(replace(spec, exercises=tuple(to_run)))) if to_run else []
     for exercise, entry in keys.items():
         if cache_dir is not None and exercise not in kept:
             _cache_store(cache_dir, exercise, entry, records)
@@ -208,7 +211,7 @@ def grade(chapters: list[int] | None, parts: str, exercises: list[str] | None = 
     needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
                      for p in called.get(r.id, ())} - set(right), key=dependencies.order)
     if needed:
-        extra = bounded(run_tests(None, parts, exercises=needed, **options))
+        extra = bounded(run(replace(spec, exercises=tuple(needed))))
         right.update(values_right(extra))
         called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
     unsure = unsure_names(records)

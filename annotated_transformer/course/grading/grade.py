@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import re
-import secrets
 import sys
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from annotated_transformer.course.grading.report import (
     format_points,
     write_report,
 )
+from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.sandbox import (
     AFTER_TIMEOUT_CPU_SECONDS,
     DEFAULT_CPU_SECONDS,
@@ -200,11 +200,14 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
     workflow = (WorkflowCheck(str(args.submission_root / relative(WORKFLOWS_DIR)),
                               manifest.workflow_changes(args.submission_root))
                 if args.submission_root else None)
-    sandbox = _sandbox(args.sandbox, parser)
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     try:
-        records, rows = engine.grade(chapters, args.parts, args.exercise,
-                                     timeout=args.timeout, seed=seed, sandbox=sandbox,
+        sandbox = boundary.decide(args.sandbox)
+    except ValueError as error:
+        parser.error(f"--sandbox {args.sandbox}: {error}")
+    try:
+        spec = RunSpec.new(args.parts, seed=args.seed, cpu_seconds=args.timeout,
+                           sandbox=sandbox, exercises=args.exercise)
+        records, rows = engine.grade(spec, chapters,
                                      cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
@@ -213,17 +216,9 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
         raise SystemExit(f"grade: {faults[0]['message']}")
     if args.exercise:
         records = [r for r in records if r["exercise"] in args.exercise]
-    return Report(_only(rows, args.exercise, parser), args.parts, integrity, seed, workflow,
-                  records, boundary.describe(sandbox == "bubblewrap"), args.show_output)
-
-
-def _sandbox(wanted: str, parser: argparse.ArgumentParser) -> str:
-    """The boundary to grade in: ``bubblewrap`` or ``none`` (``auto``: bubblewrap where it
-    can start, else none, which the report says)."""
-    why = boundary.unavailable() if wanted != "none" else None
-    if wanted == "bubblewrap" and why:
-        parser.error(f"--sandbox bubblewrap: {why}")
-    return "none" if wanted == "none" or why else "bubblewrap"
+    return Report(_only(rows, args.exercise, parser), args.parts, integrity, spec.seed,
+                  workflow, records, boundary.describe(spec.sandbox == "bubblewrap"),
+                  args.show_output)
 
 
 def _write(found: Report, args: argparse.Namespace) -> int:

@@ -1,11 +1,14 @@
 """A pytest plugin that records every graded test's outcome for the grader.
 
-Loaded by :mod:`annotated_transformer.course.grading.engine` with ``-p``; writes one JSON record a
-test (``--grade-report PATH``): its exercise, points, whether it checks an error on bad input
-(``errors=True`` on its ``grade`` marker) or its values (``values=True``), the parts it ran against (``--parts``), its
-outcome, the first message a learner should read and the id of the known mistake that
-message names (``tests/graded/mistakes.py``), if any. A test that compares the values the code
-computes with the right ones says ``values=True`` on its marker: the others (shapes, devices,
+Loaded by :mod:`annotated_transformer.course.grading.engine` with ``-p`` and
+``--grade-run PATH``, the run described once (:class:`~.runspec.RunSpec`): the graded tests
+read their sources, seed, CPU seconds, sandbox and exercises from it (:func:`run_spec`), and
+this plugin writes one JSON record a test to its ``records`` file: its exercise, points,
+whether it checks an error on bad input (``errors=True`` on its ``grade`` marker) or its
+values (``values=True``), the parts it ran against, its outcome, the first message a
+learner should read and the id of the known mistake that message names
+(``tests/graded/mistakes.py``), if any. A test that compares the values the code computes
+with the right ones says ``values=True`` on its marker: the others (shapes, devices,
 dtypes, properties a wrong answer can also have) pay only when those pass.
 """
 
@@ -17,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
+from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
@@ -26,24 +31,41 @@ OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeou
             "busy", "grader error")
 
 
+RUN = pytest.StashKey[RunSpec]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--grade-report", default=None, help="write the graded outcomes as JSON here")
-    parser.addoption("--grade-exercises", default=None, metavar="IDS",
-                     help="comma-separated exercises (e.g. 6.2,3.3): run only their graded "
-                     "tests; every other test is deselected at collection")
+    parser.addoption("--grade-run", default=None, metavar="PATH",
+                     help="the grading run, as grade or regrade described it (a JSON file: "
+                     "sources, seed, CPU seconds, sandbox, exercises, where the records go)")
+
+
+def run_spec(config: pytest.Config) -> RunSpec:
+    """The run these tests are part of: the file ``--grade-run`` names, or, for the graded
+    tests run by hand, the run of ``--parts`` with seed 0, the default CPU seconds and the
+    sandbox where it can start."""
+    if RUN not in config.stash:
+        path = config.getoption("--grade-run", None)
+        try:
+            config.stash[RUN] = (
+                RunSpec.read(Path(path)) if path else
+                RunSpec.new(config.getoption("--parts"), seed=0,
+                            sandbox=boundary.decide("auto")))
+        except ValueError as error:
+            raise pytest.UsageError(f"--grade-run {path}: {error}" if path
+                                    else f"--parts: {error}") from None
+    return config.stash[RUN]
 
 
 def selected_exercises(config: pytest.Config) -> set[str] | None:
-    """The exercises ``--grade-exercises`` names (None: every test runs)."""
-    value = config.getoption("--grade-exercises")
-    if value is None:
-        return None
-    return {e.strip() for e in value.split(",") if e.strip()}
+    """The exercises of the run (None: every test runs)."""
+    exercises = run_spec(config).exercises
+    return None if exercises is None else set(exercises)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--grade-exercises``, keep only the graded tests of those exercises (before the
+    """In a run of some exercises, keep only the graded tests of those exercises (before the
     recorder lists the tests of the report)."""
     wanted = selected_exercises(config)
     if wanted is None:
@@ -207,6 +229,6 @@ class GradeRecorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    path = config.getoption("--grade-report")
+    path = run_spec(config).records
     if path:
         config.pluginmanager.register(GradeRecorder(path), "grade-recorder")

@@ -35,7 +35,6 @@ import json
 import multiprocessing
 import os
 import re
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ from annotated_transformer.course.grading import (
 from annotated_transformer.course.grading.gradebook import Learner
 from annotated_transformer.course.grading.repositories import SubmissionError, without_credentials
 from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.grading.runspec import RunSpec, draw_seed
 from annotated_transformer.course.grading.submissions import (
     check_reports,
     check_tests,
@@ -140,8 +140,8 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
         impl = Path(tmp) / EXERCISES_DIR.name
         impl.mkdir()
         collect_exercises(root, run.chapters, impl, who)
-        rows = engine.grade(run.chapters, str(impl), seed=run.seed, cache_dir=None,
-                           sandbox=run.sandbox)[1]
+        spec = RunSpec.new(str(impl), seed=run.seed, sandbox=run.sandbox)
+        rows = engine.grade(spec, run.chapters)[1]
         fault = next((r for r in rows if r.status == "grader error"), None)
         if fault is not None:  # not the learner's doing: no row of points from this run
             raise RuntimeError(fault.message)
@@ -430,14 +430,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seed must be 0 or more, got {args.seed}")
     if args.jobs < 1:
         parser.error(f"--jobs must be 1 or more, got {args.jobs}")
-    why = boundary.unavailable()
-    if why and not args.unsafe:
+    try:
+        sandbox = boundary.decide("auto" if args.unsafe else "bubblewrap")
+    except ValueError as why:
         parser.error(f"regrade runs each learner's code in a sandbox, and bubblewrap cannot "
                      f"start here: {why}. Install it (Debian/Ubuntu: apt-get install "
                      f"bubblewrap), or pass --unsafe to grade without it (the learners' code "
                      f"then runs with your rights)")
-    sandbox = "none" if why else "bubblewrap"
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    seed = args.seed if args.seed is not None else draw_seed()
     run = Run(chapters, seed, expected, sandbox, args.branch, deadline)
     try:
         with gradebook.locked(args.out):  # read, graded and written by this run alone

@@ -1,0 +1,79 @@
+"""One grading run, described once: :class:`RunSpec`.
+
+``grade`` and ``regrade`` decide everything about a run once (the sources, the seed, the
+CPU seconds a call, the sandbox, the exercises, where the records go) and hand the graded
+tests one file, ``--grade-run PATH`` (:mod:`.plugin`), instead of settings passed on as
+strings and parsed again at every hop. The graded tests run by hand (``pytest
+tests/graded --parts variants``) make the same description from ``--parts``: seed 0, the
+default CPU seconds, the sandbox where it can start.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
+from annotated_transformer.sources import Source, graded_sources
+
+SANDBOXES = ("bubblewrap", "none")  # decided (boundary.decide), never "auto" here
+
+
+def draw_seed() -> int:
+    """A fresh seed for a run's random inputs (the one place one is drawn)."""
+    return secrets.randbelow(2**31)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one grading run is: ``sources`` (the ``--parts`` list, each word as
+    :mod:`annotated_transformer.sources` writes it), ``seed`` (every test starts from it),
+    ``cpu_seconds`` (one call of the code under test; a test's ``cpu_seconds`` marker may
+    give more), ``sandbox`` (``bubblewrap`` or ``none``, decided), ``exercises`` (only their
+    graded tests run; None: every test) and ``records`` (the file the plugin writes one
+    record a test to; None: no records)."""
+
+    sources: str
+    seed: int = 0
+    cpu_seconds: float = DEFAULT_CPU_SECONDS
+    sandbox: str = "bubblewrap"
+    exercises: tuple[str, ...] | None = None
+    records: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"a run's sandbox is one of {SANDBOXES}, got {self.sandbox!r}")
+        if not self.cpu_seconds > 0:
+            raise ValueError(f"a run's CPU seconds must be positive, got {self.cpu_seconds}")
+        if self.exercises is not None:
+            object.__setattr__(self, "exercises", tuple(self.exercises))
+
+    @classmethod
+    def new(cls, parts: str, *, seed: int | None = None,
+            cpu_seconds: float = DEFAULT_CPU_SECONDS, sandbox: str = "bubblewrap",
+            exercises: list[str] | tuple[str, ...] | None = None) -> RunSpec:
+        """A run of ``parts`` (parsed here, once: a ``ValueError`` names a wrong word); a
+        fresh seed unless ``seed`` is given."""
+        sources = ",".join(map(str, graded_sources(parts)))
+        return cls(sources, draw_seed() if seed is None else seed, cpu_seconds, sandbox,
+                   None if exercises is None else tuple(exercises))
+
+    def parsed_sources(self) -> tuple[Source, ...]:
+        return graded_sources(self.sources)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> RunSpec:
+        """The run written at ``path``; a ``ValueError`` naming what is wrong with it."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot read the grading run {path}: {error}") from None
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) - known or "sources" not in data:
+            raise ValueError(f"{path} is not a grading run (its keys: {sorted(known)})")
+        return cls(**data)

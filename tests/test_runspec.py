@@ -1,0 +1,77 @@
+"""One grading run, described once (course.grading.runspec): what grade and regrade hand the
+graded tests as one file, and the single places where its choices are made."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.course.grading import boundary
+from annotated_transformer.course.grading.runspec import RunSpec
+from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
+from annotated_transformer.sources import Source
+
+PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
+GRADED = Path(__file__).resolve().parent / "graded"
+
+
+def test_a_run_reads_back_what_was_written(tmp_path):
+    spec = RunSpec.new(f"solutions,{tmp_path}", seed=7, cpu_seconds=2.5, sandbox="none",
+                       exercises=["2.1", "6.5"])
+    assert spec.sources == f"solutions,{tmp_path.resolve()}", "parsed once, folders resolved"
+    assert spec.parsed_sources() == (Source("solutions"), Source("folder", tmp_path.resolve()))
+    spec.write(tmp_path / "run.json")
+    assert RunSpec.read(tmp_path / "run.json") == spec
+
+
+def test_a_seed_is_drawn_only_when_none_is_given():
+    assert RunSpec.new("solutions", seed=0).seed == 0
+    drawn = {RunSpec.new("solutions").seed for _ in range(5)}
+    assert len(drawn) > 1, "a fresh seed each run"
+    assert RunSpec.new("solutions").cpu_seconds == DEFAULT_CPU_SECONDS
+
+
+@pytest.mark.parametrize("text, named", [
+    ('{"sources": "solutions", "speed": 3}', "not a grading run"),
+    ("[1, 2]", "not a grading run"),
+    ("{", "cannot read"),
+    ('{"sources": "solutions", "sandbox": "auto"}', "'auto'"),
+])
+def test_a_broken_run_file_is_a_clear_error(text, named, tmp_path):
+    (tmp_path / "run.json").write_text(text)
+    with pytest.raises(ValueError, match=named):
+        RunSpec.read(tmp_path / "run.json")
+
+
+def test_the_sandbox_is_decided_in_one_place(monkeypatch):
+    monkeypatch.setattr(boundary, "unavailable", lambda: "no bwrap here")
+    assert boundary.decide("auto") == "none" and boundary.decide("none") == "none"
+    with pytest.raises(ValueError, match="no bwrap here"):
+        boundary.decide("bubblewrap")
+    monkeypatch.setattr(boundary, "unavailable", lambda: None)
+    assert boundary.decide("auto") == "bubblewrap"
+
+
+def _sources_of(pattern: str) -> list[str]:
+    found = []
+    for path in [*PACKAGE.rglob("*.py"), *GRADED.glob("*.py")]:
+        if re.search(pattern, path.read_text()):
+            found.append(path.name)
+    return sorted(found)
+
+
+def test_one_seed_draw_one_sandbox_decision_one_default_of_cpu_seconds():
+    assert _sources_of(r"secrets\.randbelow|random\.randrange\(2") == ["runspec.py"]
+    assert _sources_of(r"boundary\.unavailable\(\)|\bunavailable\(\) if") == ["boundary.py"]
+    assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["sandbox.py"]
+    assert _sources_of(r"--grade-(seed|sandbox|cpu-seconds|exercises|report)") == []
+
+
+def test_one_parser_of_the_parts_language():
+    """Nothing but annotated_transformer.sources splits a --parts list, and the words are
+    compared with a text only there and in the parts registry (its packages by name)."""
+    assert _sources_of(r"""(parts|source|impl)\w*(\)|\.\w+)*\.split\(["'],""") == []
+    assert _sources_of(r"""(parts|source)\w* (not )?in \(["'](solutions|exercises)""") == []
+    assert _sources_of(r"""getoption\(["']--parts["']\)\.""") == []
