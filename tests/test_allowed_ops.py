@@ -18,7 +18,7 @@ import torch
 from probes.worker_probes import call
 
 from annotated_transformer.course.grading import allowed_ops
-from annotated_transformer.course.grading.sandbox import ForbiddenCall, Learner, WorkerPool
+from annotated_transformer.course.grading.supervisor import CodeUnderTest, ForbiddenCall, WorkerPool
 
 PROBES = Path(__file__).resolve().parent / "probes"
 SOFTMAX = ("_softmax", "_log_softmax", "logsumexp")  # 2.1's own forbidden ops, in part
@@ -116,7 +116,8 @@ def pool():
 
 
 def learner(pool, folder, forbid_ops, exercise="2.1"):
-    return Learner(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0, cpu_seconds=30.0)
+    return CodeUnderTest(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0,
+                         cpu_seconds=30.0)
 
 
 X = torch.randn(3, 5, dtype=torch.float64)

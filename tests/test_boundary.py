@@ -21,7 +21,7 @@ import torch
 from probes.worker_probes import call
 
 from annotated_transformer.course.grading import boundary
-from annotated_transformer.course.grading.sandbox import Learner, LearnerRaised, WorkerPool
+from annotated_transformer.course.grading.supervisor import CodeUnderTest, LearnerRaised, WorkerPool
 from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
 
 PROBES = Path(__file__).resolve().parent / "probes"
@@ -120,7 +120,7 @@ def pool():
 
 
 def run(pool, folder, name, x):
-    return Learner(pool, str(folder), 2, "2.1", (), seed=0, cpu_seconds=30).run(
+    return CodeUnderTest(pool, str(folder), 2, "2.1", (), seed=0, cpu_seconds=30).run(
         call, name=name, x=x)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
+from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.sources import Source
 
 PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
@@ -65,7 +65,7 @@ def _sources_of(pattern: str) -> list[str]:
 def test_one_seed_draw_one_sandbox_decision_one_default_of_cpu_seconds():
     assert _sources_of(r"secrets\.randbelow|random\.randrange\(2") == ["runspec.py"]
     assert _sources_of(r"boundary\.unavailable\(\)|\bunavailable\(\) if") == ["boundary.py"]
-    assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["sandbox.py"]
+    assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["supervisor.py"]
     assert _sources_of(r"--grade-(seed|sandbox|cpu-seconds|exercises|report)") == []
 
 

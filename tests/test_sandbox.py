@@ -22,10 +22,10 @@ import torch
 from probes.worker_probes import call
 
 from annotated_transformer.course.grading import boundary, limits, watch
-from annotated_transformer.course.grading.sandbox import (
+from annotated_transformer.course.grading.supervisor import (
     OUTPUT_LIMIT,
+    CodeUnderTest,
     ForbiddenCall,
-    Learner,
     LearnerNotImplemented,
     LearnerRaised,
     WorkerCrashed,
@@ -256,7 +256,7 @@ def fresh():
 
 
 def learner(pool, folder, forbid_ops=(), cpu_seconds=30.0, exercise="2.1"):
-    return Learner(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0,
+    return CodeUnderTest(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0,
                    cpu_seconds=cpu_seconds)
 
 

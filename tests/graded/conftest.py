@@ -7,7 +7,7 @@ folder of ``chNN_*.py`` files, or ``variants`` (every wrong and right variant of
 chapter, each against its own exercise's tests); ``fast`` is refused (not graded). ``--impl`` is
 its earlier name, still accepted. A graded test module sets ``CHAPTER`` and
 ``EXERCISES`` and asks for the ``learner`` fixture: a handle on the code under test,
-which runs in a separate worker process (:mod:`annotated_transformer.course.grading.sandbox`).
+which runs in a separate worker process (:mod:`annotated_transformer.course.grading.supervisor`).
 A test hands ``learner.run`` a *probe*, a small function of the test file that calls the
 code under test and returns plain data, and checks what comes back against what it
 computes itself with PyTorch's own ops. No learner code is ever imported here.
@@ -40,9 +40,9 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.grading.plugin import run_spec
-from annotated_transformer.course.grading.sandbox import (
+from annotated_transformer.course.grading.supervisor import (
+    CodeUnderTest,
     ForbiddenCall,
-    Learner,
     LearnerRaised,
     WorkerPool,
     unreadable,
@@ -160,7 +160,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
+def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> CodeUnderTest:
     """The code under test of the test's chapter, from the parts chosen by ``--parts``."""
     parts: str = request.param
     chapter: int = request.module.CHAPTER
@@ -180,7 +180,7 @@ def learner(request: pytest.FixtureRequest, _workers: WorkerPool) -> Learner:
     limit = request.node.get_closest_marker("cpu_seconds")
     if limit and limit.args:
         cpu_seconds = max(cpu_seconds, float(limit.args[0]))
-    handle = Learner(_workers, parts, chapter, exercise,
+    handle = CodeUnderTest(_workers, parts, chapter, exercise,
                      tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
                      spec.seed, cpu_seconds)
     # Which earlier exercises its code calls is observed where it may call some (BUILDS_ON

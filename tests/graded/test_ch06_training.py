@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from annotated_transformer.course.grading.sandbox import LearnerNotImplemented
+from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
 
 from checks import LOGSUMEXP_OPS, NLL_OPS, SOFTMAX_OPS, assert_close, assert_tensor
 from mistakes import first_match, named

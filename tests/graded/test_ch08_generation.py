@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from annotated_transformer.course.grading.sandbox import LearnerNotImplemented
+from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
 
 from checks import (ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor,
                     check_names, load_trusted, trusted_state)

@@ -149,7 +149,7 @@ def _quoted(text: str) -> str:
 
 
 def render(rows: list[ExerciseResult]) -> str:
-    """The workflow's text for these exercises (rows from :func:`grade.exercise_points`)."""
+    """The workflow's text for these exercises (rows from :func:`engine.exercise_points`)."""
     lines = [HEADER.rstrip("\n")]
     for row in rows:
         if row.max_points != int(row.max_points):

@@ -4,7 +4,10 @@ Running (the trusted side)
   - :mod:`.grade`: ``python -m annotated_transformer grade``: the command over the engine.
   - :mod:`.engine`: runs pytest on the graded tests in a fresh interpreter and turns its
     records into points per exercise (``grade``, ``regrade`` and ``classroom`` use it).
-  - :mod:`.plugin`: the pytest plugin that records each graded test's outcome and message.
+  - :mod:`.runspec`: one grading run described once (sources, seed, CPU seconds, sandbox,
+    exercises, where the records go), handed to the graded tests as one file.
+  - :mod:`.plugin`: the pytest plugin that reads the run and records each graded test's
+    outcome and message.
   - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
     one gradebook, each checked for changed grading files first (for instructors).
   - :mod:`.results`: an exercise's result, the one shape the report, the gradebook and
@@ -26,7 +29,8 @@ Running (the trusted side)
   - :mod:`.messages`: how long a message may be.
 
 The worker (where the learner's code runs)
-  - :mod:`.sandbox`: starts the worker and talks to it (``Learner.run`` a probe).
+  - :mod:`.supervisor`: the trusted side: starts the worker and talks to it
+    (``CodeUnderTest.run`` a probe).
   - :mod:`.boundary`: the operating-system boundary around the worker (bubblewrap) and
     its CPU meter.
   - :mod:`.watch`: the deadlines of a call (CPU seconds, waiting without computing, a reply).

@@ -23,9 +23,10 @@ from typing import Any
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
-from annotated_transformer.course.grading.report import ExerciseResult, bounded
+from annotated_transformer.course.grading.report import bounded
+from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.sandbox import DEFAULT_CPU_SECONDS
+from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
 
 # The worst outcome of an exercise's tests names its status.
@@ -42,7 +43,7 @@ def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -
         "--confcutdir", str(GRADED_DIR), "-p", "pytest_timeout",
         "-p", "annotated_transformer.course.grading.plugin",
         # No wall-clock limit on a test: each call of the code under test has its CPU budget
-        # and its own backstop (grading.sandbox).
+        # and its own backstop (grading.supervisor).
         "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
     ]
 

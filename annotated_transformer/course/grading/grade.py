@@ -49,7 +49,7 @@ from annotated_transformer.course.grading.report import (
     write_report,
 )
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.sandbox import (
+from annotated_transformer.course.grading.supervisor import (
     AFTER_TIMEOUT_CPU_SECONDS,
     DEFAULT_CPU_SECONDS,
 )

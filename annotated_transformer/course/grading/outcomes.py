@@ -1,5 +1,5 @@
 """What a call of the worker can end with, besides its value: the exceptions the graded
-tests see (:meth:`annotated_transformer.course.grading.sandbox.Learner.run`), and whose
+tests see (:meth:`annotated_transformer.course.grading.supervisor.CodeUnderTest.run`), and whose
 fault each one is."""
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ class GradeRecorder:
             "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
             "points": share,
             # A test of the values (``values=True``) pays on its own; every other test (shapes,
-            # properties, a clear error on bad input) pays only with them (grade.summarize).
+            # properties, a clear error on bad input) pays only with them (engine.summarize).
             "values": bool(marker.kwargs.get("values", False)),
             "errors": bool(marker.kwargs.get("errors", False)),
             "parts": _parts_of(item),

@@ -1,6 +1,6 @@
 """The worker: the only process in which a learner's code runs while it is graded.
 
-Started by :mod:`annotated_transformer.course.grading.sandbox`, one per source under test. It
+Started by :mod:`annotated_transformer.course.grading.supervisor`, one per source under test. It
 only computes: it receives a *probe* (a function of a graded test file, named by file
 and name) and its arguments, runs it with the chapter module under test, and sends back
 what came out (tensors, numbers, state dicts) or what went wrong. It never decides a
@@ -17,10 +17,10 @@ code can undo anything in this process, which is why the boundary around it
 (:mod:`~annotated_transformer.course.grading.boundary`) and the verdict outside it are what
 the grade rests on.
 
-Usage (by the sandbox): ``python -I -B -c BOOT ROOT CONFIG`` (see ``sandbox.WORKER_BOOT``)
-where CONFIG is the sandbox's JSON; requests arrive on stdin, replies go to the descriptor
+Usage (by the supervisor): ``python -I -B -c BOOT ROOT CONFIG`` (``supervisor.WORKER_BOOT``)
+where CONFIG is the supervisor's JSON; requests arrive on stdin, replies go to the descriptor
 that was stdout; what the learner's code prints goes to stderr, and so does the stack of
-every thread on SIGUSR1 (the sandbox asks for it to name the line of an endless loop).
+every thread on SIGUSR1 (the supervisor asks for it to name the line of an endless loop).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The graded tests run in the trusted process and never import a learner's code. A test
 hands a *probe* (a small function of its own file, the part that calls the learner's
-code) and its inputs to :meth:`Learner.run`; the probe runs in the worker
+code) and its inputs to :meth:`CodeUnderTest.run`; the probe runs in the worker
 (:mod:`annotated_transformer.course.grading.worker`) and what it returns comes back as plain
 data, which the test then checks against what it computes itself with PyTorch's own
 ops. Whatever the learner's code does in the worker, it cannot reach the verdict: the
@@ -319,7 +319,7 @@ def unreadable(message: str) -> bool:
                                                 "save the file as UTF-8", "not valid UTF-8"))
 
 
-class Learner:
+class CodeUnderTest:
     """The code under test, as the graded tests see it: probes run in a worker.
 
     ``chapter`` is the chapter whose module the probes receive, ``exercise`` the
