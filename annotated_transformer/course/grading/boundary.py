@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -70,6 +71,20 @@ def decide(wanted: str) -> str:
     if wanted == "bubblewrap" and why:
         raise ValueError(why)
     return "none" if wanted == "none" or why else "bubblewrap"
+
+
+def staged(folder: Path) -> tuple[tempfile.TemporaryDirectory[str], Path]:
+    """A private, readable copy of the learner's ``.py`` files (regular files only, no link
+    followed) for the worker to import: it reads them whatever the folder's permissions,
+    and a change to the folder while grading runs changes nothing."""
+    staged = tempfile.TemporaryDirectory(prefix="grading-learner-")
+    target = Path(staged.name)
+    target.chmod(0o755)
+    for path in sorted(folder.glob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            (target / path.name).write_bytes(path.read_bytes())
+            (target / path.name).chmod(0o644)
+    return staged, target
 
 
 def describe(sandboxed: bool) -> str:

@@ -79,7 +79,7 @@ class WorkerProcess:
         self.home: tempfile.TemporaryDirectory[str] | None = None
         self.staged: tempfile.TemporaryDirectory[str] | None = None
         if sandboxed and learner_dir is not None:
-            self.staged, learner_dir = _staged(learner_dir)
+            self.staged, learner_dir = boundary.staged(learner_dir)
         self.learner_dir, self.probes = learner_dir, probes
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
@@ -293,20 +293,6 @@ class WorkerProcess:
         for folder in (self.home, self.staged):
             if folder is not None:
                 folder.cleanup()
-
-
-def _staged(folder: Path) -> tuple[tempfile.TemporaryDirectory[str], Path]:
-    """A private, readable copy of the learner's ``.py`` files (regular files only, no link
-    followed) for the worker to import: it reads them whatever the folder's permissions,
-    and a change to the folder while grading runs changes nothing."""
-    staged = tempfile.TemporaryDirectory(prefix="grading-learner-")
-    target = Path(staged.name)
-    target.chmod(0o755)
-    for path in sorted(folder.glob("*.py")):
-        if path.is_file() and not path.is_symlink():
-            (target / path.name).write_bytes(path.read_bytes())
-            (target / path.name).chmod(0o644)
-    return staged, target
 
 
 # ---------------------------------------------------------------- the tests' handle on it
