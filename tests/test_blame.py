@@ -102,5 +102,5 @@ def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_give
                record("5.4", "failed", message="post-LN differs"),
                record("5.4", "failed", "5.4/norm-first-not-passed-on", "pre-LN: post-LN"),
                record("3.3", "failed", "3.3/one-head"), record("3.3", "failed", "3.3/one-head")]
-    assert grade.values_right(records) == {"8.3": None, "5.4": False, "3.3": False}
-    assert grade.unsure_names(records) == {"5.4": "post-LN differs"}
+    assert engine.values_right(records) == {"8.3": None, "5.4": False, "3.3": False}
+    assert engine.unsure_names(records) == {"5.4": "post-LN differs"}
