@@ -36,10 +36,11 @@ chapters' contract (Chapter 3's ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``
 Chapter 5's ``residuals``, ``self_attn``, ``cross_attn`` and ``feed_forward``, in that
 order), and a new position's self-attention with the parts' ``attention_step`` (Chapter
 8's exercise) where they have one that works (checked on its first use; a stub or a
-wrong one leaves it to this module's own computation). On the first step it checks its result against the model's own forward pass;
-parts that lack a name, or whose forward computes something else, make it fall back to
-recomputing the whole prefix, which is always right. So do a target mask that is not
-causal and decoding in training mode (dropout).
+wrong one leaves it to this module's own computation). On the first step it checks its
+result against the model's own forward pass; parts that lack a name, or whose forward
+computes something else, make it fall back to recomputing the whole prefix, which is
+always right. So do a target mask that is not causal and decoding in training mode
+(dropout).
 """
 
 from __future__ import annotations

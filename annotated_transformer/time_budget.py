@@ -11,9 +11,10 @@ wall time does not. ``train --time-budget 30m`` (``--model cpu``'s default) work
 2. **Plan** (:meth:`Planner.plan`). What is left of the budget, less a reserve for the
    final evaluation and checkpoint (half as long again as the measured one), for
    ``average`` when the run keeps checkpoints (``--keep-last N``: N loads and one save,
-   each as long as a save) and a margin (1% of the budget and 2 seconds), buys steps at the measured time each, plus an
-   evaluation every ``eval_every`` of them. The warmup is the recipe's, or as large a
-   share of the planned steps as the recipe's is of its own when fewer steps fit.
+   each as long as a save) and a margin (1% of the budget and 2 seconds), buys steps at
+   the measured time each, plus an evaluation every ``eval_every`` of them. The warmup is
+   the recipe's, or as large a share of the planned steps as the recipe's is of its own
+   when fewer steps fit.
 3. **Re-plan** every :attr:`Planner.replan_every` steps or 5% of the budget, whichever
    comes first, from the steps since the last plan (a machine that slows down or speeds
    up moves the end), and stop at once when the next step would not leave time for the

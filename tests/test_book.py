@@ -151,7 +151,8 @@ def test_colab_button_opens_the_chapter(site, browser, chapter):
         f"{chapter}: no download link for the notebook")
 
 
-# The interactive figures: page, the id of the figure's block (annotated_transformer/interactive.py).
+# The interactive figures: page, the id of the figure's block
+# (annotated_transformer/interactive.py).
 FIGURES = {"chapters/07_decoding.html": "interactive-translator-attention",
            "chapters/01_positional_encoding.html": "interactive-positional-encoding",
            "chapters/06_training.html": "interactive-learning-rate"}

@@ -178,8 +178,8 @@ def test_command_line_table_and_json(tmp_path):
     assert set(row) == {"id", "chapter", "title", "points", "max_points", "status", "message",
                         "printed", "mistake", "blocked_by"}
     assert data["points"] == data["max_points"] > 0
-    usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "99"],
-                           capture_output=True, text=True)
+    usage = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter",
+                            "99"], capture_output=True, text=True)
     assert usage.returncode == 2 and "chapter" in usage.stderr
 
 
@@ -345,7 +345,8 @@ def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_pa
     (root / "conftest.py").write_text(PASS_EVERYTHING)
     stubs.write_stubs(root / "mine")
     done = subprocess.run(
-        [sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "1", "--parts", "mine",
+        [sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "1", "--parts",
+         "mine",
          "--verify-manifest", str(tmp_path / "manifest.json"), "--json", "r.json",
          "--junit", "r.xml", "--markdown", "r.md"],
         cwd=root, capture_output=True, text=True)  # the copy's own grader, from its folder

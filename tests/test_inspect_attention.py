@@ -11,8 +11,12 @@ import torch
 
 from annotated_transformer import Parts
 from annotated_transformer.data import make_task
-from annotated_transformer.inspect_attention import (attention_maps, head_statistics,
-                                                     map_statistics, plot_attention_maps)
+from annotated_transformer.inspect_attention import (
+    attention_maps,
+    head_statistics,
+    map_statistics,
+    plot_attention_maps,
+)
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
 
 

@@ -9,8 +9,11 @@ import pytest
 import torch
 
 from annotated_transformer.inspect_attention import AttentionMaps
-from annotated_transformer.interactive import (attention_figure, learning_rate_figure,
-                                               positional_encoding_figure)
+from annotated_transformer.interactive import (
+    attention_figure,
+    learning_rate_figure,
+    positional_encoding_figure,
+)
 
 
 def fake_maps(layers: int = 2, heads: int = 3) -> AttentionMaps:

@@ -286,6 +286,7 @@ def test_every_file_of_the_package_that_is_not_python_is_installed():
     """A wheel holds only the ``.py`` files unless pyproject names the others: each file of
     the package folder (``hints.toml``, ...) is listed in ``[tool.setuptools.package-data]``."""
     import fnmatch
+
     import tomllib
 
     declared = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"][

@@ -18,13 +18,6 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.grading import source_rules
-from annotated_transformer.layout import (
-    CHAPTER_FILE,
-    EXERCISES_DIR,
-    ROOT,
-    SOLUTIONS_DIR,
-    chapter_test_files,
-)
 from annotated_transformer.course.grading.source_rules import (
     SourceRejected,
     Violation,
@@ -32,6 +25,13 @@ from annotated_transformer.course.grading.source_rules import (
     check_folder,
     check_source,
     read_source,
+)
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    EXERCISES_DIR,
+    ROOT,
+    SOLUTIONS_DIR,
+    chapter_test_files,
 )
 
 import variants
@@ -61,6 +61,9 @@ def real_forbidden() -> dict[int, dict[str, tuple[str, ...]]]:
 # ------------------------------------------------------------------ what is refused
 
 # (id, code, line, exercise, a fragment of the message)
+# A module with a function to wrap, for the cases that edit functools.wraps's partial.
+FUNCTOOLS = "import functools\n\n\ndef f():\n    pass\n\n\n"
+
 BAD = [
     ("getattr by a computed name",
      "import torch\n\ndef softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x)\n",
@@ -161,13 +164,13 @@ BAD = [
     # functools.wraps's partial: its keywords dict edited, and update_wrapper then copies a
     # module's namespace by name. Any change to an object reached through an attribute of a
     # library object, or to a name bound to such an attribute, is refused, whatever spelling.
-    ("a library object's attribute changed", "import functools\n\n\ndef f():\n    pass\n\n\nw = functools.wraps(f)\n"
+    ("a library object's attribute changed", FUNCTOOLS + "w = functools.wraps(f)\n"
      "w.keywords['updated'] = ('x',)\n", 9, None, "not one you built"),
-    ("an attribute read, then changed", "import functools\n\n\ndef f():\n    pass\n\n\nkw = functools.wraps(f).keywords\n"
+    ("an attribute read, then changed", FUNCTOOLS + "kw = functools.wraps(f).keywords\n"
      "kw['updated'] = ('x',)\n", 9, None, "not one you built"),
-    ("changed in place by a method", "import functools\n\n\ndef f():\n    pass\n\n\nw = functools.wraps(f)\n"
+    ("changed in place by a method", FUNCTOOLS + "w = functools.wraps(f)\n"
      "w.keywords.update(updated=('x',))\n", 9, None, "not one you built"),
-    ("an attribute read, changed by a method", "import functools\n\n\ndef f():\n    pass\n\n\nfor w in [functools.wraps(f)]:\n"
+    ("an attribute read, changed by a method", FUNCTOOLS + "for w in [functools.wraps(f)]:\n"
      "    kw = w.keywords\n    kw.setdefault('updated', ('x',))\n", 10, None,
      "not one you built"),
     ("private torch module", "from torch._refs import softmax\n", 1, None, "`_refs` is internal"),

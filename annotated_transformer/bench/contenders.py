@@ -145,7 +145,7 @@ class Trainer:
 
     def step(self) -> Tensor:
         """One training step; returns the loss, left on the device (nothing waits for it)."""
-        device, batch = self.device, self.batch
+        device = self.device
         autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
                     if self.precision == "bf16" else _nothing())
         with autocast:  # as `train` computes it (the fast parts: the generator in the loss)

@@ -145,8 +145,9 @@ def format_entry(threads: int, entry: dict) -> str:
         whole = sum(parts.values())
         lines.append("           parts: " + ", ".join(
             f"{part} {ms:.0f} ms ({ms / whole:.0%})" for part, ms in parts.items()))
-    lines.append(f"    bound: the matrix products alone, at the ceiling, take {entry['floor_ms']:.0f} "
-                 f"ms a step, so nothing computing them passes {entry['bound_ratio']:.2f}x "
+    lines.append(f"    bound: the matrix products alone, at the ceiling, take "
+                 f"{entry['floor_ms']:.0f} ms a step, so nothing computing them passes "
+                 f"{entry['bound_ratio']:.2f}x "
                  f"nn.Transformer's best rounds")
     met = "met" if entry["goal_met"] else "not met"
     lines.append(f"    goal: fast >= {GOAL}x nn.Transformer: "

@@ -113,7 +113,6 @@ def add_attention(sub) -> None:
 
 def run_attention(args) -> int:
     from annotated_transformer.inspect_attention import attention_maps, plot_attention_maps
-
     from annotated_transformer.metrics import Decoding
 
     _, task, model = load_checkpoint(args)

@@ -250,9 +250,10 @@ def run_train(args) -> int:
                 plans = history.budget["plans"]
                 print(f"time budget {format_duration(budget)}: finished in "
                       f"{format_duration(time.perf_counter() - started)}, {history.step[-1]:,} "
-                      f"step{'s' if history.step[-1] != 1 else ''}" + (f" (planned at step {plans[0]['step']}: "
-                                  f"{plans[0]['total']:,}; last plan {plans[-1]['total']:,})"
-                                  if plans else ""))
+                      f"step{'s' if history.step[-1] != 1 else ''}"
+                      + (f" (planned at step {plans[0]['step']}: "
+                         f"{plans[0]['total']:,}; last plan {plans[-1]['total']:,})"
+                         if plans else ""))
     finally:
         distributed.teardown()
     return 0

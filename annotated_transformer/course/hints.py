@@ -16,9 +16,10 @@ import argparse
 import json
 import sys
 import textwrap
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 HINTS_FILE = Path(__file__).with_name("hints.toml")
 SEEN_FILE = ".hints-seen.json"

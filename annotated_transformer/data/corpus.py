@@ -96,7 +96,8 @@ def load_hub(name: str, config: str | None, source_lang: str, target_lang: str) 
                         ) from None
     except FileNotFoundError:  # a relative path that is not there from this folder
         raise DataError(f"no folder {name} in {Path.cwd()}, and no dataset {described} on "
-                        f"the Hugging Face hub: give the corpus's path (evaluate: --data PATH)") from None
+                        f"the Hugging Face hub: give the corpus's path (evaluate: --data PATH)"
+                        ) from None
     except ValueError as error:  # a missing or unknown config
         first = str(error).strip().splitlines()[0]
         raise DataError(f"dataset {described}: {first}") from None

@@ -2,7 +2,8 @@
 
 The table, the embedding and the relative-position matrix are the reference's; only
 ``PositionalEncoding``'s dropout draws its mask as :func:`~annotated_transformer.
-fast_parts._ops.dropout` does (the same distribution to within ``2**-17``, a fraction of the cost on a CPU).
+fast_parts._ops.dropout` does (the same distribution to within ``2**-17``, a fraction of
+the cost on a CPU).
 """
 
 from __future__ import annotations

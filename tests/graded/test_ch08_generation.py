@@ -25,8 +25,16 @@ import torch.nn.functional as F
 
 from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
 
-from checks import (ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor,
-                    check_names, load_trusted, trusted_state)
+from checks import (
+    ATTENTION_OPS,
+    LOGSUMEXP_OPS,
+    SOFTMAX_OPS,
+    assert_close,
+    assert_tensor,
+    check_names,
+    load_trusted,
+    trusted_state,
+)
 from mistakes import first_match, named
 from torch_models import TorchLanguageModel, complete_greedily
 

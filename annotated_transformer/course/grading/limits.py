@@ -83,7 +83,8 @@ class Cgroup:
         try:
             if self.v2:
                 events = (self.memory / "memory.events").read_text().split()
-                return int(dict(zip(events[::2], events[1::2])).get("oom_kill", 0)) > 0
+                counts = dict(zip(events[::2], events[1::2], strict=False))
+                return int(counts.get("oom_kill", 0)) > 0
             control = (self.memory / "memory.oom_control").read_text().split()
             if "oom_kill" in control:
                 return int(control[control.index("oom_kill") + 1]) > 0

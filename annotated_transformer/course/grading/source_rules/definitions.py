@@ -6,7 +6,10 @@ import ast
 import functools
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase
-from annotated_transformer.course.grading.source_rules.expressions import root_name, value_expressions
+from annotated_transformer.course.grading.source_rules.expressions import (
+    root_name,
+    value_expressions,
+)
 from annotated_transformer.course.grading.source_rules.rules import (
     ALLOWED_DUNDER_METHODS,
     BANNED_BASES,

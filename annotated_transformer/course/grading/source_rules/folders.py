@@ -9,7 +9,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib.machinery import BYTECODE_SUFFIXES, EXTENSION_SUFFIXES
 from pathlib import Path
 
-from annotated_transformer.layout import CHAPTER_FILE
 from annotated_transformer.course.grading.source_rules.checker import Checker
 from annotated_transformer.course.grading.source_rules.reading import read_source
 from annotated_transformer.course.grading.source_rules.violations import (
@@ -17,6 +16,7 @@ from annotated_transformer.course.grading.source_rules.violations import (
     Violation,
     one_line,
 )
+from annotated_transformer.layout import CHAPTER_FILE
 
 
 def _syntax_violation(path: str, name: str, error: SyntaxError) -> Violation:
