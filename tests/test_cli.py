@@ -55,6 +55,17 @@ def test_evaluate_json_parses(capsys, copy_run):
     assert 0 <= result["exact_match"] <= 1 and result["loss"] > 0
 
 
+def test_evaluate_threads_sets_pytorchs_threads(capsys, copy_run):
+    before = torch.get_num_threads()
+    try:
+        status, out, _ = run(capsys, "evaluate", "--checkpoint", copy_run / "checkpoint.pt",
+                             "--json", "--size", "20", "--device", "cpu", "--threads", "1")
+        assert status == 0 and json.loads(out)["num_examples"] == 20
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_translate_arguments_and_stdin(capsys, monkeypatch, copy_run):
     status, out, _ = run(capsys, "translate", "--checkpoint", copy_run / "checkpoint.pt",
                          "123", "4567", "--device", "cpu")
@@ -141,6 +152,8 @@ def bad_tsv(tmp_path, content):
     ("outside the vocabulary", lambda t, c, b, f: ["translate", "--checkpoint",
                                                    c / "checkpoint.pt", "12x4"],
      "outside the vocabulary: 'x'"),
+    ("threads zero", lambda t, c, b, f: ["evaluate", "--checkpoint", c / "checkpoint.pt",
+                                         "--threads", "0"], "--threads must be at least 1"),
     ("beam zero", lambda t, c, b, f: ["translate", "--checkpoint", c / "checkpoint.pt",
                                       "--beam", "0", "12"], "--beam must be at least 1"),
     ("sampling an encoder-decoder", lambda t, c, b, f: ["translate", "--checkpoint",

@@ -49,12 +49,18 @@ def parse_parts(source: str | None) -> Parts | None:
 
 
 def add_model_options(p) -> None:
-    """``--parts`` and ``--device`` of the commands that rebuild a checkpoint's model."""
+    """``--parts``, ``--device`` and ``--threads`` of the commands that rebuild a
+    checkpoint's model."""
     p.add_argument("--parts", help="rebuild the model from other parts (default: its own)")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: one per core)")
 
 
 def load_checkpoint(args) -> tuple[dict, Task, Model]:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UsageError("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
     device = pick_device(args.device)
     state = checkpoint.load(args.checkpoint)
     task = checkpoint.build_task(state, getattr(args, "data", None))
