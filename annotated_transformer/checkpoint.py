@@ -94,9 +94,9 @@ def parameter_names(state: dict) -> set[str]:
     return {name for name, _ in model.named_parameters(remove_duplicate=False)}
 
 
-def compress(weights: dict, parameters: set[str], kind: str
+def compress(weights: dict, parameters: set[str], stored_as: str
              ) -> tuple[dict, dict[str, torch.Tensor]]:
-    """``weights`` with its parameters stored as ``kind`` (see :func:`export`), and the
+    """``weights`` with its parameters stored as ``stored_as`` (see :func:`export`), and the
     int8 matrices' row scales by name."""
     stored, scales, first = {}, {}, {}
     for name, tensor in weights.items():
@@ -108,7 +108,7 @@ def compress(weights: dict, parameters: set[str], kind: str
             stored[name] = stored[seen]
             if seen in scales:
                 scales[name] = scales[seen]
-        elif kind == "int8" and tensor.dim() == 2:
+        elif stored_as == "int8" and tensor.dim() == 2:
             scale = tensor.abs().amax(dim=1).float().clamp_min(1e-30) / 127  # [rows]
             stored[name] = torch.round(tensor / scale[:, None]).to(torch.int8)
             scales[name] = scale

@@ -80,38 +80,41 @@ def attention_maps(model: Model, task: Task, text: str, max_len: int | None = No
                          task.vocab.decode(output), **weights)
 
 
-def plot_attention_maps(maps: AttentionMaps, kinds: tuple[str, ...] | None = None,
+def plot_attention_maps(maps: AttentionMaps, attentions: tuple[str, ...] | None = None,
                         layers: Sequence[int] | None = None,
                         columns: int | None = None, heads: Sequence[int] | None = None
                         ) -> Figure:
-    """One heatmap per layer and head of each kind (``encoder``, ``decoder``, ``cross``; by
-    default all the model has), of the ``layers`` given (default all; -1 is the last),
-    and ``heads`` given (default all), ``columns`` to a row (default one per head). Each
-    panel grows with its tokens, so that every label is readable; the keys' labels are
-    written vertically; each has its colour bar (the weight, from 0 to at most 1)."""
-    kinds = kinds or tuple(k for k in ("encoder", "decoder", "cross") if getattr(maps, k))
+    """One heatmap per layer and head of each of the ``attentions`` (``encoder``,
+    ``decoder``, ``cross``; by default all the model has), of the ``layers`` given
+    (default all; -1 is the last), and ``heads`` given (default all), ``columns`` to a row
+    (default one per head). Each panel grows with its tokens, so that every label is
+    readable; the keys' labels are written vertically; each has its colour bar (the weight,
+    from 0 to at most 1)."""
+    attentions = attentions or tuple(a for a in ("encoder", "decoder", "cross")
+                                     if getattr(maps, a))
     source, output = ("source", maps.source_tokens), ("decoder input", maps.output_tokens)
     axes_of = {"encoder": (source, source, "encoder self-attention"),
                "decoder": (output, output, "decoder self-attention"),
                "cross": (output, source, "cross-attention")}
-    count_heads = getattr(maps, kinds[0])[0].size(0)
+    count_heads = getattr(maps, attentions[0])[0].size(0)
     chosen_heads = range(count_heads) if heads is None else sorted({h % count_heads for h in heads})
     panels = []
-    for kind in kinds:
-        count = len(getattr(maps, kind))
+    for attention in attentions:
+        count = len(getattr(maps, attention))
         chosen = range(count) if layers is None else sorted({layer % count for layer in layers})
-        panels += [(kind, layer, head) for layer in chosen for head in chosen_heads]
+        panels += [(attention, layer, head) for layer in chosen for head in chosen_heads]
     columns = min(columns or len(chosen_heads), len(panels))
     rows = -(-len(panels) // columns)
-    longest_keys = max(len(axes_of[kind][1][1]) for kind in kinds)
-    longest_queries = max(len(axes_of[kind][0][1]) for kind in kinds)
+    longest_keys = max(len(axes_of[attention][1][1]) for attention in attentions)
+    longest_queries = max(len(axes_of[attention][0][1]) for attention in attentions)
     width, height = max(3.0, 0.16 * longest_keys + 1.8), max(2.5, 0.16 * longest_queries + 1.4)
     figure, axes = plt.subplots(rows, columns, squeeze=False, figsize=(width * columns,
                                                                        height * rows),
                                 layout="constrained")
-    for ax, (kind, layer, head) in zip(axes.flat, panels, strict=False):  # spare axes hidden
-        (query_name, queries), (key_name, keys), name = axes_of[kind]
-        heatmap(ax, getattr(maps, kind)[layer][head], f"{name}\nlayer {layer + 1}, head {head + 1}",
+    for ax, (attention, layer, head) in zip(axes.flat, panels, strict=False):  # spare: hidden
+        (query_name, queries), (key_name, keys), name = axes_of[attention]
+        heatmap(ax, getattr(maps, attention)[layer][head],
+                f"{name}\nlayer {layer + 1}, head {head + 1}",
                 f"key: {key_name}", f"query: {query_name}", cmap="viridis", symmetric=False,
                 xticklabels=keys, yticklabels=queries)
         ax.xaxis.label.set_fontsize(8)
@@ -165,7 +168,7 @@ def map_statistics(weights: Tensor, self_attention: bool) -> dict[str, Tensor]:
 def head_statistics(model: Model, task: Task, pairs: Sequence[tuple[str, str]]
                     ) -> dict[str, dict[str, Tensor]]:
     """``map_statistics`` of every head, averaged over ``pairs`` of (source, reference):
-    per kind (``encoder``, ``decoder``, ``cross``), per statistic, a tensor ``[layers, H]``.
+    per attention (``encoder``, ``decoder``, ``cross``), per statistic, a tensor ``[layers, H]``.
     The decoder reads the reference (teacher forcing, one forward pass a pair, as in
     training), not its own output, so that no decoding is needed."""
     if not pairs:
@@ -177,12 +180,12 @@ def head_statistics(model: Model, task: Task, pairs: Sequence[tuple[str, str]]
         src = torch.tensor([task.source_ids(source)], device=device)
         tgt = torch.tensor([task.target_ids(reference)], device=device)
         _, _, weights = model.read_attention(src, tgt)
-        for kind, layers in weights.items():
-            per_layer = [map_statistics(layer, self_attention=kind != "cross")
+        for attention, layers in weights.items():
+            per_layer = [map_statistics(layer, self_attention=attention != "cross")
                          for layer in layers]
             for name in per_layer[0]:
                 value = torch.stack([stats[name] for stats in per_layer])  # [layers, H]
-                kind_totals = totals.setdefault(kind, {})
-                kind_totals[name] = kind_totals.get(name, 0) + value
-    return {kind: {name: value / len(pairs) for name, value in stats.items()}
-            for kind, stats in totals.items()}
+                sums = totals.setdefault(attention, {})
+                sums[name] = sums.get(name, 0) + value
+    return {attention: {name: value / len(pairs) for name, value in stats.items()}
+            for attention, stats in totals.items()}

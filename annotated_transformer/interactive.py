@@ -126,46 +126,48 @@ def learning_rate_figure(curves: Mapping[str, tuple[Sequence[int], Sequence[floa
     return InteractiveFigure(figure, name)
 
 
-KINDS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
-         "cross": "cross-attention"}
+ATTENTIONS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
+              "cross": "cross-attention"}
 
 
 def attention_figure(maps: AttentionMaps, name: str = "attention") -> InteractiveFigure:
-    """Every kind of attention the model has, side by side, for one layer and head at a
-    time: a slider chooses the layer and head; the pointer reads query, key and weight.
-    The colour scale runs from 0 to 1 for every map, so that heads compare by colour."""
-    kinds = [kind for kind in KINDS if getattr(maps, kind)]
-    if not kinds:
+    """Every attention the model has (encoder self-, decoder self- and cross-attention),
+    side by side, for one layer and head at a time: a slider chooses the layer and head;
+    the pointer reads query, key and weight. The colour scale runs from 0 to 1 for every
+    map, so that heads compare by colour."""
+    attentions = [attention for attention in ATTENTIONS if getattr(maps, attention)]
+    if not attentions:
         raise ValueError("the maps hold no attention weights")
-    layers, heads = len(getattr(maps, kinds[0])), getattr(maps, kinds[0])[0].size(0)
+    layers, heads = len(getattr(maps, attentions[0])), getattr(maps, attentions[0])[0].size(0)
     axes = {"encoder": (maps.source_tokens, maps.source_tokens),
             "decoder": (maps.output_tokens, maps.output_tokens),
             "cross": (maps.output_tokens, maps.source_tokens)}
-    widths = [len(axes[kind][1]) for kind in kinds]
+    widths = [len(axes[attention][1]) for attention in attentions]
     figure = go.Figure()
     domains, start, gap = [], 0.0, 0.12  # room for the next panel's query labels
     for width in widths:
-        share = (1 - gap * (len(kinds) - 1)) * width / sum(widths)
+        share = (1 - gap * (len(attentions) - 1)) * width / sum(widths)
         domains.append((start, start + share))
         start += share + gap
-    for index, kind in enumerate(kinds):
-        queries, keys = axes[kind]
+    for index, attention in enumerate(attentions):
+        queries, keys = axes[attention]
+        title = ATTENTIONS[attention]
         suffix = "" if index == 0 else str(index + 1)
         text = [[f"{q} → {k}" for k in keys] for q in queries]
         for layer in range(layers):
             for head in range(heads):
-                weights = getattr(maps, kind)[layer][head]
+                weights = getattr(maps, attention)[layer][head]
                 figure.add_trace(go.Heatmap(
                     z=_rounded(weights, 4), text=text, coloraxis="coloraxis",
                     xaxis=f"x{suffix}", yaxis=f"y{suffix}",
                     visible=layer == 0 and head == 0,
-                    name=f"{KINDS[kind]}, layer {layer + 1}, head {head + 1}",
-                    meta=[kind, layer + 1, head + 1],
-                    hovertemplate=(f"{KINDS[kind]}, layer {layer + 1}, head {head + 1}<br>"
+                    name=f"{title}, layer {layer + 1}, head {head + 1}",
+                    meta=[attention, layer + 1, head + 1],
+                    hovertemplate=(f"{title}, layer {layer + 1}, head {head + 1}<br>"
                                    "query → key: %{text}<br>weight %{z:.3f}<extra></extra>")))
         figure.update_layout({
             f"xaxis{suffix}": dict(domain=domains[index], tickvals=list(range(len(keys))),
-                                   ticktext=keys, tickangle=-90, title=f"key ({KINDS[kind]})",
+                                   ticktext=keys, tickangle=-90, title=f"key ({title})",
                                    anchor=f"y{suffix}", tickfont=dict(size=10)),
             f"yaxis{suffix}": dict(tickvals=list(range(len(queries))), ticktext=queries,
                                    autorange="reversed", anchor=f"x{suffix}",
@@ -174,7 +176,7 @@ def attention_figure(maps: AttentionMaps, name: str = "attention") -> Interactiv
     steps = []
     for layer in range(layers):
         for head in range(heads):
-            shown = [(l, h) == (layer, head) for _ in kinds for l in range(layers)
+            shown = [(l, h) == (layer, head) for _ in attentions for l in range(layers)
                      for h in range(heads)]
             steps.append(dict(method="restyle", args=[{"visible": shown}],
                               label=f"L{layer + 1} H{head + 1}"))

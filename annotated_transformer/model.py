@@ -168,7 +168,7 @@ class Model(nn.Module, metaclass=ABCMeta):
                        ) -> tuple[list[int], list[int], dict[str, list[Tensor]]]:
         """Run the forward pass on one input ``src [1, Ls]`` and its decoded ``output
         [1, Lt]``; return the ids along the source axis, those along the output axis, and
-        every attention's weights, per kind (``"encoder"``, ``"decoder"``, ``"cross"``) a
+        every attention's weights, by attention (``"encoder"``, ``"decoder"``, ``"cross"``) a
         list of ``[H, queries, keys]`` per layer, on the CPU."""
 
 

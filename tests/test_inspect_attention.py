@@ -74,12 +74,12 @@ def test_head_statistics_of_a_tiny_model_are_means_in_range_with_one_value_per_h
     stats = head_statistics(model, task, pairs)
     assert set(stats) == {"encoder", "decoder", "cross"}
     assert set(stats["encoder"]) == {"previous", "same", "first", "last", "diagonal", "monotone"}
-    for kind in stats.values():
-        for value in kind.values():
+    for attention in stats.values():
+        for value in attention.values():
             assert value.shape == (2, 2)
             assert ((value >= 0) & (value <= 1 + 1e-6)).all()
     with pytest.raises(ValueError, match="at least one"):
         head_statistics(model, task, [])
-    figure = plot_attention_maps(attention_maps(model, task, pairs[0][0]), kinds=("encoder",),
-                                 layers=(-1,), heads=(1,))
+    figure = plot_attention_maps(attention_maps(model, task, pairs[0][0]),
+                                 attentions=("encoder",), layers=(-1,), heads=(1,))
     assert len([ax for ax in figure.axes if ax.get_visible()]) == 2  # one panel, its colour bar

@@ -5,6 +5,7 @@ modules around it never ask which kind they hold."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,67 @@ def test_every_module_but_the_models_own_is_checked():
 def test_no_module_around_the_model_asks_for_its_kind(name):
     questions = questions_about_the_kind((PACKAGE / name).read_text(encoding="utf-8"))
     assert not questions, f"{name} branches on the model's kind: {questions}"
+
+
+
+# ---------------------------------------------------------------- one word, one meaning
+
+# "kind" is the model's kind (``Model.kind``, its name in checkpoints) and nothing else: a
+# vocabulary has a ``level`` (char, word, bpe), an exported checkpoint's weights are
+# ``stored_as`` float16 or int8, attention is ``encoder``, ``decoder`` or ``cross``, and a
+# failed call of the grading worker has an ``outcome``.
+KIND_WORD = re.compile(r"^(kinds?|KINDS?)$|_(kinds?|KINDS?)$|^(kinds?|KINDS?)_")
+CHECKPOINT_KEY = {"checkpoint.py", "average.py"}  # state["kind"]: the model's kind
+OLDER_FILES = {"data/__init__.py"}  # a vocabulary saved before it had a level: its "kind"
+
+
+def other_kinds(source: str, name: str) -> list[str]:
+    """Where ``source`` (the module ``name``, relative to the package) uses the word kind
+    for something other than a model's kind: a variable, parameter, keyword, function or
+    constant named so, or the key "kind" outside the checkpoint's. ``x.kind`` (a model's)
+    and, in model.py, the class attribute each kind sets are the model's kind."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and name == "model.py":
+            for statement in node.body:  # kind = "encoder-decoder"; kind: ClassVar[str]
+                targets = (statement.targets if isinstance(statement, ast.Assign)
+                           else [statement.target] if isinstance(statement, ast.AnnAssign)
+                           else [])
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id == "kind":
+                        target.id = "model_kind_of_the_class"  # the model's: allowed
+        names = []
+        if isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, ast.arg):
+            names.append(node.arg)
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.append(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif (isinstance(node, ast.Constant) and node.value in ("kind", "kinds")
+              and name not in CHECKPOINT_KEY | OLDER_FILES):
+            found.append(f"line {node.lineno}: the key {node.value!r}")
+        found += [f"line {node.lineno}: {n}" for n in names if KIND_WORD.search(n)]
+    return found
+
+
+def test_the_word_checker_finds_another_kind():
+    source = ("def compress(weights, kind):\n    return {'kind': kind}\n"
+              "KINDS = ('encoder',)\nplot(maps, kinds=KINDS)\nmodel.kind\n")
+    assert sorted(q.split(":")[0] for q in other_kinds(source, "x.py")) == [
+        "line 1", "line 2", "line 2", "line 3", "line 4", "line 4"]
+    assert other_kinds("class M:\n    kind = 'decoder-only'\nm.kind\n", "model.py") == []
+    assert other_kinds("state['kind']\n", "checkpoint.py") == []
+
+
+@pytest.mark.parametrize("name", sorted(p.relative_to(PACKAGE).as_posix()
+                                        for p in PACKAGE.rglob("*.py")))
+def test_kind_means_the_models_kind_alone(name):
+    found = other_kinds((PACKAGE / name).read_text(encoding="utf-8"), name)
+    assert not found, (f"{name} calls something other than a model's kind 'kind': {found}; "
+                       f"name it for what it is (a vocabulary's level, the weights' "
+                       f"stored_as, the attention, an outcome)")
 
 
 # ---------------------------------------------------------------- teacher forcing and loss

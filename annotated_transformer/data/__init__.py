@@ -18,7 +18,7 @@ from __future__ import annotations
 from annotated_transformer.data.addition import AdditionTask
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.dates import DateTask
-from annotated_transformer.data.subword import KIND as SUBWORD
+from annotated_transformer.data.subword import LEVEL as SUBWORD
 from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.task import Task
 from annotated_transformer.data.translation import TranslationTask
@@ -53,7 +53,8 @@ def make_task(task: str, **options) -> Task:
 
 
 def vocabulary_from_dict(data: dict) -> Vocabulary | SubwordVocabulary:
-    """A saved vocabulary (``to_dict``) back: a subword one when its ``kind`` says so."""
-    if data.get("kind") == SUBWORD:
+    """A saved vocabulary (``to_dict``) back: a subword one when its ``level`` says so
+    (older checkpoints said so under ``kind``: they load too)."""
+    if data.get("level", data.get("kind")) == SUBWORD:
         return SubwordVocabulary.from_dict(data)
     return Vocabulary.from_dict(data)

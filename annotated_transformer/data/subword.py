@@ -21,13 +21,13 @@ from functools import cached_property
 from annotated_transformer.data.optional import require
 from annotated_transformer.data.vocab import BOS, EOS, PAD, SPECIALS
 
-KIND = "bpe"
+LEVEL = "bpe"  # a vocabulary's level: "char" and "word" (vocab.LEVELS), or this
 
 
 class SubwordVocabulary:
     """A trained byte-level BPE tokenizer with the :class:`Vocabulary` interface."""
 
-    level = KIND
+    level = LEVEL
 
     def __init__(self, tokenizer) -> None:
         ids = [tokenizer.token_to_id(t) for t in SPECIALS]
@@ -85,7 +85,7 @@ class SubwordVocabulary:
                                                                            len(self)))
 
     def to_dict(self) -> dict:
-        return {"kind": KIND, "tokenizer": self.tokenizer.to_str()}
+        return {"level": LEVEL, "tokenizer": self.tokenizer.to_str()}
 
     @classmethod
     def from_dict(cls, data: dict) -> SubwordVocabulary:

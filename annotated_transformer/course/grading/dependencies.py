@@ -90,8 +90,8 @@ def _literal(node: ast.AST, names: dict[str, object]) -> object:
                 items.extend(_literal(element.value, names))  # type: ignore[arg-type]
             else:
                 items.append(_literal(element, names))
-        kind = {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)]
-        return kind(items)
+        container = {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)]
+        return container(items)
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {_literal(k, names): _literal(v, names)  # type: ignore[arg-type]
                 for k, v in zip(node.keys, node.values, strict=True)}

@@ -166,14 +166,14 @@ def _mounts() -> dict[str, Path]:
         return found
     for line in lines:
         left, _, right = line.partition(" - ")
-        fields, kind = left.split(), right.split()
-        if len(fields) < 5 or len(kind) < 3:
+        fields, filesystem = left.split(), right.split()  # type, source, options
+        if len(fields) < 5 or len(filesystem) < 3:
             continue
-        if kind[0] == "cgroup2":
+        if filesystem[0] == "cgroup2":
             found.setdefault("v2", Path(fields[4]))
-        elif kind[0] == "cgroup":
+        elif filesystem[0] == "cgroup":
             for controller in ("memory", "pids"):
-                if controller in kind[2].split(","):
+                if controller in filesystem[2].split(","):
                     found.setdefault(controller, Path(fields[4]))
     return found
 

@@ -340,10 +340,10 @@ class CodeUnderTest:
             self.called.update(str(name)[:200] for name in called[:calls.LIMIT])
         if reply.get("ok"):
             return reply.get("value")
-        kind, message = reply.get("kind"), str(reply.get("message", ""))[:4000]
-        if kind == "blocked" and unreadable(message):  # a file that does not parse
+        outcome, message = reply.get("outcome"), str(reply.get("message", ""))[:4000]
+        if outcome == "blocked" and unreadable(message):  # a file that does not parse
             raise LearnerRaised(["SyntaxError"], message, "")
-        if kind in ("forbidden", "blocked"):
+        if outcome in ("forbidden", "blocked"):
             raise ForbiddenCall(message)
         types = [str(t) for t in reply.get("types", [])][:20]
         if reply.get("stub") and "NotImplementedError" in types:

@@ -172,15 +172,15 @@ class Worker:
             try:
                 reply: dict[str, Any] = {"ok": True, "value": plain(value)}
             except TypeError as error:
-                reply = {"ok": False, "kind": "raised", "types": ["TypeError"], "where": "",
+                reply = {"ok": False, "outcome": "raised", "types": ["TypeError"], "where": "",
                          "stub": False, "message": f"the result could not be sent back to "
                                                    f"the grader: {_text(error)}"}
         except BlockedChapter as error:
-            reply = {"ok": False, "kind": "blocked", "message": _text(error)}
+            reply = {"ok": False, "outcome": "blocked", "message": _text(error)}
         except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
-            reply = {"ok": False, "kind": "raised", **self.describe(error)}
+            reply = {"ok": False, "outcome": "raised", **self.describe(error)}
         if hits:
-            reply = {"ok": False, "kind": "forbidden",
+            reply = {"ok": False, "outcome": "forbidden",
                      "message": f"Exercise {request['exercise']} may not use PyTorch's "
                                 f"{hits[0]}: write it yourself with elementary tensor "
                                 f"operations (see the docstring)"}
@@ -272,7 +272,7 @@ def main() -> int:
             protocol.write_frame(replies, reply)
         except Exception as error:  # noqa: BLE001 - e.g. a value that is not plain data
             protocol.write_frame(replies, {
-                "ok": False, "kind": "raised", "types": ["TypeError"], "where": "",
+                "ok": False, "outcome": "raised", "types": ["TypeError"], "where": "",
                 "stub": False, "message": f"the result could not be sent back to the grader: "
                                           f"{_text(error)}"})
 
