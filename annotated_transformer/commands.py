@@ -19,6 +19,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR, folder_name
+
 PROG = "python -m annotated_transformer"
 
 
@@ -43,7 +45,8 @@ class Command:
 COURSE_COMMANDS = (
     Command("grade", "run the graded tests, report points per exercise",
             "annotated_transformer.course.grading.grade:main"),
-    Command("stubs", "regenerate or check exercises/ from solutions/",
+    Command("stubs", f"regenerate or check {folder_name(EXERCISES_DIR)} from "
+            f"{folder_name(SOLUTIONS_DIR)}",
             "annotated_transformer.course.authoring.stubs:main"),
     Command("release", "write a student release of the course: the repository without its "
             "answers", "annotated_transformer.course.distribution.release:main"),

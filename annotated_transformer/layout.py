@@ -39,6 +39,12 @@ def relative(path: Path, root: Path = ROOT) -> str:
     return path.relative_to(root).as_posix()
 
 
+def folder_name(folder: Path) -> str:
+    """How messages, help texts and workflows name one of the course's folders:
+    ``solutions/``, ``.github/workflows/``."""
+    return relative(folder) + "/"
+
+
 def chapter_test_files(chapters: list[int] | None = None,
                        graded_dir: Path = GRADED_DIR) -> dict[int, Path]:
     """``{chapter: graded test file}``, all of them or the ones asked for."""

@@ -11,11 +11,18 @@ import sys
 import warnings
 from pathlib import Path
 
-from annotated_transformer.layout import CHAPTER_FILE, PACKAGE_DIR
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    EXERCISES_DIR,
+    PACKAGE_DIR,
+    SOLUTIONS_DIR,
+    folder_name,
+)
 
 RELEASE_NOTE = (
-    "this copy of the course is a student release: it has no solutions/, so the parts "
-    "that would come from the reference come from your exercises/"
+    f"this copy of the course is a student release: it has no {folder_name(SOLUTIONS_DIR)}, "
+    f"so the parts that would come from the reference come from your "
+    f"{folder_name(EXERCISES_DIR)}"
 )
 _warned: list[bool] = []
 

@@ -251,11 +251,32 @@ CODE = [p for p in sorted([*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "scripts")
         if p.name != "layout.py"]
 
 
+# One of those folders named as a path in a string of code (a message, a help text, a
+# workflow's text): what ``layout.folder_name`` and ``layout.relative`` give instead. A
+# bare ``"solutions"`` or ``"exercises"`` is a word of the --parts language, not a path.
+PATH_IN_TEXT = re.compile(r"(?<!\w)(\.github/workflows|(solutions|exercises|fast_parts)/"
+                          r"|\.\./(solutions|exercises)\b|tests/(graded|variants)\b)")
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of ``tree`` (prose: they may name any folder)."""
+    found = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.body and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)):
+            found.add(id(node.body[0].value))
+    return found
+
+
 def spelled_paths(source: str) -> list[str]:
-    """Where ``source`` builds one of the course's paths itself: ``x / "solutions"``, or
-    an f-string that starts with ``.github/workflows/``."""
+    """Where ``source`` builds one of the course's paths itself: ``x / "solutions"``, an
+    f-string that starts with ``.github/workflows/``, or a string of code (not a
+    docstring) that names ``solutions/``, ``../exercises``, ``tests/graded``, ..."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    prose = docstrings(tree)
+    for node in ast.walk(tree):
         if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
                 and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
                 and node.right.value.split("/")[0] in LAYOUT_NAMES):
@@ -265,21 +286,32 @@ def spelled_paths(source: str) -> list[str]:
                 and str(node.values[0].value).split("/")[0] in LAYOUT_NAMES
                 and "/" in str(node.values[0].value)):
             found.append(f"line {node.lineno}: f{node.values[0].value!r}...")
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and id(node) not in prose and (match := PATH_IN_TEXT.search(node.value))):
+            found.append(f"line {node.lineno}: {match[0]!r} in {node.value[:60]!r}")
     return found
 
 
 def test_the_path_checker_finds_a_spelled_path():
-    source = 'a = ROOT / "solutions"\nb = f".github/workflows/{name}"\nc = SOLUTIONS_DIR / "x"\n'
-    assert [q.split(":")[0] for q in spelled_paths(source)] == ["line 1", "line 2"]
+    source = ('"""Reads solutions/ and .github/workflows/ (prose)."""\n'
+              'a = ROOT / "solutions"\nb = f".github/workflows/{name}"\nc = SOLUTIONS_DIR / "x"\n'
+              'd = "rm -rf .course/solutions/ .course/tests/variants/"\n'
+              'e = f"grade --parts ../exercises --out {out}"\n'
+              'f = "solutions"  # a --parts word\n'
+              'g = f"a {folder_name(WORKFLOWS_DIR)}*.yml differs"\n')
+    assert sorted({q.split(":")[0] for q in spelled_paths(source)}) == [
+        "line 2", "line 3", "line 5", "line 6"]
 
 
 @pytest.mark.parametrize("path", CODE, ids=lambda p: p.relative_to(PACKAGE.parent).as_posix())
 def test_code_reads_the_course_paths_from_layout(path):
-    """``annotated_transformer/layout.py`` is the one module that knows the course's paths."""
+    """``annotated_transformer/layout.py`` is the one module that knows the course's paths:
+    every other module and script joins, formats and names them from there."""
     spelled = spelled_paths(path.read_text(encoding="utf-8"))
     assert not spelled, (f"{path.name} spells a path of the course itself: {spelled}; "
                          f"use annotated_transformer.layout's (SOLUTIONS_DIR, "
-                         f"WORKFLOWS_DIR, ... and relative(...) under another root)")
+                         f"WORKFLOWS_DIR, ..., relative(...) under another root, "
+                         f"folder_name(...) in a message)")
 
 
 def test_every_file_of_the_package_that_is_not_python_is_installed():

@@ -37,6 +37,7 @@ from annotated_transformer.cli.checkpoints import (
 from annotated_transformer.cli.common import UsageError, parse_parts, pick_device
 from annotated_transformer.cli.training import add_train
 from annotated_transformer.data import DataError, VocabularyError
+from annotated_transformer.layout import EXERCISES_DIR, folder_name
 from annotated_transformer.parts import has_reference
 from annotated_transformer.student_release import RELEASE_NOTE
 
@@ -95,7 +96,7 @@ def unfinished(error: NotImplementedError) -> str:
     check = f" --exercise {match[1]}" if match else ""
     other = ", or train with other --parts" if has_reference() else ""
     return (f"{error}: the model is built from parts that include this stub (the first one "
-            f"met while building it). Write it in exercises/ (`python -m "
+            f"met while building it). Write it in {folder_name(EXERCISES_DIR)} (`python -m "
             f"annotated_transformer grade{check}` checks it; without --exercise it lists "
             f"every unfinished one){other}")
 

@@ -23,7 +23,13 @@ import re
 import sys
 from pathlib import Path
 
-from annotated_transformer.layout import CHAPTER_FILE, EXERCISES_DIR, ROOT, SOLUTIONS_DIR
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    EXERCISES_DIR,
+    ROOT,
+    SOLUTIONS_DIR,
+    folder_name,
+)
 
 BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION (?P<id>\d+\.\d+)\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -157,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="do not write; exit 1 naming every stale or missing stub")
     parser.add_argument("--out", type=Path, default=EXERCISES_DIR,
-                        help="folder to write the stubs to (default: exercises/)")
+                        help="folder to write the stubs to "
+                        f"(default: {folder_name(EXERCISES_DIR)})")
     parser.add_argument("--force", action="store_true",
                         help="overwrite exercise files even when they hold edits")
     args = parser.parse_args(argv)

@@ -49,14 +49,15 @@ from annotated_transformer.layout import (
     TESTS_DIR,
     VARIANTS_DIR,
     WORKFLOWS_DIR,
+    folder_name,
     relative,
 )
 
 # Left out of every release (folders end with "/").
-ANSWERS = tuple(relative(d) + "/" for d in (SOLUTIONS_DIR, FAST_PARTS_DIR, VARIANTS_DIR))
+ANSWERS = tuple(folder_name(d) for d in (SOLUTIONS_DIR, FAST_PARTS_DIR, VARIANTS_DIR))
 MAINTAINERS_ONLY = (".ci/", "CONTRIBUTING.md", relative(WORKFLOWS_DIR / "book.yml"))
 WORKFLOWS = {name: relative(WORKFLOWS_DIR / f"{name}.yml") for name in ("grade", "classroom")}
-TESTS, GRADED = relative(TESTS_DIR) + "/", relative(GRADED_DIR) + "/"
+TESTS, GRADED = folder_name(TESTS_DIR), folder_name(GRADED_DIR)
 COURSE_ONLY = re.compile(r"^<!-- course-only -->\n.*?^<!-- /course-only -->\n",
                          re.MULTILINE | re.DOTALL)
 RELEASE_ONLY = re.compile(r"^<!-- release-only\n(.*?)^-->\n", re.MULTILINE | re.DOTALL)
@@ -107,8 +108,8 @@ def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False)
     """Write the release into the new (or empty) folder ``out``; return its files."""
     out = Path(out)
     if not SOLUTIONS_DIR.is_dir():
-        raise ReleaseError(f"{ROOT} has no solutions/: a release is made from the course's "
-                           f"repository, not from a release")
+        raise ReleaseError(f"{ROOT} has no {folder_name(SOLUTIONS_DIR)}: a release is made "
+                           f"from the course's repository, not from a release")
     top = Path(_git("rev-parse", "--show-toplevel").strip())
     if top.resolve() != ROOT.resolve():
         raise ReleaseError(f"{ROOT} is not the top folder of its git repository ({top}); a "
@@ -147,7 +148,8 @@ def _summary(out: Path, files: Iterable[str], workflow: str) -> str:
     return "\n".join([
         f"Wrote a student release of commit {commit[:12]}{dirty} to {out} "
         f"({len(list(files))} files), graded in CI for {grading}.",
-        "Left out: solutions/, the fast parts, tests/variants/ and the course's own tests.",
+        f"Left out: {folder_name(SOLUTIONS_DIR)}, the fast parts, {folder_name(VARIANTS_DIR)} "
+        f"and the course's own tests.",
         f"Set the variable COURSE_REF to {commit} where the release is graded, so that "
         f"CI grades with the tests it was made from (see the book's instructor page).",
         f"Next: cd {out} && git init && git add -A && git commit -m 'Course release', "

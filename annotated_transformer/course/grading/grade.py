@@ -53,7 +53,7 @@ from annotated_transformer.course.grading.supervisor import (
     AFTER_TIMEOUT_CPU_SECONDS,
     DEFAULT_CPU_SECONDS,
 )
-from annotated_transformer.layout import ROOT, WORKFLOWS_DIR, relative
+from annotated_transformer.layout import MANIFEST, ROOT, WORKFLOWS_DIR, folder_name, relative
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,11 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "settings) of --submission-root that differ from this manifest")
     parser.add_argument("--submission-root", type=Path, metavar="DIR",
                         help="the learner's repository that --verify-manifest checks, and "
-                        "whose .github/workflows every report compares with the course's "
-                        "(default: the repository the grader runs from; workflows unchecked)")
+                        f"whose {folder_name(WORKFLOWS_DIR)} every report compares with the "
+                        "course's (default: the repository the grader runs from; workflows "
+                        "unchecked)")
     parser.add_argument("--write-manifest", type=Path, metavar="PATH",
                         help="for course maintainers: write the manifest of this repository's "
-                        "grading files to PATH (tests/graded/grading_manifest.json), grade nothing")
+                        f"grading files to PATH ({relative(MANIFEST)}), grade nothing")
     return parser
 
 

@@ -68,20 +68,23 @@ from annotated_transformer.layout import (
     EXERCISES_DIR,
     MANIFEST,
     ROOT,
+    WORKFLOWS_DIR,
     chapter_test_files,
+    folder_name,
     relative,
 )
 
 FLAGS = {
-    "workflow-changed": "a .github/workflows/*.yml differs from the course's copy, or was added",
+    "workflow-changed": f"a {folder_name(WORKFLOWS_DIR)}*.yml differs from the course's copy, "
+                        "or was added",
     "tests-changed": "a file that decides a grade (tests, grader, pytest settings) differs "
                      "from the course's manifest",
     "committed-report": "the submission holds a grade.json, grade.md or grade.xml (ignored)",
     "symlink": "a symbolic link where the grader looks (not followed, not used)",
     "oversized": "a file over 1 MB where the grader looks (not used)",
     "not-a-file": "something other than a regular file where an exercise file goes (not used)",
-    "extra-file": "an exercises/chNN_*.py that is not one of the course's exercise files "
-                  "(not used)",
+    "extra-file": f"an {folder_name(EXERCISES_DIR)}chNN_*.py that is not one of the course's "
+                  "exercise files (not used)",
     "missing-chapter": "no usable file for a graded chapter (the release's stub graded instead)",
     "after-deadline": "commits after --deadline (the last one before it was graded)",
     "other-branch": "a branch holds commits the graded branch lacks (not graded)",

@@ -87,12 +87,12 @@ def _first_line(message: str) -> str:
 def _folder(parts: str) -> str:
     """The folder a ``--parts`` names (the learner's exercises/ included), "" for none; in a
     student release, ``solutions`` names the learner's exercises/ and says why."""
-    from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
+    from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR, folder_name
     from annotated_transformer.sources import parse_sources
 
     if parts == "solutions" and not SOLUTIONS_DIR.is_dir():
-        return (f"{EXERCISES_DIR}: this student release has no solutions/, so your own "
-                f"exercises were graded")
+        return (f"{EXERCISES_DIR}: this student release has no {folder_name(SOLUTIONS_DIR)}, "
+                f"so your own exercises were graded")
     try:
         sources = parse_sources(parts) if parts != "points" else ()
     except ValueError:  # a folder gone since the report was written
