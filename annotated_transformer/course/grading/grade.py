@@ -172,7 +172,7 @@ def _list_points(args: argparse.Namespace, chapters: list[int] | None,
         parser.error(str(error))
     print(format_points(rows))
     if args.json:
-        args.json.write_text(json.dumps(Report(rows, "points").to_json(), indent=2) + "\n")
+        args.json.write_text(json.dumps(Report(rows, None).to_json(), indent=2) + "\n")
     return 0
 
 

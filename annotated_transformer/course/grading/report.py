@@ -94,7 +94,7 @@ def _folder(parts: str) -> str:
         return (f"{EXERCISES_DIR}: this student release has no {folder_name(SOLUTIONS_DIR)}, "
                 f"so your own exercises were graded")
     try:
-        sources = parse_sources(parts) if parts != "points" else ()
+        sources = parse_sources(parts)
     except ValueError:  # a folder gone since the report was written
         return str(Path(parts).resolve()) if "," not in parts else ""
     return str(sources[0].learner_folder or "") if len(sources) == 1 else ""
@@ -115,7 +115,7 @@ class Report:
     """What one grading run found, and its formats."""
 
     rows: list[ExerciseResult]
-    parts: str
+    parts: str | None  # what --parts graded; None: nothing was (the points on offer)
     integrity: Integrity | None = None
     seed: int | None = None
     workflow: WorkflowCheck | None = None
@@ -146,6 +146,8 @@ class Report:
                 f"with all tests passed")
 
     def _graded(self, markdown: bool = False) -> str:
+        if self.parts is None:
+            return "Nothing graded: the points on offer"
         folder = _folder(self.parts)
         where = f"`--parts {self.parts}`" if markdown else f"--parts {self.parts}"
         where += f" ({folder})" if folder else ""
@@ -216,7 +218,7 @@ class Report:
     def from_json(cls, data: dict[str, Any]) -> Report:
         """The report that :meth:`to_json` wrote (its rows, not the tests' records)."""
         rows = [ExerciseResult.from_json(row) for row in data["exercises"]]
-        return cls(rows, data["parts" if "parts" in data else "impl"],
+        return cls(rows, data.get("parts", data.get("impl")),
                    Integrity(**data["integrity"]) if data.get("integrity") else None,
                    data.get("seed"),
                    WorkflowCheck(data["workflow"]["folder"], data["workflow"]["changes"])
