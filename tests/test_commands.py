@@ -48,9 +48,12 @@ def test_a_command_added_in_cli_joins_the_tree(monkeypatch, capsys):
 
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_every_command_answers_help(name):
+    """Each command's help shows the one launch form, and no other way to start a tool."""
     result = run(name, "--help")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("usage: ") and "-h, --help" in result.stdout
+    assert result.stdout.startswith(f"usage: python -m annotated_transformer {name} ")
+    assert "-h, --help" in result.stdout
+    assert "-m annotated_transformer." not in " ".join(result.stdout.split())
 
 
 def test_the_top_level_help_lists_every_command_with_its_line(capsys):

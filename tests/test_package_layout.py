@@ -188,6 +188,64 @@ def test_each_package_docstring_maps_its_modules(init):
         f"`- :mod:`.{missing[0]}`: what it does`, beside the others")
 
 
+MOD_REFERENCE = re.compile(r":mod:`~?([\w.]+)`")
+
+
+def module_references(name: str, text: str) -> list[str]:
+    """The modules that ``text``, the source of the module ``name``, names with ``:mod:``
+    (``.supervisor`` and ``~.shapes`` inside its own package, or a full name)."""
+    path = MODULES.get(name)
+    package = name if path is None or path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for target in MOD_REFERENCE.findall(text):
+        if target.startswith("."):
+            up = len(target) - len(target.lstrip("."))
+            base = package.split(".")[: len(package.split(".")) - up + 1]
+            target = ".".join([*base, target.lstrip(".")] if target.lstrip(".") else base)
+        found.append(target)
+    return found
+
+
+def test_the_reference_checker_resolves_relative_names():
+    text = ("- :mod:`.supervisor`: the trusted side\n- :mod:`~.gone`\n"
+            ":mod:`annotated_transformer.layout`")
+    assert module_references("annotated_transformer.course.grading", text) == [
+        "annotated_transformer.course.grading.supervisor",
+        "annotated_transformer.course.grading.gone", "annotated_transformer.layout"]
+    assert [m for m in module_references("annotated_transformer.course.grading", text)
+            if m not in MODULES] == ["annotated_transformer.course.grading.gone"]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_a_map_or_docstring_names_exists(name):
+    """The other way round from the maps' test: a subpackage's map (and any docstring)
+    names with ``:mod:`` only modules that exist, so a module moved or removed leaves no
+    line behind."""
+    stale = [m for m in module_references(name, MODULES[name].read_text(encoding="utf-8"))
+             if m not in MODULES]
+    assert not stale, f"{name} names modules that do not exist: {stale}"
+
+
+def test_contributing_maps_only_modules_with_that_layer():
+    """The other way round from the check above: every module a row of CONTRIBUTING.md's
+    map names is one of the package's, in that layer."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    shown = {}
+    for entry, layer in LAYERS.items():
+        path = MODULES[entry]
+        name = ("`__init__.py`" if entry == PACKAGE_NAME else
+                f"`{entry.split('.')[-1]}/`" if path.name == "__init__.py" else f"`{path.name}`")
+        shown.setdefault(layer, set()).add(name)
+    wrong = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0].isdigit():
+            for name in re.findall(r"`[^`]+`", cells[1]):
+                if name not in shown.get(int(cells[0]), set()):
+                    wrong.append(f"{name} in the row `| {cells[0]} |`")
+    assert not wrong, f"CONTRIBUTING.md's map names what is not in that layer: {wrong}"
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_imports_go_down_the_layers(name):
     upward = sorted(m for m in GRAPH[name] if layer_of(m) > layer_of(name))
