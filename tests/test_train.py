@@ -155,14 +155,29 @@ def test_language_model_batch_scores_only_the_answer():
     assert labels.tolist() == [[PAD, PAD, PAD, 9, EOS], [PAD, 10, 11, EOS, PAD]]
 
 
-def test_the_capstone_and_train_task_copy_train_the_same_model():
-    """Chapter 6's ``train_copy_task`` and ``train --task copy`` (``recipes.RECIPES["copy"]``)
-    are one recipe: the same model for the copy task and the same run."""
-    from annotated_transformer.data import make_task
+def test_the_capstone_and_train_task_copy_train_the_same_model(tmp_path, capsys):
+    """Chapter 6's capstone (``train.train_copy_task``) and ``train --task copy`` are one
+    recipe (``recipes.RECIPES["copy"]``): run both for two steps, and the command's
+    checkpoint holds the capstone's model, the same config (``max_len`` included) and the
+    same weights."""
+    import dataclasses
+
+    from annotated_transformer import checkpoint, cli
     from annotated_transformer.recipes import RECIPES
     from annotated_transformer.train import train_copy_task
 
-    model, _ = train_copy_task(config=TrainConfig(steps=1, eval_every=1, eval_size=4),
+    assert cli.main(["train", "--task", "copy", "--steps", "2", "--eval-every", "2",
+                     "--eval-size", "4", "--device", "cpu", "--no-progress",
+                     "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    state = checkpoint.load(tmp_path / checkpoint.FILE_NAME)
+    model, _ = train_copy_task(config=TrainConfig(steps=2, eval_every=2, eval_size=4),
                                log=None)
-    assert model.config == RECIPES["copy"].model_config(make_task("copy"))
+    assert state["model_config"] == dataclasses.asdict(model.config)
+    assert model.config.max_len < TransformerConfig.small(13).max_len  # not the default 512
     assert RECIPES["copy"].train == TrainConfig()
+    weights = checkpoint.model_weights(state)
+    assert weights.keys() == model.state_dict().keys()
+    different = [name for name, tensor in model.state_dict().items()
+                 if not torch.equal(weights[name], tensor)]
+    assert not different, f"the two runs trained different weights: {different[:5]}"
