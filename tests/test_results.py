@@ -90,6 +90,18 @@ def test_the_report_s_rows_hold_no_gradebook_fields_and_read_back():
     assert Report.from_json(data).rows == rows
 
 
+
+def test_a_report_of_the_points_on_offer_grades_no_parts():
+    """``grade --points --json``: nothing was graded, so the report's parts are None (not a
+    word that a folder named so could also be), and it reads back so."""
+    rows = [some_result(random.Random(3), in_gradebook=False)]
+    data = json.loads(json.dumps(Report(rows, None).to_json()))
+    assert data["parts"] is None
+    back = Report.from_json(data)
+    assert back.parts is None and back.rows == rows
+    assert "Nothing graded" in back.table() and "--parts" not in back.table()
+    assert Report.from_json({**data, "parts": "points"}).parts == "points"  # a folder
+
 def test_a_gradebook_reads_back_through_its_json(tmp_path):
     rng = random.Random(3)
     book = Gradebook(chapters=[1, 2])
