@@ -131,3 +131,64 @@ def test_the_docs_start_every_command_one_way(doc):
     assert not other, (f"{doc.relative_to(ROOT)} starts a command with `python -m "
                        f"annotated_transformer.{other[0]}`, which runs nothing: write "
                        f"`python -m annotated_transformer <command>`")
+
+
+# ---------------------------------------------------------------- names of moved modules
+
+SOURCES = sorted(p for folder in ("annotated_transformer", "tests", "scripts")
+                 for p in (ROOT / folder).rglob("*.py") if p != Path(__file__).resolve())
+EXAMPLE_PARTS = {"made_up", "gone", "x"}  # the checkers' own made-up modules
+FILE_NAMED = re.compile(r"annotated_transformer/[\w/]+\.py")
+MODULE_NAMED = re.compile(r"annotated_transformer(?:\.[A-Za-z_]\w*)+")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of the package, or a name its module defines at the
+    top (then any attribute of that: ``model.Model.generate``), read without importing."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        path = ROOT.joinpath(*parts[:end])
+        file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if file.is_file():
+            break
+    else:
+        return False
+    if end == len(parts):
+        return True
+    if (ROOT.joinpath(*parts[:end]) / parts[end]).is_dir():
+        return False  # a folder without __init__.py is not a module
+    tree = ast.parse(file.read_text(encoding="utf-8"))
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            defined.update(n.id for n in ast.walk(node)
+                           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    return parts[end] in defined
+
+
+def stale_names(text: str) -> list[str]:
+    """The package's files and dotted names that ``text`` names and that do not exist."""
+    files = [f for f in FILE_NAMED.findall(text) if not (ROOT / f).is_file()]
+    return files + [m for m in set(MODULE_NAMED.findall(text))
+                    if not EXAMPLE_PARTS & set(m.split(".")) and not resolves(m)]
+
+
+def test_a_stale_name_is_found():
+    text = ("see annotated_transformer/course/grading/sandbox.py and "
+            "annotated_transformer.course.grading.supervisor.CodeUnderTest.run, "
+            "annotated_transformer.grading.report, annotated_transformer.made_up")
+    assert sorted(stale_names(text)) == ["annotated_transformer.grading.report",
+                                         "annotated_transformer/course/grading/sandbox.py"]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_module_a_message_or_docstring_names_exists(path):
+    """A failure message, a docstring or a comment that names one of the package's modules
+    by its path or its dotted name names one that exists: a module moved leaves no
+    message pointing at its old place."""
+    stale = stale_names(path.read_text(encoding="utf-8"))
+    assert not stale, f"{path.relative_to(ROOT)} names what does not exist: {sorted(stale)}"
