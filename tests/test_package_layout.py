@@ -120,6 +120,17 @@ def test_a_made_up_module_without_a_layer_fails_the_check():
     assert layer_of("annotated_transformer") == 0
 
 
+
+def test_the_course_tools_have_layers_of_their_own():
+    """course/ is not one layer: what goes to learners (distribution) stands on the grader,
+    and the grader on its rules of what an exercise file may do, never the other way."""
+    rules = layer_of("annotated_transformer.course.grading.source_rules.rules")
+    grading = layer_of("annotated_transformer.course.grading.engine")
+    distribution = layer_of("annotated_transformer.course.distribution.release")
+    assert rules < grading < distribution
+    assert layer_of("annotated_transformer.course.authoring.stubs") < grading
+    assert layer_of("annotated_transformer.train") < rules  # the library below every tool
+
 def test_every_entry_is_a_module_of_the_package():
     """No stale entry: each names a module or subpackage that exists."""
     assert [entry for entry in LAYERS if entry not in MODULES] == []
