@@ -142,6 +142,12 @@ def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
     if state["format"] != FORMAT or state["kind"] not in MODELS:
         raise CheckpointError(f"{path}: unsupported checkpoint (format {state['format']}, "
                               f"kind {state['kind']!r})")
+    vocab = state["vocab"]
+    if isinstance(vocab, dict) and "kind" in vocab and "level" not in vocab:
+        # written before a subword vocabulary's level had that name (the committed
+        # translators among them): read as every newer file says it
+        state["vocab"] = {("level" if key == "kind" else key): value
+                          for key, value in vocab.items()}
     return state
 
 

@@ -79,8 +79,8 @@ def test_no_module_around_the_model_asks_for_its_kind(name):
 # ``stored_as`` float16 or int8, attention is ``encoder``, ``decoder`` or ``cross``, and a
 # failed call of the grading worker has an ``outcome``.
 KIND_WORD = re.compile(r"^(kinds?|KINDS?)$|_(kinds?|KINDS?)$|^(kinds?|KINDS?)_")
-CHECKPOINT_KEY = {"checkpoint.py", "average.py"}  # state["kind"]: the model's kind
-OLDER_FILES = {"data/__init__.py"}  # a vocabulary saved before it had a level: its "kind"
+CHECKPOINT_KEY = {"checkpoint.py", "average.py"}  # state["kind"]: the model's kind (and,
+# in checkpoint.py, the older files' name for a vocabulary's level, read as "level")
 
 
 def other_kinds(source: str, name: str) -> list[str]:
@@ -108,7 +108,7 @@ def other_kinds(source: str, name: str) -> list[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif (isinstance(node, ast.Constant) and node.value in ("kind", "kinds")
-              and name not in CHECKPOINT_KEY | OLDER_FILES):
+              and name not in CHECKPOINT_KEY):
             found.append(f"line {node.lineno}: the key {node.value!r}")
         found += [f"line {node.lineno}: {n}" for n in names if KIND_WORD.search(n)]
     return found

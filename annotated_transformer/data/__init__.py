@@ -53,8 +53,7 @@ def make_task(task: str, **options) -> Task:
 
 
 def vocabulary_from_dict(data: dict) -> Vocabulary | SubwordVocabulary:
-    """A saved vocabulary (``to_dict``) back: a subword one when its ``level`` says so
-    (older checkpoints said so under ``kind``: they load too)."""
-    if data.get("level", data.get("kind")) == SUBWORD:
+    """A saved vocabulary (``to_dict``) back: a subword one when its ``level`` says so."""
+    if data.get("level") == SUBWORD:
         return SubwordVocabulary.from_dict(data)
     return Vocabulary.from_dict(data)
