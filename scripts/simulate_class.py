@@ -60,11 +60,11 @@ class _AsLearnerCode(ast.NodeTransformer):
         self.hoisted: list[ast.stmt] = []
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | list[ast.stmt] | None:
-        if node.module == f"solutions.{self.chapter_module}":
+        if node.module == f"{SOLUTIONS_DIR.name}.{self.chapter_module}":
             return ast.Pass()
         if node.module == "__future__":
             return None
-        if node.module and node.module.startswith("solutions."):
+        if node.module and node.module.startswith(f"{SOLUTIONS_DIR.name}."):
             # another chapter's reference: a learner's file reaches it through the parts
             return [ast.ImportFrom(module="annotated_transformer.parts",
                                    names=[ast.alias(name="active_parts")], level=0),
