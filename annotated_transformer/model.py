@@ -138,11 +138,9 @@ class Model(nn.Module, metaclass=ABCMeta):
         ``DistributedDataParallel`` wrapper, which must see the call to average the
         gradients. How many labels are scored is ``batch.num_tokens()``."""
         net = self if net is None else net
-        projected = getattr(loss_fn, "projected", None)
-        if projected is not None and net is self:  # the generator inside the loss (fast parts)
-            hidden = self.features(*batch.args)  # [B, L, D]
-            return projected(hidden.reshape(-1, hidden.size(-1)), self.generator.weight,
-                             self.generator.bias, batch.labels.reshape(-1))
+        model_loss = getattr(loss_fn, "model_loss", None)
+        if model_loss is not None and net is self:  # the fast parts: the generator inside
+            return model_loss(self, batch)  # the loss, only the scored positions computed
         logits = net(*batch.args)  # [B, L, V]
         return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
 

@@ -32,6 +32,28 @@ def test_the_flop_count_is_what_pytorch_counts(contender):
     assert counter.get_total_flops() == model_flops(SMALL)
 
 
+@pytest.mark.parametrize("contender", ["fast", "torch"])
+def test_the_recipe_batches_flop_count_is_what_pytorch_counts(contender, monkeypatch):
+    """On padded batches, the count of each contender's own products equals PyTorch's:
+    nn.Transformer's on every padded position, the fast parts' on the scored ones."""
+    from annotated_transformer.bench import recipe_shape
+
+    monkeypatch.setattr(recipe_shape, "SHAPE", SMALL)
+    lengths = [([3, 2, 4], [4, 3, 6])]
+    trainer = Trainer(contender, SMALL, torch.device("cpu"), lengths=lengths)
+    model, inputs = trainer.model, trainer.inputs
+    with FlopCounterMode(display=False) as counter:
+        if contender == "fast":  # the generator as a product of its own: the counter
+            # does not see the in-place addmm_ of the chunked loss's weight gradient
+            hidden, labels = trainer.loss_fn.scored_features(model, inputs)
+            loss = trainer.loss_fn(model.generator(hidden), labels)
+            assert hidden.size(0) == 3 + 2 + 5  # the scored positions only
+        else:
+            loss = model.loss(inputs, trainer.loss_fn)
+        loss.backward()
+    assert counter.get_total_flops() == recipe_shape.contender_flops(lengths)[contender]
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_nn_transformer_gets_the_same_masks_and_decodes():
     """The ``nn.Transformer`` contender reads the course's masks (True = allowed): a padded
@@ -169,6 +191,8 @@ def test_the_recipe_shape_section_reports_ratio_parts_and_ceiling(tmp_path, caps
     from annotated_transformer.bench import recipe_shape
 
     monkeypatch.setattr(recipe_shape, "SHAPE", SMALL)
+    lengths = [([3, 2, 4], [4, 3, 6]), ([5, 1], [2, 3])]  # padded on both sides
+    monkeypatch.setattr(recipe_shape, "load_batches", lambda: lengths)
     path = tmp_path / "recipe.json"
     assert main(["--recipe-shape", "--quick", "--threads", "1", "--json", str(path)]) == 0
     result = json.loads(path.read_text())
@@ -181,8 +205,14 @@ def test_the_recipe_shape_section_reports_ratio_parts_and_ceiling(tmp_path, caps
     assert len(result["load_before"]) == 3
     floor = 1000 * result["model_flops_per_step"] / (entry["ceiling_gflops"] * 1e9)
     assert entry["floor_ms"] == pytest.approx(floor)
-    torch_best_ms = 1000 * SMALL.tokens / entry["contenders"]["torch"]["max"]
+    scored = (3 + 2 + 5 + 1 + 2) / 2  # the labels a step: the targets less BOS
+    assert result["batches"]["target_scored"] == scored
+    assert result["batches"]["target_padding"] == pytest.approx(1 - 2 * scored / (3 * 5 + 2 * 2))
+    flops = result["flops_per_step"]  # nn.Transformer computes on the padding too
+    assert flops["torch"] > flops["fast"] == result["model_flops_per_step"]
+    torch_best_ms = 1000 * scored / entry["contenders"]["torch"]["max"]
     assert entry["bound_ratio"] == pytest.approx(torch_best_ms / floor)
     out = capsys.readouterr().out
     assert "nothing computing them passes" in out
     assert "x nn.Transformer" in out and "load average" in out and "goal: fast >= 1.5x" in out
+    assert "scored target tokens padded to" in out

@@ -1,7 +1,7 @@
 """How fast the course's Transformer trains, beside PyTorch's own, measured in one run.
 
     python -m annotated_transformer bench [--quick] [--json PATH] [--plot PATH] [--rounds N]
-        [--max-tokens N] [--shapes copy,medium,base] [--profile] [--recipe-shape]
+        [--max-tokens N] [--shapes copy,medium,base] [--profile] [--recipe-shape [--dataset DIR]]
 
 One module a job:
 :mod:`~.shapes` (the sizes trained at and their FLOPs), :mod:`~.contenders` (the three
@@ -51,8 +51,11 @@ What it measures, in this order (the book's performance page shows the latest fi
 
 ``--recipe-shape`` instead measures only the CPU recipe's step (``--model cpu`` on
 Multi30k: :mod:`~.recipe_shape`): the fast parts against ``nn.Transformer`` on one thread
-and on two, interleaved in one run, with the ratio, the GFLOP/s against the matmul ceiling
-measured with as many threads, the share of each part of a step, and the machine's load.
+and on two, interleaved in one run, on the recipe's real batches and their padding
+(:mod:`~.recipe_batches`: the lengths of Multi30k's batches by 4,096 tokens, committed;
+``--dataset DIR`` draws them from a corpus), with the ratio, each contender's GFLOP/s
+against the matmul ceiling measured with as many threads, the share of each part of a
+step, and the machine's load.
 
 ``--profile`` instead profiles the copy recipe's training step with ``torch.profiler``
 (:func:`~.profiling.profile_step`): the time of each phase and of the busiest operators.

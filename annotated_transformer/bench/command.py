@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only time a translation checkpoint's beam search (beam 4) over "
                         "its test split, without and with the decoder's cache")
     parser.add_argument("--dataset", help="--decoding: the corpus (default: the "
-                        "checkpoint's), e.g. Multi30k's data/task1/raw folder")
+                        "checkpoint's), e.g. Multi30k's data/task1/raw folder; "
+                        "--recipe-shape: draw the recipe's batches from this corpus "
+                        "(default: their lengths as committed)")
     parser.add_argument("--sentences", type=int, metavar="N",
                         help="--decoding: only the first N sentences (default: all)")
     parser.add_argument("--shapes", help="the throughput's shapes, comma-separated "
@@ -162,10 +164,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.recipe_shape:
         from annotated_transformer.bench.recipe_shape import recipe_shape
+        from annotated_transformer.data.tsv import DataError
 
         threads = (args.threads,) if args.threads else (1, 2)
-        result = recipe_shape(threads, rounds=args.rounds or (1 if args.quick else 7),
-                              steps=1 if args.quick else 2, part_steps=1 if args.quick else 3)
+        try:
+            result = recipe_shape(threads, rounds=args.rounds or (1 if args.quick else 8),
+                                  steps=1 if args.quick else 4,
+                                  part_steps=1 if args.quick else 4, dataset=args.dataset)
+        except DataError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         result["environment"] = environment(torch.device("cpu"), max(threads),
                                             " ".join([PROG, *argv]))
         if args.json:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from annotated_transformer.bench.recipe_batches import Lengths, tokens
 from annotated_transformer.bench.shapes import Shape
 from annotated_transformer.data.vocab import BOS, PAD
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
@@ -117,12 +119,17 @@ def build(contender: str, config: TransformerConfig, device: torch.device
 
 
 class Trainer:
-    """One contender at one shape: a model, its optimizer and a fixed batch."""
+    """One contender at one shape: a model, its optimizer and a fixed batch (or, given
+    ``lengths``, one batch of random tokens with each such row lengths, padded:
+    ``step(i)`` trains on the ``i``-th, modulo their number)."""
 
     def __init__(self, contender: str, shape: Shape, device: torch.device,
                  precision: str = "fp32", compile: bool = False, seed: int = 0,
-                 backend: str = "inductor") -> None:
+                 backend: str = "inductor", lengths: list[Lengths] | None = None) -> None:
         torch.manual_seed(seed)
+        if lengths:  # positions for the longest row
+            longest = max(max(*s, *t) for s, t in lengths)
+            shape = replace(shape, length=max(shape.length, longest))
         self.model, self.loss_fn = build(contender, shape.config(), device)
         # The whole model, its one batch shape: a static graph (the training command
         # compiles the layers for every shape instead, train.compile_model)
@@ -140,16 +147,30 @@ class Trainer:
         batch = self.batch
         self.inputs = LabelledInputs((batch.src, batch.tgt_input, batch.src_mask,
                                       batch.tgt_mask), batch.tgt_labels)
+        self.batches = [self.inputs]
+        if lengths:
+            self.batches = [self.labelled(*tokens(row_lengths, shape.vocab, generator))
+                            for row_lengths in lengths]
+            self.inputs = self.batches[0]
         self.model.train()
         self.parameters = list(self.model.parameters())
 
-    def step(self) -> Tensor:
-        """One training step; returns the loss, left on the device (nothing waits for it)."""
+    def labelled(self, src: Tensor, tgt: Tensor) -> LabelledInputs:
+        """The batch of ``src`` and ``tgt`` on this trainer's device, with the reference's
+        masks (the same for every contender)."""
+        batch = REFERENCE.make_batch(src.to(self.device), tgt.to(self.device), PAD)
+        return LabelledInputs((batch.src, batch.tgt_input, batch.src_mask, batch.tgt_mask),
+                              batch.tgt_labels)
+
+    def step(self, index: int | None = None) -> Tensor:
+        """One training step (on batch ``index`` of several); returns the loss, left on
+        the device (nothing waits for it)."""
+        inputs = self.inputs if index is None else self.batches[index % len(self.batches)]
         device = self.device
         autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
                     if self.precision == "bf16" else _nothing())
         with autocast:  # as `train` computes it (the fast parts: the generator in the loss)
-            loss = self.model.loss(self.inputs, self.loss_fn, self.net)
+            loss = self.model.loss(inputs, self.loss_fn, self.net)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.parameters, 1.0, foreach=True)

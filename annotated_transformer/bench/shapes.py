@@ -53,16 +53,25 @@ def model_flops(shape: Shape) -> float:
     """Matrix-product FLOPs of one training step (forward and backward) of an
     encoder-decoder of ``shape``, source and target both ``shape.length`` long (see
     :mod:`annotated_transformer.bench` for what is counted)."""
+    tokens = shape.batch * shape.length
+    return step_flops(shape, shape.batch, shape.length, shape.length, tokens, tokens, tokens)
+
+
+def step_flops(shape: Shape, rows: int, src_len: int, tgt_len: int, src_tokens: int,
+               tgt_tokens: int, generated: int) -> float:
+    """Matrix-product FLOPs of one training step of ``shape``'s model on ``rows`` sequences
+    padded to ``src_len`` and ``tgt_len``: the position-wise products on ``src_tokens`` and
+    ``tgt_tokens`` positions (all of ``rows x length``, or only those that count), the
+    generator on ``generated`` rows, attention on the padded layout."""
     d, f, n, v = shape.d_model, shape.d_ff, shape.num_layers, shape.vocab
-    ls = lt = shape.length
-    src, tgt = shape.batch * ls, shape.batch * lt  # tokens on each side
+    src, tgt, ls, lt = src_tokens, tgt_tokens, src_len, tgt_len
     attention = 2 * 2 * d  # QK^T and weights @ V: 2·d FLOPs each per (query, key) pair
-    encoder = src * (4 * 2 * d * d + 2 * 2 * d * f) + shape.batch * ls * ls * attention
+    encoder = src * (4 * 2 * d * d + 2 * 2 * d * f) + rows * ls * ls * attention
     decoder = (tgt * (4 * 2 * d * d + 2 * 2 * d * f)  # self-attention projections, FFN
-               + shape.batch * lt * lt * attention  # self-attention
+               + rows * lt * lt * attention  # self-attention
                + tgt * 2 * 2 * d * d + src * 2 * 2 * d * d  # cross: Q, out; K, V of memory
-               + shape.batch * lt * ls * attention)  # cross-attention
-    forward = n * (encoder + decoder) + tgt * 2 * d * v  # and the generator
+               + rows * lt * ls * attention)  # cross-attention
+    forward = n * (encoder + decoder) + generated * 2 * d * v  # and the generator
     return 3.0 * forward
 
 

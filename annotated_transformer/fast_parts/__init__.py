@@ -23,7 +23,11 @@ What is faster, and where:
   ``F.scaled_dot_product_attention`` where it is faster (see
   :mod:`~annotated_transformer.fast_parts.ch03_multi_head`);
 - chapter 5: ``F.layer_norm``, and no dropout call where dropout is off;
-- chapter 6: ``F.cross_entropy`` with ``label_smoothing``;
+- chapter 6: ``F.cross_entropy`` with ``label_smoothing``; and ``model_loss``, which
+  ``Model.loss`` calls: the generator inside the loss, in chunks of rows that stay in
+  cache (``_projected_loss``), and, for an encoder-decoder of the fast parts in
+  training, every position-wise operation on the positions that count only, packed
+  without their padding (``_packed``);
 - every dropout (chapters 1, 3 and 5): on a CPU, a random mask drawn four elements per
   64-bit draw instead of one Bernoulli draw per element (``_ops.dropout``): the same
   distribution to within ``2**-17`` at a fraction of the cost (PyTorch's dropout is a

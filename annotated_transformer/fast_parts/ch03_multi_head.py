@@ -169,6 +169,13 @@ class MultiHeadAttention(_reference.MultiHeadAttention):
             else:
                 (k,) = self._heads(self.k_proj(key), 1)
                 (v,) = self._heads(self.v_proj(value), 1)
+        return self.out_proj(merge_heads(self.attend(q, k, v, mask, keep)))  # [B, Lq, D]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, keep: bool
+               ) -> Tensor:
+        """The heads ``[B, H, Lq, d_k]`` of the projected ``q [B, H, Lq, d_k]``, ``k`` and
+        ``v [B, H, Lk, d_k]`` under ``mask`` (every query sees a key); the weights kept in
+        ``attention_weights`` when ``keep``."""
         dropout = self.dropout.p if self.training else 0.0
         bias = None
         if mask is not None:
@@ -184,11 +191,9 @@ class MultiHeadAttention(_reference.MultiHeadAttention):
             if dropout:
                 weights = _dropout(weights, dropout)
             self.attention_weights = weights.detach() if keep else None
-            heads = torch.matmul(weights, v)  # [B, H, Lq, d_k]
-        else:
-            self.attention_weights = None
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        return self.out_proj(merge_heads(heads))  # [B, Lq, D]
+            return torch.matmul(weights, v)  # [B, H, Lq, d_k]
+        self.attention_weights = None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
 
 def _mask_bias_traced(mask: Tensor, dtype: torch.dtype) -> Tensor:

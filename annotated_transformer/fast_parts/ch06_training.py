@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from annotated_transformer.fast_parts._projected_loss import projected_label_smoothing
 from annotated_transformer.parts import is_compiling, load_chapter
+from annotated_transformer.teacher_forcing import LabelledInputs
 
 _reference = load_chapter("solutions", 6)
 
@@ -52,3 +53,23 @@ class LabelSmoothingLoss(_reference.LabelSmoothingLoss):
             return self(F.linear(hidden, weight, bias), target)
         return projected_label_smoothing(hidden, weight, bias, target, self.smoothing,
                                          self.ignore_index)
+
+    def scored_features(self, model: nn.Module, batch: LabelledInputs) -> tuple[Tensor, Tensor]:
+        """``(hidden [N, D], labels [N])``: what ``model``'s generator reads for ``batch``
+        and the labels it is scored against. For an encoder-decoder of the fast parts in
+        training on a CPU, only the scored positions, computed on those positions alone
+        (:mod:`~annotated_transformer.fast_parts._packed`); otherwise every position."""
+        from annotated_transformer.fast_parts._packed import scored_features
+
+        packed = scored_features(model, batch.args, batch.labels, self.ignore_index)
+        if packed is not None:
+            return packed
+        hidden = model.features(*batch.args)  # [B, L, D]
+        return hidden.reshape(-1, hidden.size(-1)), batch.labels.reshape(-1)
+
+    def model_loss(self, model: nn.Module, batch: LabelledInputs) -> Tensor:
+        """``model``'s mean loss on ``batch`` (what ``Model.loss`` computes): the scored
+        features (:meth:`scored_features`) through the generator inside the loss
+        (:meth:`projected`). The same value and gradients as the logits then the loss."""
+        hidden, labels = self.scored_features(model, batch)
+        return self.projected(hidden, model.generator.weight, model.generator.bias, labels)
