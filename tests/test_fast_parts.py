@@ -290,6 +290,48 @@ def test_dropout_keeps_one_minus_p_and_scales_like_pytorch():
         assert _ops.dropout(torch.ones(odd), 0.1).shape == (odd,)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_relu_then_dropout_in_one_mask_is_the_same_values_and_gradients(dtype):
+    """``relu_dropout`` draws the mask ``dropout`` would draw for ``relu(x)`` (the same seed,
+    the same mask) and gives its values and gradients, 0 included among the inputs."""
+    x = torch.randn(37, 64, dtype=dtype)
+    x[0, :8] = 0.0
+    module = torch.nn.Dropout(0.3)
+    results = []
+    for fused in (True, False):
+        leaf = x.clone().requires_grad_()
+        torch.manual_seed(5)
+        out = (_ops.relu_dropout(leaf, module) if fused
+               else _ops.module_dropout(torch.relu(leaf), module))
+        (out * torch.arange(out.numel(), dtype=dtype).view_as(out)).sum().backward()
+        results.append((out.detach(), leaf.grad))
+    (fused_out, fused_grad), (plain_out, plain_grad) = results
+    assert fused_out.dtype == dtype and torch.equal(fused_out, plain_out)
+    assert torch.equal(fused_grad, plain_grad)
+    assert 0 < (fused_out == 0).double().mean() < 1
+    module.eval()
+    assert torch.equal(_ops.relu_dropout(x, module), torch.relu(x))
+
+
+def test_a_residual_sum_with_dropout_in_one_kernel_is_the_same_values_and_gradients():
+    """``add_dropout(x, y)`` is ``x + dropout(y)`` with the mask the same seed draws."""
+    x, y = torch.randn(2, 37, 64, dtype=torch.float64).unbind(0)
+    module = torch.nn.Dropout(0.2)
+    results = []
+    for fused in (True, False):
+        leaves = [t.clone().requires_grad_() for t in (x, y)]
+        torch.manual_seed(7)
+        out = (_ops.add_dropout(*leaves, module) if fused
+               else leaves[0] + _ops.module_dropout(leaves[1], module))
+        (out * out).sum().backward()
+        results.append((out.detach(), *(t.grad for t in leaves)))
+    for fused, plain in zip(*results, strict=True):
+        assert torch.allclose(fused, plain, **TOL)
+    assert 0 < (results[0][2] == 0).double().mean() < 1  # dropped: no gradient to y
+    module.eval()
+    assert torch.equal(_ops.add_dropout(x, y, module), x + y)
+
+
 @pytest.mark.parametrize("p", [1e-6, 1 - 1e-6])
 def test_dropout_near_zero_or_one_takes_32_bits_an_element(p):
     """16 bits would round ``p`` to 0 or 1: 32 bits keep it (the kept share is ``1 - p``)."""

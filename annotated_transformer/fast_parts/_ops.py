@@ -28,6 +28,32 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if x.device.type != "cpu" or p >= 1.0 or is_compiling():
         return F.dropout(x, p, training=True)
+    return x * (_kept(x, p) * x.new_tensor(1.0 / (1.0 - p)))  # the mask times the scale
+
+
+def relu_dropout(x: Tensor, module: nn.Dropout) -> Tensor:
+    """``module_dropout(F.relu(x), module)`` with one mask: an element is kept where ``x``
+    is positive and the dropout keeps it, the same values and gradients (ReLU's gradient
+    is 0 where ``x <= 0``, which the mask gives) in fewer passes over ``x``."""
+    p = module.p
+    if not (p and module.training) or x.device.type != "cpu" or p >= 1.0 or is_compiling():
+        return module_dropout(F.relu(x), module)
+    kept = _kept(x, p).logical_and_(x > 0)
+    return x * (kept * x.new_tensor(1.0 / (1.0 - p)))
+
+
+def add_dropout(x: Tensor, y: Tensor, module: nn.Dropout) -> Tensor:
+    """``x + module_dropout(y, module)`` (a residual connection) as one ``addcmul``: the
+    sum, the mask and the scale in one pass, no scaled copy of ``y`` kept."""
+    p = module.p
+    if not (p and module.training) or y.device.type != "cpu" or p >= 1.0 or is_compiling():
+        return x + module_dropout(y, module)
+    return torch.addcmul(x, y, _kept(y, p), value=1.0 / (1.0 - p))
+
+
+def _kept(x: Tensor, p: float) -> Tensor:
+    """A boolean mask of ``x``'s shape, each element ``True`` with probability ``1 - p``
+    (see :func:`dropout`)."""
     dtype, span = torch.int16, _INT16_SPAN
     if not 0 < round(p * span) < span:  # too near 0 or 1 for 16 bits
         dtype, span = torch.int32, _INT32_SPAN
@@ -36,10 +62,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     bits = torch.empty(-(-count // per_draw), dtype=torch.int64, device=x.device)
     bits = bits.random_(-(2**63), None).view(dtype)  # all 64 bits random
     bits = (bits[:count] if count % per_draw else bits).view(x.shape)
-    threshold = round(p * span) - span // 2
-    scale = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    torch.ge(bits, threshold, out=scale)  # 1 where kept, 0 where dropped: one kernel
-    return x * scale.mul_(1.0 / (1.0 - p))
+    return bits >= round(p * span) - span // 2
 
 
 def module_dropout(x: Tensor, module: nn.Dropout) -> Tensor:

@@ -3,7 +3,9 @@
 Every class is the reference's subclass and overrides only ``forward``: the
 constructors, submodule names, state-dict keys and argument checks are the
 reference's own. LayerNorm is one fused kernel (forward and backward) instead of the
-eight operations of its formula; a dropout of probability 0, or any dropout in
+eight operations of its formula; the feed-forward network's ReLU and dropout are one
+mask (``_ops.relu_dropout``), a residual connection's dropout and sum one ``addcmul``
+(``_ops.add_dropout``); a dropout of probability 0, or any dropout in
 ``eval()`` mode, is not called at all; the layers apply their residual connections
 without building a closure per call.
 
@@ -21,7 +23,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from annotated_transformer.fast_parts._ops import module_dropout as _dropout
+from annotated_transformer.fast_parts._ops import add_dropout, relu_dropout
 from annotated_transformer.parts import load_chapter
 
 _reference = load_chapter("solutions", 5)
@@ -37,7 +39,7 @@ def normalize(norm: nn.Module, x: Tensor) -> Tensor:
 
 def feed_forward(layer: nn.Module, x: Tensor) -> Tensor:
     """``linear2(dropout(relu(linear1(x))))`` of a feed-forward network, ``[B, L, D]``."""
-    return layer.linear2(_dropout(F.relu(layer.linear1(x)), layer.dropout))
+    return layer.linear2(relu_dropout(layer.linear1(x), layer.dropout))
 
 
 def before(residual: nn.Module, x: Tensor) -> Tensor:
@@ -49,8 +51,8 @@ def around(residual: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     """A residual connection's output given its sublayer's output ``y`` (computed from
     ``before(residual, x)``): pre-LN ``x + dropout(y)``, post-LN ``norm(x + dropout(y))``."""
     if residual.norm_first:
-        return x + _dropout(y, residual.dropout)
-    return normalize(residual.norm, x + _dropout(y, residual.dropout))
+        return add_dropout(x, y, residual.dropout)
+    return normalize(residual.norm, add_dropout(x, y, residual.dropout))
 
 
 class LayerNorm(_reference.LayerNorm):
