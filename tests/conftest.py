@@ -1,13 +1,13 @@
 """The package's own tests: every test starts from the seed 0, and global torch settings
-are restored after it. (The graded tests have their own ``graded/conftest.py``; the grader
-never reads this file.)
+are restored after it. (The graded tests have the grading plugin, through their own
+``graded/conftest.py``; the grader never reads this file.)
 
 In parallel (``bash scripts/test.sh`` runs pytest-xdist with ``--dist loadgroup``), tests
 go to the workers one by one, except those that must share one process, which go to one
 worker together, file by file: a notebook's cells (each runs in the kernel that the
-earlier cells left) and the tests of a file that defines, or whose ``conftest.py`` defines,
-a fixture wider than one test (an expensive grading run, a trained model, a pool of
-grading workers), which is then built once. (xdist's own ``xdist_group`` marker renames
+earlier cells left), a graded test file's tests (they share the process's pool of grading
+workers) and the tests of a file that defines a fixture wider than one test (an expensive
+grading run, a trained model), which is then built once. (xdist's own ``xdist_group`` marker renames
 the tests, which pytest 9 no longer lets a plugin do: the groups are made here instead.)
 """
 
@@ -52,12 +52,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 @cache
 def _runs_in_one_process(path: Path, root: Path) -> bool:
-    """Whether the tests of ``path`` must run in one process: a notebook, or a test file
-    that has, or is under a ``conftest.py`` that has, a fixture wider than a test."""
-    if path.suffix == ".ipynb":
+    """Whether the tests of ``path`` must run in one process: a notebook, a graded test
+    file, or a test file that has a fixture wider than a test."""
+    if path.suffix == ".ipynb" or root / "tests" / "graded" in path.parents:
         return True
-    conftests = [d / "conftest.py" for d in path.parents if d == root or root in d.parents]
-    return any(_has_a_shared_fixture(p) for p in [path, *conftests] if p.is_file())
+    return path.is_file() and _has_a_shared_fixture(path)
 
 
 @cache

@@ -8,6 +8,7 @@ import shutil
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import boundary, class_summary, engine
+from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 
 
@@ -95,8 +96,8 @@ def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_give
     name while its pre-LN input looks like "norm_first not passed on" (what a swapped 5.3
     computes there) keeps no name: the message of the input that names none is shown."""
     def record(exercise, outcome, mistake="", message=""):
-        return {"exercise": exercise, "outcome": outcome, "values": True,
-                "mistake": mistake, "message": message}
+        return TestRecord("t", exercise, int(exercise[0]), "", 1, outcome, message,
+                          values=True, mistake=mistake)
 
     records = [record("8.3", "not implemented"),
                record("5.4", "failed", message="post-LN differs"),

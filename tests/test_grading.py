@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -24,6 +25,7 @@ from annotated_transformer.course.grading import (
     messages,
 )
 from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
+from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.layout import GRADED_DIR, chapter_test_files
 
@@ -77,26 +79,26 @@ def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
 @pytest.mark.slow  # every variant of every chapter graded: minutes
 def test_wrong_variants_fail_and_right_variants_pass():
     records = engine.run_tests(None, "variants")
-    by_variant: dict[str, list[dict]] = defaultdict(list)
+    by_variant: dict[str, list[TestRecord]] = defaultdict(list)
     for record in records:
-        if record["parts"]:  # tests no variant stands for (the capstone) have no implementation
-            by_variant[record["parts"].removeprefix("variant:")].append(record)
+        if record.parts:  # tests no variant stands for (the capstone) have no implementation
+            by_variant[record.parts.removeprefix("variant:")].append(record)
     problems = []
     for chapter in CHAPTERS:
         for variant in variants.for_chapter(chapter):
-            outcomes = [r["outcome"] for r in by_variant[variant.name]]
+            outcomes = [r.outcome for r in by_variant[variant.name]]
             if not outcomes:
                 problems.append(f"{variant.name}: no test of exercise {variant.exercise} ran")
             elif variant.correct and set(outcomes) != {"passed"}:
-                bad = next(r for r in by_variant[variant.name] if r["outcome"] != "passed")
+                bad = next(r for r in by_variant[variant.name] if r.outcome != "passed")
                 problems.append(f"right answer {variant.name} ({variant.why}) fails "
-                                f"{bad['test']}: {bad['message']}")
+                                f"{bad.test}: {bad.message}")
             elif not variant.correct and "passed" in outcomes and len(set(outcomes)) == 1:
                 problems.append(f"wrong answer {variant.name} ({variant.why}) passes every "
                                 f"test of exercise {variant.exercise}")
             elif not variant.correct:
-                failed = [r for r in by_variant[variant.name] if r["outcome"] != "passed"]
-                assert all(r["message"] for r in failed), "a failure without a message"
+                failed = [r for r in by_variant[variant.name] if r.outcome != "passed"]
+                assert all(r.message for r in failed), "a failure without a message"
     assert not problems, "\n".join(problems)
 
 
@@ -111,9 +113,9 @@ EARN_NOTHING = {"only_first_key": "4.1", "allows_every_key": "4.1", "identity_ma
 def test_answers_right_only_in_shape_and_properties_earn_nothing():
     records = engine.run_tests(None, "variants", exercises=sorted(set(EARN_NOTHING.values())))
     for name, exercise in EARN_NOTHING.items():
-        mine = [r for r in records if r["parts"] == f"variant:{name}"]
-        assert {r["exercise"] for r in mine} == {exercise}, name
-        assert any(r["outcome"] == "passed" for r in mine), f"{name} passes no check at all"
+        mine = [r for r in records if r.parts == f"variant:{name}"]
+        assert {r.exercise for r in mine} == {exercise}, name
+        assert any(r.outcome == "passed" for r in mine), f"{name} passes no check at all"
         [row] = engine.summarize(mine)
         assert row.points == 0, f"{name}: {row.points} points for a wrong answer"
         assert "count once the tests on good input pass" in row.message, row.message
@@ -218,11 +220,11 @@ def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
     # The first call has its budget and names the looping line (the exercise's message);
     # the exercise's later calls get 1 CPU second each; the stack asked for is not shown as
     # printed.
-    looped = [r for r in records if r["exercise"] == "1.4"]
-    assert "more than 3 CPU seconds" in looped[0]["message"]
-    assert f"{target.name}:" in looped[0]["message"] and f"{target.name}:" in rows["1.4"].message
-    assert all("more than 1 CPU second " in r["message"] for r in looped[1:]), looped
-    assert not any("most recent call first" in r.get("printed", "") for r in looped)
+    looped = [r for r in records if r.exercise == "1.4"]
+    assert "more than 3 CPU seconds" in looped[0].message
+    assert f"{target.name}:" in looped[0].message and f"{target.name}:" in rows["1.4"].message
+    assert all("more than 1 CPU second " in r.message for r in looped[1:]), looped
+    assert not any("most recent call first" in r.printed for r in looped)
 
 
 def test_calling_the_op_to_write_is_forbidden(tmp_path):
@@ -412,8 +414,8 @@ def test_a_memorized_answer_cannot_be_kept_between_runs(tmp_path):
 
 def test_one_exercise_runs_only_its_tests():
     records = engine.run_tests(None, "solutions", exercises=["6.2", "1.4"])
-    assert {r["exercise"] for r in records} == {"6.2", "1.4"}, "the capstone did not run"
-    assert {r["outcome"] for r in records} == {"passed"}
+    assert {r.exercise for r in records} == {"6.2", "1.4"}, "the capstone did not run"
+    assert {r.outcome for r in records} == {"passed"}
 
 
 def test_every_dependency_is_a_graded_exercise_of_an_earlier_or_the_same_chapter():
@@ -460,10 +462,10 @@ def test_each_named_mistake_gets_its_message():
     assert all(v.mistake.startswith(f"{v.exercise}/") for v in named if v.mistake)
     records = engine.run_tests(None, "variants", exercises=sorted({v.exercise for v in named}),
                               extra_args=("-k", " or ".join(v.name for v in named)))
-    by_variant: dict[str, list[dict]] = defaultdict(list)
+    by_variant: dict[str, list[TestRecord]] = defaultdict(list)
     for record in records:
-        if record["parts"]:
-            by_variant[record["parts"].removeprefix("variant:")].append(record)
+        if record.parts:
+            by_variant[record.parts.removeprefix("variant:")].append(record)
     problems = []
     for variant in named:
         rows = engine.summarize(by_variant[variant.name])
@@ -544,11 +546,10 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
         shutil.copy(path, tmp_path)
     test_file = chapter_test_files([6])[6]
     key = cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file)
-    record = {"test": "t", "exercise": "6.5", "chapter": 6, "title": "Capstone", "points": 5,
-              "parts": str(tmp_path), "outcome": "passed", "message": ""}
+    record = TestRecord("t", "6.5", 6, "Capstone", 5, "passed", parts=str(tmp_path))
     folder = tmp_path / "cache"
-    assert not cache.store(folder, "6.5", key, [{**record, "outcome": "error"}]), "errors: never"
-    assert not cache.store(folder, "6.5", key, [{**record, "outcome": "timeout"}])
+    assert not cache.store(folder, "6.5", key, [replace(record, outcome="error")]), "errors: never"
+    assert not cache.store(folder, "6.5", key, [replace(record, outcome="timeout")])
     runs = []
 
     def run(spec, chapters=None, extra_args=()):  # the capstone's run, without its training
@@ -605,8 +606,8 @@ def test_a_constant_error_earns_no_points(tmp_path):
         path.write_text(text)
     graded = ["1.1", "1.2", "2.2", "3.1", "3.3", "7.1"]
     records = engine.run_tests(None, str(tmp_path), exercises=graded)
-    assert {r["exercise"] for r in records if r.get("errors")} == set(graded)
-    assert any(r["outcome"] == "passed" for r in records if r.get("errors"))
+    assert {r.exercise for r in records if r.errors} == set(graded)
+    assert any(r.outcome == "passed" for r in records if r.errors)
     rows = engine.summarize(records)
     assert {r.id for r in rows} == set(graded)
     for row in rows:

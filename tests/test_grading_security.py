@@ -24,6 +24,7 @@ import pytest
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import engine, grade
+from annotated_transformer.course.grading.results import TestRecord
 
 REFERENCE = (stubs.SOLUTIONS_DIR / "ch02_attention.py").read_text()
 START = REFERENCE.index("    # BEGIN SOLUTION 2.1")
@@ -124,7 +125,7 @@ def submission(root: Path, name: str, chapter_2: str | None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
+def graded(tmp_path_factory) -> dict[str, dict[str, list[TestRecord]]]:
     """``{submission: {exercise: [records]}}``, every submission graded in one run."""
     root = tmp_path_factory.mktemp("submissions")
     folders = {"untouched": submission(root, "untouched", None),
@@ -133,36 +134,36 @@ def graded(tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
     for name, (text, _, _) in {**CHEATS, **BROKEN}.items():
         folders[name] = submission(root, name, text)
     records = engine.run_tests([2], ",".join(str(f) for f in folders.values()), timeout=120)
-    by_folder: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    by_folder: dict[str, dict[str, list[TestRecord]]] = defaultdict(lambda: defaultdict(list))
     names = {str(folder): name for name, folder in folders.items()}
     for record in records:
-        by_folder[names[record["parts"]]][record["exercise"]].append(record)
+        by_folder[names[record.parts]][record.exercise].append(record)
     yield by_folder
     shutil.rmtree(root, ignore_errors=True)
 
 
-def points(records: list[dict]) -> float:
-    return sum(r["points"] for r in records if r["outcome"] == "passed")
+def points(records: list[TestRecord]) -> float:
+    return sum(r.points for r in records if r.outcome == "passed")
 
 
 @pytest.mark.slow  # the shared fixture grades some 30 submissions: minutes
 def test_every_submission_has_every_test_in_its_report(graded):
-    expected = sorted(r["test"].split("[")[0] for r in graded["honest"]["2.1"])
+    expected = sorted(r.test.split("[")[0] for r in graded["honest"]["2.1"])
     for name, exercises in graded.items():
         assert set(exercises) == {"2.1", "2.2", "2.3"}, name
-        assert sorted(r["test"].split("[")[0] for r in exercises["2.1"]) == expected, name
+        assert sorted(r.test.split("[")[0] for r in exercises["2.1"]) == expected, name
 
 
 @pytest.mark.slow
 def test_the_controls(graded):
     assert all(points(graded["untouched"][e]) == 0 for e in ("2.1", "2.2", "2.3"))
-    assert {r["outcome"] for r in graded["untouched"]["2.1"]} == {"not implemented"}
+    assert {r.outcome for r in graded["untouched"]["2.1"]} == {"not implemented"}
     for exercise in ("2.1", "2.2", "2.3"):
         records = graded["honest"][exercise]
-        assert {r["outcome"] for r in records} == {"passed"}, [
-            r["message"] for r in records if r["outcome"] != "passed"]
+        assert {r.outcome for r in records} == {"passed"}, [
+            r.message for r in records if r.outcome != "passed"]
     latin = graded["honest, latin-1 cookie"]["2.1"]
-    assert points(latin) == 0 and all("UTF-8" in r["message"] for r in latin)
+    assert points(latin) == 0 and all("UTF-8" in r.message for r in latin)
 
 
 @pytest.mark.slow
@@ -170,10 +171,10 @@ def test_the_controls(graded):
 def test_no_points_without_the_work(graded, name):
     status, phrase = {**CHEATS, **BROKEN}[name][1:]
     records = graded[name]["2.1"]
-    assert points(records) == 0, [(r["test"], r["outcome"]) for r in records]
-    assert {r["outcome"] for r in records} == {status}, {r["outcome"] for r in records}
-    assert any(phrase in r["message"] for r in records), records[0]["message"]
-    assert all(len(r["message"]) < 2200 for r in records)
+    assert points(records) == 0, [(r.test, r.outcome) for r in records]
+    assert {r.outcome for r in records} == {status}, {r.outcome for r in records}
+    assert any(phrase in r.message for r in records), records[0].message
+    assert all(len(r.message) < 2200 for r in records)
 
 
 # ---------------------------------------------------------------- the CI workflow's own step

@@ -1,5 +1,5 @@
-"""The one shape of a result: every format reads back what it wrote, and learner text stays
-data (a cell that never runs as a formula)."""
+"""The one shape of a test's record and of an exercise's result: every format reads back what
+it wrote, and learner text stays data (a cell that never runs as a formula)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from annotated_transformer.course.grading import gradebook, results
 from annotated_transformer.course.grading.gradebook import Gradebook, Learner
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT
 from annotated_transformer.course.grading.report import Report
-from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 
 # Text a learner's code can put in a message: formulas, quotes, separators, line breaks,
 # control characters, markup, a forged mistake tag, other scripts.
 PIECES = ["=1+1", "+", "-", "@", "'", "''=", "\t", "\r", "\n", "\r\n", ",", '"', "|", "`", "#",
           "<b>", "[mistake 2.1/x]", "é", "注意", "\x1b[31m", " ", "expected 1, got 2", ""]
 STATUSES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "busy")
+# What only a record may hold: a lone surrogate, a NUL, a message far over the limit.
+RAW = ["", "\ud800", "\x00", "x" * (3 * MESSAGE_LIMIT)]
 
 
 def text(rng: random.Random, longest: int = 6) -> str:
@@ -43,6 +45,36 @@ def some_result(rng: random.Random, in_gradebook: bool) -> ExerciseResult:
         rng.choice(STATUSES), text(rng, 12), printed="" if in_gradebook else text(rng),
         mistake=rng.choice(["", f"{exercise}/swapped-axes"]),
         blocked_by=rng.choice(["", "3.3", "3.3,2.2"]), **context)
+
+
+def some_record(rng: random.Random) -> TestRecord:
+    chapter = rng.randint(1, 8)
+    exercise = f"{chapter}.{rng.randint(1, 5)}"
+    collected = rng.random() < 0.9  # else tests that could not be collected
+    return TestRecord(
+        f"tests/graded/test_ch0{chapter}.py::test_{text(rng)}[{text(rng)}]",
+        exercise if collected else None, chapter if collected else None,
+        text(rng) if collected else None, rng.choice([0, 1, 0.5, 1 / 3, 7]),
+        rng.choice((*STATUSES, "skipped", "grader error", "collected")),
+        text(rng, 12) + rng.choice(RAW), values=rng.random() < 0.5, errors=rng.random() < 0.2,
+        parts=rng.choice([None, "solutions", "variant:x", text(rng)]),
+        mistake=rng.choice(["", f"{exercise}/swapped-axes"]),
+        calls=tuple(text(rng) for _ in range(rng.randint(0, 3))),
+        printed=text(rng, 12) + rng.choice(RAW[:3]))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_test_record_reads_back_from_the_json_the_plugin_writes(seed):
+    rng = random.Random(seed)
+    records = [some_record(rng) for _ in range(60)]
+    written = json.dumps([r.to_json() for r in records], indent=1)  # the plugin's file
+    assert [TestRecord.from_json(data) for data in json.loads(written)] == records
+    assert all(len(r.message) <= MESSAGE_LIMIT for r in records)
+    with pytest.raises(FrozenInstanceError):
+        records[0].outcome = "passed"  # type: ignore[misc]
+    with pytest.raises(TypeError):  # a record without its outcome is none
+        TestRecord.from_json({"test": "t", "exercise": "1.1", "chapter": 1, "title": "t",
+                              "points": 1})
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,10 +1,11 @@
 """Trusted models for the graded tests, built only from PyTorch's own modules.
 
-The grader never runs the code under test in its own process (see ``conftest.py``): a test
-that needs a whole model's output (greedy decoding, the capstone) gets the *weights* from
-the worker and evaluates them here, in :class:`TorchEncoderDecoder`, a Transformer made of
-``nn.Embedding``, ``nn.TransformerEncoderLayer``, ``nn.TransformerDecoderLayer``,
-``nn.LayerNorm`` and ``nn.Linear``, with the course's interface and masks. Its
+The grader never runs the code under test in its own process (see the grading plugin,
+:mod:`annotated_transformer.course.grading.plugin`): a test that needs a whole model's output
+(greedy decoding, the capstone) gets the *weights* from the worker and evaluates them here,
+in :class:`TorchEncoderDecoder`, a Transformer made of ``nn.Embedding``,
+``nn.TransformerEncoderLayer``, ``nn.TransformerDecoderLayer``, ``nn.LayerNorm`` and
+``nn.Linear``, with the course's interface and masks. Its
 :meth:`~TorchEncoderDecoder.load_course_state_dict` reads the state dict of the course's
 ``annotated_transformer.model.EncoderDecoder``, whose names the syllabus fixes. Nothing
 here imports the course's parts, the reference solutions or the exercises.

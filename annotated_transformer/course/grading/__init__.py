@@ -6,12 +6,13 @@ Running (the trusted side)
     records into points per exercise (``grade``, ``regrade`` and ``classroom`` use it).
   - :mod:`.runspec`: one grading run described once (sources, seed, CPU seconds, sandbox,
     exercises, where the records go), handed to the graded tests as one file.
-  - :mod:`.plugin`: the pytest plugin that reads the run and records each graded test's
-    outcome and message.
+  - :mod:`.plugin`: the graded tests' pytest plugin (their ``conftest.py`` loads it): the
+    run, the code under test (``learner``), the source rules' gate, seeding, the records.
   - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
     one gradebook, each checked for changed grading files first (for instructors).
-  - :mod:`.results`: an exercise's result, the one shape the report, the gradebook and
-    the class's summary share, and its formats (JSON, the gradebook's line and CSV).
+  - :mod:`.results`: a graded test's record (JSON), and an exercise's result, the one shape
+    the report, the gradebook and the class's summary share, and its formats (JSON, the
+    gradebook's line and CSV).
   - :mod:`.report`: a run's :class:`~.report.Report` and its formats (terminal, JSON,
     Markdown, JUnit).
   - :mod:`.submissions`: a submission read without trusting it: its exercise files

@@ -21,11 +21,12 @@ import hashlib
 import json
 import os
 import platform
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from annotated_transformer.course.grading import manifest
+from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     ROOT,
@@ -81,28 +82,28 @@ def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
-def load(folder: Path, exercise: str, entry: str) -> tuple[list[dict[str, Any]], str] | None:
+def load(folder: Path, exercise: str, entry: str) -> tuple[list[TestRecord], str] | None:
     """The records kept under ``entry`` and when they were kept, or None."""
     try:
         data = json.loads((folder / f"{exercise}-{entry}.json").read_text())
-        records, date = data["records"], data["date"]
+        records, date = [TestRecord.from_json(r) for r in data["records"]], data["date"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not records or any(r.get("exercise") != exercise or r.get("outcome") not in KEPT
-                          for r in records):
+    if not records or any(r.exercise != exercise or r.outcome not in KEPT for r in records):
         return None
     return records, date
 
 
-def store(folder: Path, exercise: str, entry: str, records: list[dict[str, Any]]) -> bool:
+def store(folder: Path, exercise: str, entry: str, records: list[TestRecord]) -> bool:
     """Keep ``records`` when every one passed or failed; whether they were kept."""
-    if not records or any(r["outcome"] not in KEPT for r in records):
+    if not records or any(r.outcome not in KEPT for r in records):
         return False
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f"{exercise}-{entry}.json.partial"
-        partial.write_text(json.dumps({"date": date, "records": records}))
+        partial.write_text(json.dumps({"date": date,
+                                       "records": [r.to_json() for r in records]}))
         os.replace(partial, folder / f"{exercise}-{entry}.json")
         _prune(folder)
     except OSError:
@@ -116,7 +117,7 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def reused(records: list[dict[str, Any]], date: str) -> list[dict[str, Any]]:
+def reused(records: list[TestRecord], date: str) -> list[TestRecord]:
     """The kept records, each message saying that the result was reused and since when."""
     note = f"(result reused: files unchanged since {date})"
-    return [{**r, "message": f"{note} {r['message']}".strip()} for r in records]
+    return [replace(r, message=f"{note} {r.message}".strip()) for r in records]

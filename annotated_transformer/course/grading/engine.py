@@ -5,9 +5,9 @@ points per exercise.
 GitHub Classroom workflow takes its points from :func:`exercise_points`. One grading run:
 :func:`grade` picks the exercises (reusing the capstone's result through :mod:`.cache`),
 :func:`run_tests` runs their graded tests in a fresh interpreter under the grading plugin
-(:mod:`.plugin`), :func:`summarize` turns the records into one
-:class:`~.report.ExerciseResult` an exercise, and the blame of :mod:`.dependencies` names
-the parts it called whose values are wrong.
+(:mod:`.plugin`), which writes one :class:`~.results.TestRecord` a test, :func:`summarize`
+turns the records into one :class:`~.results.ExerciseResult` an exercise, and the blame of
+:mod:`.dependencies` names the parts it called whose values are wrong.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
-from annotated_transformer.course.grading.report import bounded
-from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
@@ -36,12 +34,12 @@ PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "ti
 
 def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -> list[str]:
     # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
-    # tests/graded/conftest.py (not one above it), pytest-timeout (not whatever else is installed).
+    # tests/graded/conftest.py, which loads the grading plugin (not a conftest.py above it),
+    # pytest-timeout (not whatever else is installed).
     return [
         sys.executable, "-m", "pytest", *map(str, files), f"--grade-run={run}",
         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
         "--confcutdir", str(GRADED_DIR), "-p", "pytest_timeout",
-        "-p", "annotated_transformer.course.grading.plugin",
         # No wall-clock limit on a test: each call of the code under test has its CPU budget
         # and its own backstop (grading.supervisor).
         "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
@@ -49,9 +47,9 @@ def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -
 
 
 def run(spec: RunSpec, chapters: list[int] | None = None,
-        extra_args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Run the graded tests of ``spec`` in a fresh interpreter; one record a test (see
-    grading.plugin).
+        extra_args: tuple[str, ...] = ()) -> list[TestRecord]:
+    """Run the graded tests of ``spec`` in a fresh interpreter; one record a test (written
+    by grading.plugin).
 
     The tests run in that interpreter, reading ``spec`` from one file (``--grade-run``); the
     code under test only in the grading worker it starts (in ``spec.sandbox``; as the user
@@ -72,12 +70,12 @@ def run(spec: RunSpec, chapters: list[int] | None = None,
         if not report.exists():
             raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
                                f"{process.stderr[-3000:]}")
-        return json.loads(report.read_text())
+        return [TestRecord.from_json(r) for r in json.loads(report.read_text())]
 
 
 def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
               extra_args: tuple[str, ...] = (), seed: int = 0, sandbox: str = "auto",
-              exercises: list[str] | None = None) -> list[dict[str, Any]]:
+              exercises: list[str] | None = None) -> list[TestRecord]:
     """:func:`run` of the run these describe: ``parts`` (the ``--parts`` language),
     ``timeout`` CPU seconds a call, ``seed`` (0, as in the course's own test suite),
     ``sandbox`` (``auto``, ``bubblewrap`` or ``none``: see ``boundary.decide``)."""
@@ -93,9 +91,9 @@ def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
     ``"collected"``. The GitHub Classroom workflow takes its steps' points from here.
     """
     records = run_tests(chapters, "exercises", extra_args=("--collect-only",))
-    if any(r["exercise"] is None for r in records):
-        problem = next(r for r in records if r["exercise"] is None)
-        raise RuntimeError(problem["message"])
+    problem = next((r for r in records if r.exercise is None), None)
+    if problem is not None:
+        raise RuntimeError(problem.message)
     return summarize(records)
 
 
@@ -103,46 +101,45 @@ WITHHELD = ("the {points:g} point(s) of its other checks (shapes, devices, prope
             "error on bad input) count once the tests on good input pass")
 
 
-def value_tests(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def value_tests(tests: list[TestRecord]) -> list[TestRecord]:
     """The tests of one exercise that compare its values with the right ones (``values=True``);
     an exercise that marks none counts every test but those of errors on bad input."""
-    marked = [r for r in tests if r.get("values")]
-    return marked or [r for r in tests if not r.get("errors")]
+    marked = [r for r in tests if r.values]
+    return marked or [r for r in tests if not r.errors]
 
 
-def values_right(records: list[dict[str, Any]]) -> dict[str, bool | None]:
+def values_right(records: list[TestRecord]) -> dict[str, bool | None]:
     """``{exercise: whether every test of its values passed}``: what a later exercise that
     calls it can rely on (a failed check of an error message or of a structure is not).
     ``None`` for the release's stub, which is never to blame: code that called it and still
     ran caught its ``NotImplementedError`` (the package's own fallbacks do)."""
-    return {e: None if all(r["outcome"] == "not implemented" for r in tests)
-            else all(r["outcome"] == "passed" for r in value_tests(tests))
+    return {e: None if all(r.outcome == "not implemented" for r in tests)
+            else all(r.outcome == "passed" for r in value_tests(tests))
             for e, tests in _by_exercise(records).items()}
 
 
-def unsure_names(records: list[dict[str, Any]]) -> dict[str, str]:
+def unsure_names(records: list[TestRecord]) -> dict[str, str]:
     """``{exercise: the message of a failed test of its values that names no mistake}`` for
     each exercise whose failed tests of values do not all name one and the same mistake: a
     name that one input supports and another contradicts (an exercise that calls a wrong
     part computes what a mistake of its own would, on some inputs only)."""
     unsure = {}
     for exercise, tests in _by_exercise(records).items():
-        failed = [r for r in value_tests(tests) if r["outcome"] != "passed"]
-        if len({r.get("mistake") or "" for r in failed}) > 1:
-            unsure[exercise] = next((r["message"] or "" for r in failed
-                                     if not r.get("mistake")), "")
+        failed = [r for r in value_tests(tests) if r.outcome != "passed"]
+        if len({r.mistake for r in failed}) > 1:
+            unsure[exercise] = next((r.message for r in failed if not r.mistake), "")
     return unsure
 
 
-def _by_exercise(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    by_exercise: dict[str, list[dict[str, Any]]] = {}
+def _by_exercise(records: list[TestRecord]) -> dict[str, list[TestRecord]]:
+    by_exercise: dict[str, list[TestRecord]] = {}
     for record in records:
-        if record["exercise"] is not None:
-            by_exercise.setdefault(record["exercise"], []).append(record)
+        if record.exercise is not None:
+            by_exercise.setdefault(record.exercise, []).append(record)
     return by_exercise
 
 
-def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
+def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
     """One row an exercise: points earned, status from its worst test, that test's message
     and the known mistake it names (a test of that outcome that names one first).
 
@@ -156,31 +153,30 @@ def summarize(records: list[dict[str, Any]]) -> list[ExerciseResult]:
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
         tests = by_exercise[exercise]
         values = value_tests(tests)
-        right = all(r["outcome"] == "passed" for r in values)
+        right = all(r.outcome == "passed" for r in values)
         # The worst outcome; among its tests, one that names a known mistake.
-        worst = min(tests, key=lambda r: (PRIORITY.index(r["outcome"]), not r.get("mistake")))
-        behaves = all(r["outcome"] == "passed" for r in tests if not r.get("errors"))
-        paid = [r for r in tests if r["outcome"] == "passed" and (
-            any(r is v for v in values) or (right and (behaves or not r.get("errors"))))]
-        withheld = sum(r["points"] for r in tests if r["outcome"] == "passed") - sum(
-            r["points"] for r in paid)
-        message = cut(worst["message"] or "")
+        worst = min(tests, key=lambda r: (PRIORITY.index(r.outcome), not r.mistake))
+        behaves = all(r.outcome == "passed" for r in tests if not r.errors)
+        paid = [r for r in tests if r.outcome == "passed" and (
+            any(r is v for v in values) or (right and (behaves or not r.errors)))]
+        withheld = sum(r.points for r in tests if r.outcome == "passed") - sum(
+            r.points for r in paid)
+        message = worst.message
         if withheld > 1e-9:
             message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
-        printed = (worst.get("printed") if worst["outcome"] != "passed"
-                   else "".join(r.get("printed", "") for r in tests)[-2000:])
+        printed = (worst.printed if worst.outcome != "passed"
+                   else "".join(r.printed for r in tests)[-2000:])
         rows.append(ExerciseResult(
-            id=exercise, chapter=tests[0]["chapter"], title=tests[0]["title"],
-            points=round(sum(r["points"] for r in paid), 2),
-            max_points=round(sum(r["points"] for r in tests), 2),
-            status=worst["outcome"], message=message,
-            printed=printed or "", mistake=worst.get("mistake") or "",
+            id=exercise, chapter=tests[0].chapter, title=tests[0].title,
+            points=round(sum(r.points for r in paid), 2),
+            max_points=round(sum(r.points for r in tests), 2),
+            status=worst.outcome, message=message, printed=printed, mistake=worst.mistake,
         ))
     return rows
 
 
 def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | None = None,
-          ) -> tuple[list[dict[str, Any]], list[ExerciseResult]]:
+          ) -> tuple[list[TestRecord], list[ExerciseResult]]:
     """Grade the exercises ``spec`` asks for (its ``exercises``, else those of ``chapters``,
     else all): their records and rows.
 
@@ -201,30 +197,29 @@ def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | No
                          f"{', '.join(declared.exercises())}")
     kept, keys = _reused(wanted, spec.sources, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
-    records = bounded(run(replace(spec, exercises=tuple(to_run)))) if to_run else []
+    records = run(replace(spec, exercises=tuple(to_run))) if to_run else []
     for exercise, entry in keys.items():
         if cache_dir is not None and exercise not in kept:
             _cache_store(cache_dir, exercise, entry, records)
     records += [r for exercise in wanted for r in kept.get(exercise, [])]
-    records.sort(key=lambda r: r["chapter"] if r["chapter"] is not None else 0)
+    records.sort(key=lambda r: r.chapter or 0)
     rows = summarize(records)
     right, called = values_right(records), calls_of(records, declared)
     needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
                      for p in called.get(r.id, ())} - set(right), key=dependencies.order)
     if needed:
-        extra = bounded(run(replace(spec, exercises=tuple(needed))))
+        extra = run(replace(spec, exercises=tuple(needed)))
         right.update(values_right(extra))
         called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
     unsure = unsure_names(records)
     return records, [_explained(r, right, called, declared, unsure) for r in rows]
 
 
-def calls_of(records: list[dict[str, Any]], declared) -> dict[str, set[str]]:
+def calls_of(records: list[TestRecord], declared) -> dict[str, set[str]]:
     """``{exercise: the exercises its code called while its tests ran}`` (observed)."""
     from annotated_transformer.course.grading import calls
 
-    return {e: calls.exercises((n for r in tests for n in r.get("calls") or ()),
-                               declared.titles)
+    return {e: calls.exercises((n for r in tests for n in r.calls), declared.titles)
             for e, tests in _by_exercise(records).items()}
 
 
@@ -233,7 +228,7 @@ def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
     asked for (nothing without ``cache_dir``)."""
     from annotated_transformer.course.grading import cache
 
-    kept: dict[str, list[dict[str, Any]]] = {}
+    kept: dict[str, list[TestRecord]] = {}
     keys: dict[str, str] = {}
     if cache_dir is None:
         return kept, keys
@@ -247,15 +242,15 @@ def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
         keys[exercise] = entry
         found = cache.load(cache_dir, exercise, entry)
         if found is not None:
-            kept[exercise] = bounded(cache.reused(*found))
+            kept[exercise] = cache.reused(*found)
     return kept, keys
 
 
 def _cache_store(cache_dir: Path, exercise: str, entry: str,
-                 records: list[dict[str, Any]]) -> None:
+                 records: list[TestRecord]) -> None:
     from annotated_transformer.course.grading import cache
 
-    cache.store(cache_dir, exercise, entry, [r for r in records if r["exercise"] == exercise])
+    cache.store(cache_dir, exercise, entry, [r for r in records if r.exercise == exercise])
 
 
 def _explained(row: ExerciseResult, right: dict[str, bool | None],
@@ -280,4 +275,4 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
         message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"
     else:
         message = cut(f"{blame} {row.message}".strip())
-    return ExerciseResult(**{**asdict(row), "message": message, "blocked_by": ",".join(roots)})
+    return replace(row, message=message, blocked_by=",".join(roots))

@@ -212,11 +212,11 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
                                      cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
-    faults = [r for r in records if r["outcome"] == "grader error"]
+    faults = [r for r in records if r.outcome == "grader error"]
     if faults:  # no learner code ran: nothing to credit or blame
-        raise SystemExit(f"grade: {faults[0]['message']}")
+        raise SystemExit(f"grade: {faults[0].message}")
     if args.exercise:
-        records = [r for r in records if r["exercise"] in args.exercise]
+        records = [r for r in records if r.exercise in args.exercise]
     return Report(_only(rows, args.exercise, parser), args.parts, integrity, spec.seed,
                   workflow, records, boundary.describe(spec.sandbox == "bubblewrap"),
                   args.show_output)

@@ -1,49 +1,92 @@
-"""A pytest plugin that records every graded test's outcome for the grader.
+"""The graded tests' pytest plugin: the run they are part of, the code under test they get,
+and one record a test for the grader. ``tests/graded/conftest.py`` loads it (``__all__``).
 
-Loaded by :mod:`annotated_transformer.course.grading.engine` with ``-p`` and
-``--grade-run PATH``, the run described once (:class:`~.runspec.RunSpec`): the graded tests
-read their sources, seed, CPU seconds, sandbox and exercises from it (:func:`run_spec`), and
-this plugin writes one JSON record a test to its ``records`` file: its exercise, points,
-whether it checks an error on bad input (``errors=True`` on its ``grade`` marker) or its
-values (``values=True``), the parts it ran against, its outcome, the first message a
-learner should read and the id of the known mistake that message names
-(``tests/graded/mistakes.py``), if any. A test that compares the values the code computes
-with the right ones says ``values=True`` on its marker: the others (shapes, devices,
-dtypes, properties a wrong answer can also have) pay only when those pass.
+The run. ``grade`` and ``regrade`` describe it once (:class:`~.runspec.RunSpec`) in the
+file ``--grade-run`` names: its sources, seed, CPU seconds, sandbox, exercises (only their
+graded tests are kept) and where the records go. Run by hand, the tests grade ``--parts``
+from seed 0: a comma-separated list in the one ``--parts`` language
+(:mod:`annotated_transformer.sources`), each part graded on its own: ``solutions`` (the
+default, or ``exercises`` in a student release), ``exercises``, a folder of ``chNN_*.py``
+files, or ``variants`` (every wrong and right variant of each chapter, each against its own
+exercise's tests); ``fast`` is refused (not graded); ``--impl`` is its earlier name. Every
+test starts from the run's seed, here and in the worker; the grader draws a fresh one per
+run, so a hard-coded answer fails.
+
+The code under test. A graded test module sets ``CHAPTER`` and ``EXERCISES`` and asks for
+the ``learner`` fixture, a handle on the code under test, which runs in a worker process
+(:mod:`.supervisor`): a test hands ``learner.run`` a *probe*, a small function of the test
+file that calls the code and returns plain data, and checks it against what it computes
+itself with PyTorch's own ops. No learner code is ever imported here. In the worker every
+chapter comes from the source under test (a learner's chapter 5 is built on the learner's
+own chapters 1 to 4), so a file gets the same points everywhere. Before a learner's folder
+is used, its chapter files are read (never run) for what an exercise file may not do
+(:mod:`.source_rules`): a file that breaks a rule is never imported, and the tests that need
+it are ``forbidden``. While a probe runs, the test file's ``FORBIDDEN_OPS`` for its exercise
+are refused at PyTorch's dispatch level.
+
+The records. A grading run's tests each write one :class:`~.results.TestRecord` to its
+``records`` file, anew after every test. A test of the values the code computes says
+``values=True`` on its ``grade`` marker, one of a clear error on bad input ``errors=True``:
+the others (shapes, devices, properties a wrong answer can also have) pay only when the
+values are right (:func:`.engine.summarize`).
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
+from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR
+from annotated_transformer.course.grading.supervisor import (
+    CodeUnderTest,
+    ForbiddenCall,
+    LearnerRaised,
+    WorkerPool,
+    unreadable,
+)
+from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR, VARIANTS_DIR, chapter_test_files
+from annotated_transformer.parts import has_reference
+from annotated_transformer.sources import Source
+
+# What tests/graded/conftest.py takes: pytest reads a conftest's hooks and fixtures by name.
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_unconfigure", "learner",
+           "pytest_collection_modifyitems", "pytest_generate_tests", "_isolated_torch_state"]
 
 PYTEST_DIR = Path(pytest.__file__).resolve().parent.parent  # site-packages: pytest, torch, ...
-
-OUTCOMES = ("passed", "failed", "not implemented", "forbidden", "error", "timeout", "skipped",
-            "busy", "grader error")
-
-
+PRINTED_LIMIT = 2000  # characters of a test's printed output kept in its record
+NOT_RUN = ("this test did not run: the grading run ended before it (a crash, a timeout of the "
+           "whole run, or an interruption); it counts 0 points")
 RUN = pytest.StashKey[RunSpec]()
+POOL = pytest.StashKey[WorkerPool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grade-run", default=None, metavar="PATH",
                      help="the grading run, as grade or regrade described it (a JSON file: "
                      "sources, seed, CPU seconds, sandbox, exercises, where the records go)")
+    parser.addoption("--parts", default="solutions" if has_reference() else "exercises",
+                     help="comma-separated parts to grade: solutions (default; exercises in a "
+                     "student release), exercises, a folder of chNN_*.py files, or variants; "
+                     "a grading run's --grade-run replaces it")
+    parser.addoption("--impl", dest="parts", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)  # the earlier name of --parts
 
 
 def run_spec(config: pytest.Config) -> RunSpec:
-    """The run these tests are part of: the file ``--grade-run`` names, or, for the graded
-    tests run by hand, the run of ``--parts`` with seed 0, the default CPU seconds and the
-    sandbox where it can start."""
+    """The run these tests are part of: the file ``--grade-run`` names, or the run of
+    ``--parts`` with seed 0, the default CPU seconds and the sandbox where it can start."""
     if RUN not in config.stash:
         path = config.getoption("--grade-run", None)
         try:
@@ -57,31 +100,157 @@ def run_spec(config: pytest.Config) -> RunSpec:
     return config.stash[RUN]
 
 
-def selected_exercises(config: pytest.Config) -> set[str] | None:
-    """The exercises of the run (None: every test runs)."""
-    exercises = run_spec(config).exercises
-    return None if exercises is None else set(exercises)
+def pytest_configure(config: pytest.Config) -> None:
+    """In a grading run (one that writes records), register the recorder and start the first
+    source's worker now: it imports PyTorch while this process collects the tests. The
+    others start when first needed, one at a time."""
+    spec = run_spec(config)
+    pool = config.stash[POOL] = WorkerPool(_learner_dir, _blocked,
+                                           sandboxed=spec.sandbox == "bubblewrap")
+    if not spec.records:
+        return
+    config.pluginmanager.register(GradeRecorder(spec.records), "grade-recorder")
+    first = str(spec.parsed_sources()[0])
+    if not config.option.collectonly:
+        try:
+            pool.start("solutions" if first == "variants" else first)
+        except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
+            pass
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if POOL in config.stash:
+        config.stash[POOL].close()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a run of some exercises, keep only the graded tests of those exercises (before the
     recorder lists the tests of the report)."""
-    wanted = selected_exercises(config)
+    wanted = run_spec(config).exercises
     if wanted is None:
         return
     kept, dropped = [], []
     for item in items:
-        marker = item.get_closest_marker("grade")
-        (kept if marker is not None and marker.args[0] in wanted else dropped).append(item)
+        exercise = _exercise(item)
+        (kept if exercise is not None and exercise in wanted else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
 
-PRINTED_LIMIT = 2000  # characters of a test's printed output kept in its record
-NOT_RUN = ("this test did not run: the grading run ended before it (a crash, a timeout of the "
-           "whole run, or an interruption); it counts 0 points")
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test of the ``learner`` runs once a source of the run (once a variant of its
+    exercise for ``variants``)."""
+    if "learner" not in metafunc.fixturenames:
+        return
+    exercise = _exercise(metafunc.definition)
+    chosen: list[str] = []
+    ids: list[str] = []
+    for source in run_spec(metafunc.config).parsed_sources():
+        if source.word == "variants":
+            if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its
+                sys.path.append(str(VARIANTS_DIR.parent))  # tests; not in a release
+            import variants
+
+            named = [f"variant:{v.name}" for v in variants.for_chapter(metafunc.module.CHAPTER)
+                     if v.exercise == exercise]
+            chosen += named
+            ids += named
+        else:
+            chosen.append(str(source))
+            ids.append(source.folder.name if source.folder else source.word)
+    metafunc.parametrize("learner", chosen, ids=ids, indirect=True)
+
+
+@pytest.fixture
+def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
+    """The code under test of the test's chapter, from the source it runs against; a file
+    that breaks a source rule for its exercise ends the test before anything runs."""
+    parts: str = request.param
+    chapter: int = request.module.CHAPTER
+    exercise = _exercise(request.node)
+    if _learner_dir(parts) is not None:
+        found = _violations(parts)
+        # A file of the folder that is no chapter's (a helper, __init__.py) concerns all.
+        own = [v for v in [*found.get(chapter, []), *found.get(None, [])]
+               if v.exercise in (None, exercise)]
+        if own and unreadable(own[0].message):
+            raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
+        if own:
+            raise ForbiddenCall(_say(own[0]))
+    spec = run_spec(request.config)
+    cpu_seconds = spec.cpu_seconds
+    limit = request.node.get_closest_marker("cpu_seconds")
+    if limit and limit.args:
+        cpu_seconds = max(cpu_seconds, float(limit.args[0]))
+    handle = CodeUnderTest(request.config.stash[POOL], parts, chapter, exercise,
+                           tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
+                           spec.seed, cpu_seconds)
+    # Which earlier exercises its code calls is observed where it may call some (BUILDS_ON
+    # says which exercises to watch; what they call is what the worker sees).
+    handle.observe = bool(getattr(request.module, "BUILDS_ON", {}).get(exercise))
+    return handle
+
+
+@pytest.fixture(autouse=True)
+def _isolated_torch_state(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test starts from the run's seed, and global torch settings are restored after
+    it."""
+    import torch
+
+    seed = run_spec(request.config).seed
+    torch.manual_seed(seed)
+    random.seed(seed)
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_grad_enabled(grad)
+
+
+def _exercise(node: pytest.Item) -> str | None:
+    """The exercise a graded test's ``grade`` marker names (None: not a graded test)."""
+    marker = node.get_closest_marker("grade")
+    return marker.args[0] if marker else None
+
+
+# ---------------------------------------------------------------- the source rules' gate
+
+
+def _learner_dir(parts: str) -> Path | None:
+    """The folder of a learner's parts, None for the course's own code (a variant too)."""
+    return None if parts.startswith("variant:") else Source.parse(parts).learner_folder
+
+
+@cache
+def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
+    """``{chapter: FORBIDDEN}`` read from the graded test files (without importing them)."""
+    from annotated_transformer.course.grading.dependencies import constants
+
+    found = {c: constants(ast.parse(p.read_text())).get("FORBIDDEN")
+             for c, p in chapter_test_files().items()}
+    return {c: names for c, names in found.items() if names is not None}
+
+
+@cache
+def _violations(parts: str) -> Mapping[int | None, list]:
+    from annotated_transformer.course.grading import source_rules
+
+    return source_rules.check_folder(_learner_dir(parts), _forbidden_names())
+
+
+def _blocked(parts: str) -> Mapping[int, str]:
+    """Chapter files that break a rule for every exercise: never imported in the worker."""
+    general = {c: [v for v in found if v.exercise is None]
+               for c, found in _violations(parts).items() if c is not None}
+    return {c: _say(found[0]) for c, found in general.items() if found}
+
+
+def _say(violation) -> str:
+    return f"{Path(violation.path).name}, line {violation.line}: {violation.message}"
+
+
+# ---------------------------------------------------------------- the records
 
 
 def _first_message(error: BaseException) -> str:
@@ -107,6 +276,12 @@ def _learner_location(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
     return where
 
 
+# The outcome of a test that raised one of these (by class name): the learner's doing but
+# for "busy" (the machine's) and "grader error" (the grader's).
+RAISED = {"ForbiddenCall": "forbidden", "WorkerTimeout": "timeout", "MachineBusy": "busy",
+          "GraderFault": "grader error", "LearnerRaised": "error", "WorkerCrashed": "error"}
+
+
 def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, str]:
     """``(outcome, message)`` for a test that raised ``excinfo`` (None: it passed)."""
     if excinfo is None:
@@ -115,25 +290,14 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, 
     message = _first_message(error)
     if isinstance(error, NotImplementedError):
         return "not implemented", message
-    if excinfo.typename == "ForbiddenCall":
-        return "forbidden", message
-    if excinfo.typename == "WorkerTimeout":
-        return "timeout", message
-    if excinfo.typename == "MachineBusy":  # the machine's fault, not the learner's
-        return "busy", message
-    if excinfo.typename == "GraderFault":  # the grader's fault, not the learner's
-        return "grader error", message
-    if excinfo.typename in ("LearnerRaised", "WorkerCrashed"):
-        return "error", message
+    if excinfo.typename in RAISED:
+        return RAISED[excinfo.typename], message
     if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):
-        if message.startswith("Timeout"):
-            return "timeout", message
-        return "failed", message
+        return ("timeout" if message.startswith("Timeout") else "failed"), message
     if excinfo.typename == "Skipped":
         return "skipped", message
-    cause = error.__cause__
-    if isinstance(cause, NotImplementedError):
-        return "not implemented", _first_message(cause)
+    if isinstance(error.__cause__, NotImplementedError):
+        return "not implemented", _first_message(error.__cause__)
     where = _learner_location(excinfo)
     suffix = f" (at {where})" if where else ""
     return "error", f"{type(error).__name__}: {message}{suffix}"
@@ -146,89 +310,70 @@ def _parts_of(item: pytest.Item) -> str | None:
     return parts if isinstance(parts, str) else None  # an empty parameter set gives a sentinel
 
 
-class GradeRecorder:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.records: dict[str, dict[str, Any]] = {}
-        self.cases: dict[tuple[str, str, str | None], int] = {}
+def _function(item: pytest.Item) -> tuple[str, str, str | None]:
+    """The test function an item is a case of, and its parts."""
+    return item.nodeid.split("::")[0], getattr(item, "originalname", item.name), _parts_of(item)
 
-    def _function_key(self, item: pytest.Item) -> tuple[str, str, str | None]:
-        return (item.nodeid.split("::")[0], getattr(item, "originalname", item.name),
-                _parts_of(item))
+
+class GradeRecorder:
+    """Writes one :class:`~.results.TestRecord` a graded test to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.records: dict[str, TestRecord] = {}
+        self.cases: Counter[tuple[str, str, str | None]] = Counter()
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         # A test function's points are shared by its parametrized cases.
-        for item in items:
-            key = self._function_key(item)
-            self.cases[key] = self.cases.get(key, 0) + 1
+        self.cases.update(map(_function, items))
         # Every graded test is in the report from the start, as not run: a run cut short
         # (a crash, pytest.exit, a kill) leaves them there with 0 points, never absent.
         collected = config.option.collectonly
         for item in items:
-            if item.get_closest_marker("grade") is not None:
+            if _exercise(item) is not None:
                 self._record(item, "collected" if collected else "error",
                              "" if collected else NOT_RUN)
         self._write()
 
-    def _record(self, item: pytest.Item, outcome: str, message: str) -> None:
+    def _record(self, item: pytest.Item, outcome: str, message: str,
+                learner: CodeUnderTest | None = None) -> None:
         marker = item.get_closest_marker("grade")
         exercise = marker.args[0]
-        share = marker.kwargs.get("points", 1) / self.cases.get(self._function_key(item), 1)
         message, mistake = unseal(message)  # only the grader's own sealed tag names a mistake
-        self.records[item.nodeid] = {
-            "test": item.nodeid,
-            "exercise": exercise,
-            "chapter": int(exercise.split(".")[0]),
-            "title": getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
-            "points": share,
-            # A test of the values (``values=True``) pays on its own; every other test (shapes,
-            # properties, a clear error on bad input) pays only with them (engine.summarize).
-            "values": bool(marker.kwargs.get("values", False)),
-            "errors": bool(marker.kwargs.get("errors", False)),
-            "parts": _parts_of(item),
-            "outcome": outcome,
-            "message": cut(message),
-            "mistake": mistake,  # the id of the known mistake the test named, or ""
-        }
+        self.records[item.nodeid] = TestRecord(
+            item.nodeid, exercise, int(exercise.split(".")[0]),
+            getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
+            marker.kwargs.get("points", 1) / (self.cases[_function(item)] or 1), outcome,
+            message, values=bool(marker.kwargs.get("values", False)),
+            errors=bool(marker.kwargs.get("errors", False)), parts=_parts_of(item),
+            mistake=mistake,
+            # The chapters' functions its code entered, and the end of what it printed.
+            calls=tuple(sorted(getattr(learner, "called", ()))),
+            printed=cut(str(getattr(learner, "printed", ""))[-PRINTED_LIMIT:]))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
-        outcome = yield
-        report = outcome.get_result()
-        if item.get_closest_marker("grade") is None:
+        report = (yield).get_result()
+        if _exercise(item) is None:
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            outcome_name, message = classify(call.excinfo if report.failed or report.skipped
-                                             else None)
-            self._record(item, outcome_name, message)
-            learner = getattr(item, "funcargs", {}).get("learner")
-            # The chapters' functions its code entered: which earlier exercises it called.
-            self.records[item.nodeid]["calls"] = sorted(getattr(learner, "called", ()))
-            printed = getattr(learner, "printed", "")
-            if printed:  # what the learner's code printed in this test, its end only
-                self.records[item.nodeid]["printed"] = cut(str(printed)[-PRINTED_LIMIT:])
+            raised = call.excinfo if report.failed or report.skipped else None
+            self._record(item, *classify(raised), getattr(item, "funcargs", {}).get("learner"))
             self._write()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.records[report.nodeid] = {
-                "test": report.nodeid, "exercise": None, "chapter": None, "title": None,
-                "points": 0, "parts": None, "outcome": "error",
-                "message": f"the tests could not be collected: {report.longreprtext[-600:]}",
-            }
+            self.records[report.nodeid] = TestRecord(
+                report.nodeid, None, None, None, 0, "error",
+                f"the tests could not be collected: {report.longreprtext[-600:]}")
 
     def _write(self) -> None:
-        """The report as it stands (written anew after every test)."""
+        """The records as they stand (written anew after every test)."""
         temporary = Path(f"{self.path}.part")
-        temporary.write_text(json.dumps(list(self.records.values()), indent=1, default=str))
+        temporary.write_text(json.dumps([r.to_json() for r in self.records.values()],
+                                        indent=1))
         temporary.replace(self.path)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._write()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    path = run_spec(config).records
-    if path:
-        config.pluginmanager.register(GradeRecorder(path), "grade-recorder")

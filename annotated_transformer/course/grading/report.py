@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading.messages import cut, markdown_code
-from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 
 # Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -73,11 +73,6 @@ class WorkflowCheck:
                 "re-grade the submission to be sure."]
 
 
-def bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records with every message cut (see :func:`cut`)."""
-    return [{**r, "message": cut(r.get("message") or "")} for r in records]
-
-
 def _first_line(message: str) -> str:
     """A message's first line for a one-line report, without control characters."""
     lines = cut(message).splitlines()
@@ -119,7 +114,7 @@ class Report:
     integrity: Integrity | None = None
     seed: int | None = None
     workflow: WorkflowCheck | None = None
-    records: list[dict[str, Any]] | None = field(default=None, repr=False)  # the tests'
+    records: list[TestRecord] | None = field(default=None, repr=False)  # the tests'
     sandbox: str | None = None  # the boundary the code under test ran in (boundary.describe)
     show_output: bool = False  # the table shows what every test printed, not only failing
 
@@ -255,26 +250,24 @@ class Report:
                              "from JSON has only the exercises")
         root = ET.Element("testsuites", name="annotated_transformer grade")
         suites: dict[Any, ET.Element] = {}
-        for record in bounded(self.records):
-            record["message"] = _NOT_XML.sub("\ufffd", record["message"])
-            chapter = record["chapter"]
+        for record in self.records:
+            message = _NOT_XML.sub("\ufffd", record.message)
+            chapter = record.chapter
             if chapter not in suites:
                 suites[chapter] = ET.SubElement(root, "testsuite", name=f"chapter {chapter}")
-            case = ET.SubElement(suites[chapter], "testcase", name=record["test"],
-                                 classname=f"exercise {record['exercise']}")
-            if record.get("mistake"):  # the known mistake its message names
+            case = ET.SubElement(suites[chapter], "testcase", name=record.test,
+                                 classname=f"exercise {record.exercise}")
+            if record.mistake:  # the known mistake its message names
                 properties = ET.SubElement(case, "properties")
-                ET.SubElement(properties, "property", name="mistake", value=record["mistake"])
-            if record.get("printed"):  # what the code under test printed in this test
-                ET.SubElement(case, "system-out").text = _NOT_XML.sub("\ufffd",
-                                                                      record["printed"])
-            outcome = record["outcome"]
-            if outcome == "skipped":
-                ET.SubElement(case, "skipped", message=record["message"])
-            elif outcome == "error":
-                ET.SubElement(case, "error", message=record["message"], type=outcome)
-            elif outcome != "passed":
-                ET.SubElement(case, "failure", message=record["message"], type=outcome)
+                ET.SubElement(properties, "property", name="mistake", value=record.mistake)
+            if record.printed:  # what the code under test printed in this test
+                ET.SubElement(case, "system-out").text = _NOT_XML.sub("\ufffd", record.printed)
+            if record.outcome == "skipped":
+                ET.SubElement(case, "skipped", message=message)
+            elif record.outcome == "error":
+                ET.SubElement(case, "error", message=message, type=record.outcome)
+            elif record.outcome != "passed":
+                ET.SubElement(case, "failure", message=message, type=record.outcome)
         integrity, workflow = self.integrity, self.workflow
         if integrity is not None or workflow is not None:
             suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")

@@ -1,7 +1,10 @@
-"""An exercise's result: the one shape the report (:mod:`.report`), the class's gradebook
-(:mod:`.gradebook`) and its summary (:mod:`.class_summary`) share, and its formats, each
-read back by its pair: JSON (the report's row), the gradebook's line (its JSON and CSV: all
-but what the code printed) and CSV, whose learner text never runs as a formula.
+"""A graded test's record and an exercise's result, each with its formats read back by its
+pair. :class:`TestRecord`: what the grading plugin (:mod:`.plugin`) writes of one test and
+the engine (:mod:`.engine`) reads back (JSON). :class:`ExerciseResult`: what the engine makes
+of an exercise's records, the one shape the report (:mod:`.report`), the class's gradebook
+(:mod:`.gradebook`) and its summary (:mod:`.class_summary`) share: JSON (the report's row),
+the gradebook's line (its JSON and CSV: all but what the code printed) and CSV, whose learner
+text never runs as a formula.
 """
 
 from __future__ import annotations
@@ -22,6 +25,40 @@ _IN_GRADEBOOK = {"learner": "", "flags": "", "seed": None, "graded_at": "", "ove
 # A cell that starts with one of these would be a formula (or, for "'", would lose that
 # first character) in a spreadsheet: it is written after a "'" and read back without it.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """One graded test's outcome; its message is never longer than :func:`~.messages.cut`
+    allows."""
+
+    __test__ = False  # a record, not a class of tests for pytest to collect
+
+    test: str  # pytest's id of the test
+    exercise: str | None  # "2.1"; None for tests that could not be collected
+    chapter: int | None
+    title: str | None
+    points: float  # its share of its test function's points
+    outcome: str  # passed, failed, ... (engine.PRIORITY), "collected" (nothing ran)
+    message: str = ""  # the first message a learner should read
+    values: bool = False  # it compares the values the code computes with the right ones
+    errors: bool = False  # it checks a clear error on bad input
+    parts: str | None = None  # the source it ran against (--parts; "variant:NAME")
+    mistake: str = ""  # the id of the known mistake its message names (tests/graded/mistakes.py)
+    calls: tuple[str, ...] = ()  # the chapters' functions its code entered (grading.calls)
+    printed: str = ""  # the end of what the code under test printed in it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", cut(self.message))
+        object.__setattr__(self, "calls", tuple(self.calls))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TestRecord:
+        """The record that :meth:`to_json` wrote (a ``TypeError`` for what is none)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
