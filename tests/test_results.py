@@ -132,6 +132,9 @@ def test_a_report_of_the_points_on_offer_grades_no_parts():
     back = Report.from_json(data)
     assert back.parts is None and back.rows == rows
     assert "Nothing graded" in back.table() and "--parts" not in back.table()
+    offered = Report([replace(rows[0], id="2.1", chapter=2, max_points=4.5),
+                      replace(rows[0], id="1.1", chapter=1, max_points=3)], None).offer()
+    assert "chapter 2" in offered and offered.endswith("Total: 7.5 points")
     assert Report.from_json({**data, "parts": "points"}).parts == "points"  # a folder
 
 def test_a_gradebook_reads_back_through_its_json(tmp_path):

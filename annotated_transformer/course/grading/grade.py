@@ -45,7 +45,6 @@ from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Report,
     WorkflowCheck,
-    format_points,
     write_report,
 )
 from annotated_transformer.course.grading.runspec import RunSpec
@@ -170,9 +169,10 @@ def _list_points(args: argparse.Namespace, chapters: list[int] | None,
         rows = _only(engine.exercise_points(chapters), args.exercise, parser)
     except ValueError as error:
         parser.error(str(error))
-    print(format_points(rows))
+    offer = Report(rows, None)  # nothing graded
+    print(offer.offer())
     if args.json:
-        args.json.write_text(json.dumps(Report(rows, None).to_json(), indent=2) + "\n")
+        args.json.write_text(json.dumps(offer.to_json(), indent=2) + "\n")
     return 0
 
 

@@ -4,7 +4,8 @@ A :class:`Report` holds what one run found (one :class:`~.results.ExerciseResult
 exercise, the graded tests' records when the tests ran here, the seed, and what was checked
 about the submission: :class:`Integrity` of its grading files, the :class:`WorkflowCheck` of the CI
 file that ran) and writes it as the terminal's table, one line of score, JSON (which
-:meth:`Report.from_json` reads back), Markdown for a CI job summary, and JUnit XML.
+:meth:`Report.from_json` reads back), Markdown for a CI job summary, and JUnit XML; a
+report of nothing graded (``parts`` None) lists the points on offer (:meth:`Report.offer`).
 """
 
 from __future__ import annotations
@@ -176,6 +177,18 @@ class Report:
             lines += ["", *self.workflow.lines()]
         return "\n".join(lines)
 
+    def offer(self) -> str:
+        """The points on offer: one line an exercise, the chapter totals and the course's."""
+        width = max([len(r.title) for r in self.rows] + [5])
+        lines = [f"{'id':<5} {'exercise':<{width}} {'points':>6}"]
+        for chapter in sorted({r.chapter for r in self.rows}):
+            rows = [r for r in self.rows if r.chapter == chapter]
+            lines += [f"{r.id:<5} {r.title:<{width}} {_points(r.max_points):>6}" for r in rows]
+            total = _points(sum(r.max_points for r in rows))
+            lines.append(f"{'':<5} {f'chapter {chapter}':>{width}} {total:>6}")
+        lines += ["", f"Total: {_points(self.max_points)} points"]
+        return "\n".join(lines)
+
     def score(self) -> str:
         """The total on one line, with what a reader must not miss (tampering, the workflow)."""
         score = (f"{_points(self.points)}/{_points(self.max_points)} points from passed tests "
@@ -294,19 +307,6 @@ class Report:
                 ET.SubElement(properties, "property", name="seed", value=str(self.seed))
                 suite.insert(0, properties)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def format_points(rows: list[ExerciseResult]) -> str:
-    """The points on offer: one line an exercise, the chapter totals and the course's."""
-    width = max([len(r.title) for r in rows] + [5])
-    lines = [f"{'id':<5} {'exercise':<{width}} {'points':>6}"]
-    for chapter in sorted({r.chapter for r in rows}):
-        chapter_rows = [r for r in rows if r.chapter == chapter]
-        lines += [f"{r.id:<5} {r.title:<{width}} {_points(r.max_points):>6}" for r in chapter_rows]
-        total = _points(sum(r.max_points for r in chapter_rows))
-        lines.append(f"{'':<5} {f'chapter {chapter}':>{width}} {total:>6}")
-    lines += ["", f"Total: {_points(sum(r.max_points for r in rows))} points"]
-    return "\n".join(lines)
 
 
 def write_report(path: Path, text: str) -> None:
