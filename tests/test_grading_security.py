@@ -68,7 +68,9 @@ CHEATS = {
         "return torch.nn.functional.softmin(-x, dim).nan_to_num(0.0)"), "forbidden", "softmin"),
     "log_softmax then exp": (with_softmax("return x.log_softmax(dim).exp().nan_to_num(0.0)"),
                              "forbidden", "log_softmax"),
-    "utf-7 cookie": ("# coding: utf-7\n" + REFERENCE, "error", "UTF-8"),
+    # In UTF-7, "+AG0-" is "m": Python reads torch.softmax where a UTF-8 reader does not.
+    "utf-7 cookie": ("# coding: utf-7\n" + with_softmax(
+        "return torch.soft+AG0-ax(x, dim).nan_to_num(0.0)"), "forbidden", "softmax"),
     "the reference through the parts": (with_softmax(
         'return Parts("solutions").module(2).softmax(x, dim)',
         header="from annotated_transformer.parts import Parts\n"), "forbidden", "Parts"),
@@ -162,8 +164,8 @@ def test_the_controls(graded):
         records = graded["honest"][exercise]
         assert {r.outcome for r in records} == {"passed"}, [
             r.message for r in records if r.outcome != "passed"]
-    latin = graded["honest, latin-1 cookie"]["2.1"]
-    assert points(latin) == 0 and all("UTF-8" in r.message for r in latin)
+    latin = graded["honest, latin-1 cookie"]["2.1"]  # read as Python reads it
+    assert {r.outcome for r in latin} == {"passed"}, [r.message for r in latin]
 
 
 @pytest.mark.slow

@@ -23,17 +23,6 @@ FROM_ONLY = {
     "annotated_transformer.parts": frozenset({"active_parts"}),
     "annotated_transformer.batch": frozenset({"Batch"}),
 }
-# What the learner reads (the instructor page and the grader's report can print it).
-SUMMARY = (
-    "An exercise file computes with PyTorch and nothing else. It may import torch (with "
-    "torch.nn, torch.nn.functional and their public submodules), numpy, math, typing, "
-    "collections.abc, dataclasses, functools, itertools, numbers, and from the course only "
-    "active_parts and Batch. It may not read or write files, start processes or threads, "
-    "reach the interpreter's internals or frames (names with double underscores, names of "
-    "others starting with _), run code from strings, import modules at run time, touch the "
-    "global random number generator or change what it imported. Every .py file in the "
-    "folder is checked, and the op an exercise asks you to write may not be used anywhere "
-    "in the file.")
 ALLOWED_IMPORTS = ("torch, numpy, math, typing, collections.abc, dataclasses, functools, "
                    "itertools, numbers, active_parts, Batch")
 MAX_MESSAGE = 200  # characters: one line a learner reads in a report

@@ -17,10 +17,6 @@ class Violation:
     message: str  # one line: what is not allowed and what to do instead
 
 
-class SourceRejected(ValueError):
-    """The file cannot be read as Python source the way the grader reads it."""
-
-
 def clip(text: str, width: int = 40) -> str:
     """The text, cut to ``width`` characters with a visible marker."""
     return text if len(text) <= width else text[: width - 3] + "..."
