@@ -79,9 +79,10 @@ CHEATS = {
         header="import pydoc\n"), "forbidden", "pydoc"),
     "a helper file of the folder": (with_softmax(
         "return helper.softmax(x, dim)", header="import helper\n"), "forbidden", "helper"),
+    # The tests compare in the grader's process: a patch in the worker changes nothing.
     "patch what the tests compare with": (with_softmax(
-        "return x", footer="\ntorch.allclose = lambda *args, **kwargs: True\n"), "forbidden",
-        "torch.allclose"),
+        "return x", footer="\ntorch.allclose = lambda *args, **kwargs: True\n"), "failed",
+        "softmax"),
     "the grader's modules": (with_softmax(
         "return x", header="import sys\n",
         footer='\nsys.modules["checks"].assert_close = lambda *a, **k: None\n'), "forbidden",

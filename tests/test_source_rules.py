@@ -59,9 +59,6 @@ def real_forbidden() -> dict[int, dict[str, tuple[str, ...]]]:
 # ------------------------------------------------------------------ what is refused
 
 # (id, code, line, exercise, a fragment of the message)
-# A module with a function to wrap, for the cases that edit functools.wraps's partial.
-FUNCTOOLS = "import functools\n\n\ndef f():\n    pass\n\n\n"
-
 BAD = [
     ("getattr by a computed name",
      "import torch\n\ndef softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x)\n",
@@ -107,26 +104,6 @@ BAD = [
      "loss = F.cross_entropy(x, y, **{'label_smoothing': 0.1})\n", 2, "6.2", "exercise 6.2"),
     ("open a file", "def f():\n    open('grade.json', 'w').write('{}')\n", 2, None,
      "reads and writes files"),
-    ("replace torch's function", "import torch\n\ndef mine(x, dim=-1):\n    return x\n\n"
-     "torch.softmax = mine\n", 6, None, "it changes `torch`"),
-    ("replace F's function", "import torch.nn.functional as F\nF.layer_norm = print\n", 2, None,
-     "it changes `F`"),
-    ("patch nn.Module", "from torch import nn\nnn.Module.__call__ = print\n", 2, None,
-     "it changes `nn`"),
-    ("patch Tensor", "from torch import Tensor\nTensor.exp = Tensor.abs\n", 2, None,
-     "it changes `Tensor`"),
-    ("patch torch.Tensor", "import torch\ntorch.Tensor.x = 1\n", 2, None, "it changes `torch`"),
-    ("patch through an alias", "import torch\nT = torch.Tensor\nT.exp = T.abs\n", 3, None,
-     "it changes `T`"),
-    ("patch through a default", "import torch\n\ndef f(T=torch.Tensor):\n    T.exp = T.abs\n",
-     4, None, "it changes `T`"),
-    ("patch through a loop", "import torch\nfor T in (torch.Tensor,):\n    T.exp = T.abs\n", 3,
-     None, "it changes `T`"),
-    ("delete from torch", "import torch\ndel torch.exp\n", 2, None, "it changes `torch`"),
-    ("augmented assignment to torch", "import torch\ntorch.pi += 1\n", 2, None,
-     "it changes `torch`"),
-    ("patch the course's parts", "from annotated_transformer.parts import active_parts\n"
-     "active_parts().softmax = print\n", 2, None, "it changes `active_parts`"),
     ("standard module re-exported by torch", "import torch\ntorch.os.system('ls')\n", 2, None,
      "`os` is a module of Python's standard library"),
     ("sys through typing", "import typing\nmods = typing.sys.modules\n", 2, None,
@@ -145,12 +122,8 @@ BAD = [
     ("torch.compile", "import torch\nf = torch.compile(print)\n", 2, None, "compiler"),
     ("torch.jit", "import torch\n\n@torch.jit.script\ndef f(x):\n    return x\n", 3, None,
      "`torch.jit`"),
-    ("global module hook", "from torch import nn\n"
-     "nn.modules.module.register_module_forward_hook(print)\n", 2, None, "hook on every module"),
     ("torch.utils", "import torch\nloader = torch.utils.data.DataLoader([])\n", 2, None,
      "processes or threads"),
-    ("process-wide setting", "import torch\ntorch.set_default_dtype(torch.float64)\n", 2, None,
-     "setting of the whole process"),
     ("numpy file I/O", "import numpy as np\narr = np.load('expected.npy')\n", 2, None, "files"),
     ("numpy raw memory", "import numpy as np\nlib = np.ctypeslib\n", 2, None, "native code"),
     ("numpy submodule import", "from numpy.lib.stride_tricks import as_strided\n", 1, None,
@@ -159,18 +132,6 @@ BAD = [
     ("torch.utils through a name that is not torch.nn", "import torch\nnn = torch\n"
      "loader = nn.utils.data.DataLoader([])\n", 3, None, "processes or threads"),
     ("torch.utils by name", "from torch import utils\n", 1, None, "processes or threads"),
-    # functools.wraps's partial: its keywords dict edited, and update_wrapper then copies a
-    # module's namespace by name. Any change to an object reached through an attribute of a
-    # library object, or to a name bound to such an attribute, is refused, whatever spelling.
-    ("a library object's attribute changed", FUNCTOOLS + "w = functools.wraps(f)\n"
-     "w.keywords['updated'] = ('x',)\n", 9, None, "not one you built"),
-    ("an attribute read, then changed", FUNCTOOLS + "kw = functools.wraps(f).keywords\n"
-     "kw['updated'] = ('x',)\n", 9, None, "not one you built"),
-    ("changed in place by a method", FUNCTOOLS + "w = functools.wraps(f)\n"
-     "w.keywords.update(updated=('x',))\n", 9, None, "not one you built"),
-    ("an attribute read, changed by a method", FUNCTOOLS + "for w in [functools.wraps(f)]:\n"
-     "    kw = w.keywords\n    kw.setdefault('updated', ('x',))\n", 10, None,
-     "not one you built"),
     ("private torch module", "from torch._refs import softmax\n", 1, None, "`_refs` is internal"),
     ("torch module re-exporting os", "import torch.os\n", 1, None, "`os` is a module"),
     ("the course's other names", "from annotated_transformer.parts import Parts\n", 1, None,
@@ -209,15 +170,11 @@ BAD = [
      3, None, "double underscores"),
     ("object's methods without dunders", "class A:\n    def f(self):\n        object.mro()\n", 3,
      None, "`object`'s methods"),
-    ("Tensor subclass", "import torch\n\nclass T(torch.Tensor):\n    pass\n", 3, None,
-     "Tensor subclass"),
-    ("a Tensor subclass of PyTorch's", "import torch\n\nclass M(torch.masked.MaskedTensor):\n"
-     "    pass\n", 3, None, "Tensor subclass"),
     ("type called in an annotation", "def f(x: type('X', (), {})):\n    pass\n", 1, None,
      "`type` is not allowed"),
     ("metaclass", "from torch import nn\n\nclass M(nn.Module, metaclass=Meta):\n    pass\n", 3,
      None, "metaclass"),
-    ("__del__", "class A:\n    def __del__(self):\n        pass\n", 2, None, "after the verdict"),
+    ("__del__", "class A:\n    def __del__(self):\n        pass\n", 2, None, "behind your back"),
     ("__torch_function__", "class A:\n    @classmethod\n    def __torch_function__(cls):\n"
      "        pass\n", 3, None, "intercepts every PyTorch call"),
     ("module __getattr__", "def __getattr__(name):\n    return name\n", 1, None,
@@ -225,20 +182,15 @@ BAD = [
     ("raw memory for numpy", "class A:\n    @property\n    def __array_interface__(self):\n"
      "        return {}\n", 3, None, "behind your back"),
     ("__reduce__", "class A:\n    def __reduce__(self):\n        return (print, ())\n", 2, None,
-     "copied between processes"),
+     "behind your back"),
     ("format string attribute lookup", "s = '{0.__class__}'.format(1)\n", 1, None,
      "format string"),
     ("format on a computed string", "fmt = '{0.x}'\ns = fmt.format(1)\n", 2, None,
      "use an f-string"),
     ("str.format taken as a function", "fmt = str.format\ns = fmt('{0.__class__}', 1)\n", 1,
      None, "on a string literal"),
-    ("SystemExit", "def f():\n    raise SystemExit(0)\n", 2, None, "stops the grader"),
-    ("catch BaseException", "try:\n    pass\nexcept BaseException:\n    pass\n", 3, None,
-     "use Exception"),
     ("vars", "import torch\nns = vars(torch)\n", 2, None, "`vars` is not allowed"),
     ("globals", "g = globals()\n", 1, None, "`globals` is not allowed"),
-    ("breakpoint", "breakpoint()\n", 1, None, "`breakpoint`"),
-    ("input at module level", "answer = input()\n", 1, None, "`input` is not allowed"),
     ("memoryview", "m = memoryview(b'x')\n", 1, None, "raw memory"),
     ("a shadowing parameter elsewhere does not help",
      "def f(open):\n    return open\n\nopen('x')\n", 4, None, "`open` is not allowed"),
@@ -258,12 +210,6 @@ BAD = [
      "        pass\n", 2, None, "double-underscore"),
     ("code in a string annotation", "x: \"__import__('os').system('ls')\" = 1\n", 1, None,
      "names types only"),
-    ("Tensor subclass through an alias", "import torch\nBase = torch.Tensor\n\n"
-     "class T(Base):\n    pass\n", 4, None, "Tensor subclass"),
-    ("Tensor subclass through an import alias", "from torch import Tensor as Base\n\n"
-     "class T(Base):\n    pass\n", 3, None, "Tensor subclass"),
-    ("register a class with an ABC", "import numbers\nnumbers.Real.register(str)\n", 2, None,
-     "isinstance"),
     ("numpy internals", "import numpy as np\nf = np.lib.stride_tricks.as_strided\n", 2, None,
      "`np.lib`"),
     # update_wrapper(f, g, updated=("__globals__",)) merges g's module namespace into the
@@ -320,12 +266,10 @@ def test_each_rule_says_what_to_do_instead():
         "import os\n": "import only torch, numpy, math",
         "import torch\ny = torch.softmax(x)\n": "call your own function or "
                                                "`active_parts().softmax`",
-        "import torch\ntorch.x = 1\n": "assign to your own objects",
         "def f(x):\n    return x._data\n": "use its public functions",
         "def f(x):\n    return x.__dict__\n": "only `super().__init__(...)`",
         "import torch\ntorch.manual_seed(0)\n": "compute with tensors only",
         "class A:\n    def __del__(self):\n        pass\n": "write a plain method",
-        "import torch\nclass T(torch.Tensor):\n    pass\n": "derive from nn.Module",
         "class M(metaclass=Meta):\n    pass\n": "derive from nn.Module or nothing",
         "class A:\n    def f(self):\n        s = super\n": "write `super().method(...)`",
         "fmt = 'x'\ns = fmt.format()\n": "call `.format` on a string literal, or use an f-string",

@@ -3,8 +3,8 @@
 An exercise file computes with PyTorch and nothing else: it may import what ``rules``
 allows (``torch``, ``numpy``, a few computing modules of Python's, and from the course only
 ``active_parts`` and ``Batch``), and it may not reach files, processes, the interpreter's
-internals or frames, build code from strings, patch what it imported or name the op an
-exercise asks for. Each rule is in ``rules``, with the reason the learner reads.
+internals or frames, build code from strings or name the op an exercise asks for. Each
+rule is in ``rules``, with the reason the learner reads.
 
 It reads code and runs nothing, so it stops the plain and the cleverly spelled ways, and
 the learner's message names the line; what it cannot follow (values passed through
@@ -14,7 +14,7 @@ and the boundary around it.
 
 The package, one job a module: ``rules`` (the rules as data, each with its reason),
 ``scopes``, ``expressions``, the checker (``base``, ``names``, ``attributes``,
-``definitions``, ``checker``), ``violations`` (the record of a broken rule and its message)
+``checker``), ``violations`` (the record of a broken rule and its message)
 and ``folders`` (source text, files and a learner's folder: :func:`check_source`,
 :func:`check_file`, :func:`check_folder`).
 """

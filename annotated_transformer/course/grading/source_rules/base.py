@@ -1,15 +1,13 @@
-"""The checker's base: what it knows about one parsed file (its scopes, bindings, imports,
-the names that hand on an imported object) and how it records a violation."""
+"""The checker's base: what it knows about one parsed file (its scopes, bindings, imports)
+and how it records a violation."""
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Mapping, Sequence
 
 from annotated_transformer.course.grading.source_rules.expressions import (
-    argument_defaults,
     other_binding,
     target_names,
-    value_roots,
 )
 from annotated_transformer.course.grading.source_rules.rules import SELF_NAMES, attribute_problem
 from annotated_transformer.course.grading.source_rules.scopes import Scopes
@@ -36,16 +34,10 @@ class CheckerBase:
                          for name in self._import_binds(node)}
         self.bindings = list(self._bindings())
         self.all_bound = {name for name, _ in self.bindings}
-        self.base_verdicts: dict[str, bool] = {}
-        self.values_of: dict[str, list[ast.AST]] = {}
-        for name, value in self.bindings:
-            if value is not None:
-                self.values_of.setdefault(name, []).append(value)
         self.course_parts = self._active_parts_is_the_course()
         self.annotations = self._annotation_nodes()
         self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
         self.parts_names = self._parts_aliases()
-        self.protected = self._protected_names()
         self.found: list[Violation] = []
 
     # -------------------------------------------------------------- bookkeeping
@@ -123,34 +115,6 @@ class CheckerBase:
         if self._is_active_parts_call(base):
             return self.course_parts
         return isinstance(base, ast.Name) and base.id in self.parts_names
-
-    def _protected_names(self) -> set[str]:
-        """Names whose attributes may not be assigned: imports, built-ins and the names that
-        hand one on unchanged (``T = torch.Tensor``, ``for T in (nn.Module,)``, ``def f(T=F)``),
-        found in one pass over who hands on whom (linear, whatever a file holds)."""
-        protected = set(self.imported)
-        pairs = [(name, value) for name, value in self.bindings
-                 if value is not None and not isinstance(value, (ast.ImportFrom, ast.Import))]
-        pairs += [pair for n in self.nodes if isinstance(n, ast.arguments)
-                  for pair in argument_defaults(n)]
-        handed_to: dict[str, set[str]] = {}
-        for name, value in pairs:
-            for root in value_roots(value):
-                if self._unbound_builtin(root):
-                    protected.add(name)
-                handed_to.setdefault(root.id, set()).add(name)
-        todo = list(protected)
-        while todo:
-            for name in handed_to.pop(todo.pop(), ()):
-                if name not in protected:
-                    protected.add(name)
-                    todo.append(name)
-        return protected
-
-    def _unbound_builtin(self, name: ast.Name) -> bool:
-        """A built-in (``int``, ``print``) that the file never binds to anything of its own."""
-        return (name.id not in SELF_NAMES and name.id not in self.all_bound
-                and self.scopes.is_builtin(name))
 
     def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
         """Record a violation at the node's line, its message cut to one short line."""

@@ -4,13 +4,12 @@ from __future__ import annotations
 import ast
 
 from annotated_transformer.course.grading.source_rules.attributes import AttributeRules
-from annotated_transformer.course.grading.source_rules.definitions import DefinitionRules
 from annotated_transformer.course.grading.source_rules.names import NameRules
 from annotated_transformer.course.grading.source_rules.rules import MAX_VIOLATIONS
 from annotated_transformer.course.grading.source_rules.violations import Violation
 
 
-class Checker(NameRules, AttributeRules, DefinitionRules):
+class Checker(NameRules, AttributeRules):
     """Reads one parsed file and collects its violations."""
 
     # -------------------------------------------------------------- running the rules
@@ -24,7 +23,6 @@ class Checker(NameRules, AttributeRules, DefinitionRules):
                 self.check_name(node)
             elif isinstance(node, ast.Attribute):
                 self.check_attribute(node)
-                self.check_mutation(node)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.check_definition(node)
             elif isinstance(node, ast.ClassDef):
@@ -35,8 +33,6 @@ class Checker(NameRules, AttributeRules, DefinitionRules):
                 self.check_match_class(node)
             elif id(node) in self.annotations and isinstance(node, ast.Constant):
                 self.check_string_annotation(node)
-            if isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
-                self.check_store(node)
         found = sorted(set(self.found), key=lambda v: (v.line, v.exercise or "", v.message))
         if len(found) <= MAX_VIOLATIONS:
             return found

@@ -1,13 +1,16 @@
-"""The rules on imports and plain names: the import allow-list, banned built-ins,
-double-underscore names, ``super`` and ``object``."""
+"""The rules on imports, plain names and definitions: the import allow-list, banned
+built-ins, double-underscore names, ``super`` and ``object``, special methods and
+metaclasses."""
 from __future__ import annotations
 
 import ast
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase
 from annotated_transformer.course.grading.source_rules.rules import (
+    ALLOWED_DUNDER_METHODS,
     ALLOWED_IMPORTS,
     BANNED_BUILTINS,
+    BANNED_DUNDER_METHODS,
     BUILTIN_NAMES,
     FROM_ONLY,
     SELF_NAMES,
@@ -18,7 +21,7 @@ from annotated_transformer.course.grading.source_rules.violations import clip, s
 
 
 class NameRules(CheckerBase):
-    """Imports and names."""
+    """Imports, names and definitions."""
 
     # -------------------------------------------------------------- imports
 
@@ -135,3 +138,27 @@ class NameRules(CheckerBase):
         """``super(MyClass, self)``, the older spelling of ``super()``."""
         return (len(args) == 2 and isinstance(args[0], ast.Name) and args[0].id in self.classes
                 and isinstance(args[1], ast.Name) and args[1].id in SELF_NAMES)
+
+    # -------------------------------------------------------------- definitions
+
+    def check_definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """Dunder methods only inside a class, and none that runs behind the learner's back."""
+        if not is_dunder(node.name):
+            return
+        in_class = isinstance(self.scopes.scope_of.get(id(node)), ast.ClassDef)
+        if not in_class:
+            self.add(node, f"`def {node.name}` is not allowed outside a class in an exercise "
+                           f"file: give the function a plain name")
+        elif node.name not in ALLOWED_DUNDER_METHODS:
+            reason = BANNED_DUNDER_METHODS.get(
+                node.name, "is a hook that Python, PyTorch or numpy call behind your back")
+            self.add(node, f"`def {node.name}` is not allowed in an exercise file: it "
+                           f"{reason}; write a plain method")
+
+    def check_class(self, node: ast.ClassDef) -> None:
+        """No metaclass: it runs code the learner does not call."""
+        for keyword in node.keywords:
+            given = keyword.arg or "**"
+            self.add(node, f"`class {node.name}(..., {given}=...)` is not allowed in an "
+                           f"exercise file: a metaclass changes how classes are built; derive "
+                           f"from nn.Module or nothing")

