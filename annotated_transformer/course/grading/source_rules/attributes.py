@@ -4,11 +4,25 @@ and forbidden keyword arguments."""
 from __future__ import annotations
 
 import ast
+import string
+from collections.abc import Iterator
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase
-from annotated_transformer.course.grading.source_rules.expressions import format_fields
 from annotated_transformer.course.grading.source_rules.rules import PARTS_OWN, is_dunder
 from annotated_transformer.course.grading.source_rules.violations import clip, snippet
+
+
+def format_fields(text: str) -> Iterator[str]:
+    """Every replacement field's name in a format string, nested ones included."""
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError:
+        return
+    for _, field, spec, _ in parsed:
+        if field is not None:
+            yield field
+        if spec:
+            yield from format_fields(spec)
 
 
 class AttributeRules(CheckerBase):
