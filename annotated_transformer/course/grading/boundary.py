@@ -121,13 +121,13 @@ def python_paths() -> list[Path]:
 
 
 def command(argv: list[str], *, read_only: Iterable[Path], hidden: Iterable[Path] = (),
-            files: Mapping[Path, Path] | None = None, env: Mapping[str, str]) -> list[str]:
+            env: Mapping[str, str]) -> list[str]:
     """``argv`` run inside the boundary.
 
     ``read_only``: folders and files shown at their own path, read-only, besides the
     system's and Python's (:func:`python_paths`); ``hidden``: folders inside them replaced
-    by an empty read-only folder (the fast parts inside the package); ``files``: a file
-    of the grader's shown read-only at another path; ``env``: the whole environment.
+    by an empty read-only folder (the fast parts inside the package); ``env``: the whole
+    environment.
     """
     shown = sorted({Path(p).resolve() for p in [*python_paths(), *read_only]}
                    | {Path(sys.executable).resolve().parent}, key=lambda p: len(p.parts))
@@ -151,8 +151,6 @@ def command(argv: list[str], *, read_only: Iterable[Path], hidden: Iterable[Path
         made.add(path)
     for path in hidden:
         binds += ["--perms", "0555", "--tmpfs", str(Path(path).resolve())]
-    for source, target in (files or {}).items():
-        binds += ["--ro-bind", str(source), str(target)]
     environment = ["--clearenv"]
     for key, value in env.items():
         environment += ["--setenv", key, value]

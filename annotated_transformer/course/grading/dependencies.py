@@ -98,21 +98,16 @@ def _literal(node: ast.AST, names: dict[str, object]) -> object:
     raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
 
 
-def _assigned(tree: ast.Module, name: str):
-    return constants(tree).get(name)
-
-
 def read(files: Mapping[int, Path] | None = None) -> Declared:
     """``EXERCISES``, ``BUILDS_ON`` and ``INTEGRATION`` of every graded test file."""
     titles: dict[str, str] = {}
     builds_on: dict[str, tuple[str, ...]] = {}
     integration: set[str] = set()
     for path in (files or chapter_test_files()).values():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        titles.update(_assigned(tree, "EXERCISES") or {})
-        builds_on.update({e: tuple(parts) for e, parts in (_assigned(tree, "BUILDS_ON")
-                                                            or {}).items()})
-        integration.update(_assigned(tree, "INTEGRATION") or ())
+        found = constants(ast.parse(path.read_text(encoding="utf-8")))
+        titles.update(found.get("EXERCISES") or {})
+        builds_on.update({e: tuple(p) for e, p in (found.get("BUILDS_ON") or {}).items()})
+        integration.update(found.get("INTEGRATION") or ())
     return Declared(titles, builds_on, frozenset(integration))
 
 

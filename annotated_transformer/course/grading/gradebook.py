@@ -220,11 +220,6 @@ def read_overrides(path: Path) -> list[Override]:
 # ---------------------------------------------------------------- the files
 
 
-def long_csv(book: Gradebook) -> str:
-    """One line a learner's exercise, the overrides applied."""
-    return to_csv(book.effective_rows())
-
-
 def wide_csv(book: Gradebook) -> str:
     """The LMS's table: one line a learner, a column an exercise and a chapter, the total;
     the second line gives each column's possible points (the ``Points Possible`` line that
@@ -295,7 +290,7 @@ def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
     """Write the gradebook (JSON, long and wide CSV) and a feedback file a learner."""
     out.mkdir(parents=True, exist_ok=True)
     write_report(out / "gradebook.json", json.dumps(book.to_json(about), indent=2) + "\n")
-    write_report(out / "gradebook.csv", long_csv(book))
+    write_report(out / "gradebook.csv", to_csv(book.effective_rows()))
     write_report(out / "grades-wide.csv", wide_csv(book))
     folder = out / "feedback"
     folder.mkdir(exist_ok=True)

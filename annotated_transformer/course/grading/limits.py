@@ -92,14 +92,6 @@ class Cgroup:
         except (OSError, ValueError):
             return False
 
-    def peak(self) -> int:
-        """The most memory the group used, bytes (0 where the kernel does not say)."""
-        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
-        try:
-            return int((self.memory / name).read_text())
-        except (OSError, ValueError):
-            return 0
-
     def close(self) -> None:
         """Stop whatever is left in the group, then remove it."""
         for folder in dict.fromkeys([self.memory, self.pids]):

@@ -387,18 +387,15 @@ def _merge(args: argparse.Namespace) -> int:
     parser = build_merge_parser()
     try:
         book = gradebook.read(args.out)
-        about: dict[str, Any] = {}
         for folder in args.folders:
             if not (folder / "gradebook.json").is_file():
                 raise ValueError(f"{folder} holds no gradebook.json")
             book.merge(gradebook.read(folder))
-            data = json.loads((folder / "gradebook.json").read_text())
-            about = {k: data.get(k) for k in ("seed", "course", "sandbox", "flags")}
-        if not args.folders:
-            if not (args.out / "gradebook.json").is_file():
-                raise ValueError(f"--out {args.out} holds no gradebook.json to update")
-            data = json.loads((args.out / "gradebook.json").read_text())
-            about = {k: data.get(k) for k in ("seed", "course", "sandbox", "flags")}
+        if not args.folders and not (args.out / "gradebook.json").is_file():
+            raise ValueError(f"--out {args.out} holds no gradebook.json to update")
+        last = args.folders[-1] if args.folders else args.out  # what the runs share
+        data = json.loads((last / "gradebook.json").read_text())
+        about = {k: data.get(k) for k in ("seed", "course", "sandbox", "flags")}
         if args.overrides is not None:
             book.add_overrides(gradebook.read_overrides(args.overrides))
     except (OSError, ValueError) as error:
