@@ -125,15 +125,13 @@ def failing_roots(exercise: str, right: Mapping[str, bool],
 def blame(exercise: str, roots: list[str], declared: Declared) -> str:
     """``"5.4 uses your MultiHeadAttention (3.3), which does not pass yet: fix 3.3 first."``"""
     named = [f"{declared.name(p)} ({p})" for p in roots[:SHOWN]]
-    more = len(roots) - len(named)
-    if more:
-        listed = f"{', '.join(named)} and {more} more"
-    elif len(named) > 1:
-        listed = f"{', '.join(named[:-1])} and {named[-1]}"
-    else:
-        listed = named[0]
-    ids = list(roots)
-    if len(ids) == 1:
-        return f"{exercise} uses your {listed}, which does not pass yet: fix {ids[0]} first."
-    fix = " and ".join([", ".join(ids[:-1]), ids[-1]]) if len(ids) <= SHOWN else "those"
-    return f"{exercise} uses your {listed}, which do not pass yet: fix {fix} first."
+    named += [f"{len(roots) - SHOWN} more"] if len(roots) > SHOWN else []
+    if len(roots) == 1:
+        return f"{exercise} uses your {named[0]}, which does not pass yet: fix {roots[0]} first."
+    fix = _listed(roots) if len(roots) <= SHOWN else "those"
+    return f"{exercise} uses your {_listed(named)}, which do not pass yet: fix {fix} first."
+
+
+def _listed(items: list[str]) -> str:
+    """``a, b and c``."""
+    return f"{', '.join(items[:-1])} and {items[-1]}"

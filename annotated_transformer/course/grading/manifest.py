@@ -30,6 +30,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from annotated_transformer.course.grading.worker import PRELOADED
 from annotated_transformer.layout import (
     COURSE_TOOLS_DIR,
     FAST_PARTS_DIR,
@@ -83,20 +84,9 @@ def graded_files(root: Path) -> list[str]:
     paths = [p for p in graded.rglob("*") if p != manifest and "__pycache__" not in p.parts]
     grader = sorted(_in(root, COURSE_TOOLS_DIR / "grading").rglob("*.py"))
     seeds = [*grader, *(p for p in paths if p.suffix == ".py")]
-    preloaded = {m for m in preloaded_modules() if m.split(".")[0] == PACKAGE_DIR.name}
+    preloaded = {m for m in PRELOADED if m.split(".")[0] == PACKAGE_DIR.name}
     paths += imported_modules(root, seeds, preloaded)
     return sorted({relative(p, root) for p in paths if p.is_file()})
-
-
-def preloaded_modules() -> tuple[str, ...]:
-    """The grader's worker's ``PRELOADED``, read from its source: importing the worker would
-    import torch, and a grader must be able to say that a broken installation is broken."""
-    source = Path(__file__).with_name("worker.py").read_text(encoding="utf-8")
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "PRELOADED" for t in node.targets):
-            return tuple(ast.literal_eval(node.value))
-    raise ValueError("the grader's worker.py defines no PRELOADED")
 
 
 def imported_modules(root: Path, files: list[Path], names: set[str]) -> list[Path]:
@@ -232,15 +222,15 @@ def integrity(path: Path, submission: Path) -> Integrity:
 def file_sha256(path: Path) -> str | None:
     """The sha256 of a regular file (a symbolic link is not followed), else None."""
     try:
-        if not stat.S_ISREG(path.lstat().st_mode):
-            return None
-        found = hashlib.sha256()
-        with path.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                found.update(chunk)
-        return found.hexdigest()
+        if stat.S_ISREG(path.lstat().st_mode):
+            found = hashlib.sha256()
+            with path.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    found.update(chunk)
+            return found.hexdigest()
     except OSError:
-        return None
+        pass
+    return None
 
 
 def workflow_changes(root: Path, course_dir: Path = WORKFLOWS_DIR) -> dict[str, str]:

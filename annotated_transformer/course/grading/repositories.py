@@ -49,39 +49,31 @@ def parse_deadline(text: str) -> datetime:
     return moment
 
 
-def _git(clone: Path, *args: str) -> str:
+def _run(command: list[str], what: str, timeout: int) -> str:
+    """Run git, never asking for a password; its output, or a :class:`SubmissionError` that
+    says ``what`` failed and why (no URL's token in it: the command's text is not kept)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
     try:
-        done = subprocess.run(["git", "-C", str(clone), "-c", "filter.lfs.required=false",
-                               *args], capture_output=True, text=True, timeout=GIT_TIMEOUT,
-                              env=env)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise SubmissionError(f"git {args[0]} did not finish in {GIT_TIMEOUT} s") from None
+        raise SubmissionError(f"{what}: no answer within {timeout} s") from None
+    except OSError as error:
+        raise SubmissionError(f"{what}: {error.strerror}") from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
-        raise SubmissionError(f"git {args[0]} failed: {why}")
+        raise SubmissionError(f"{what}: {_without_any_credentials(why)}")
     return done.stdout.strip()
 
 
+def _git(clone: Path, *args: str) -> str:
+    return _run(["git", "-C", str(clone), "-c", "filter.lfs.required=false", *args],
+                f"git {args[0]} failed", GIT_TIMEOUT)
+
+
 def clone(url: str, dest: Path) -> None:
-    """Clone ``url`` (every branch, no work tree yet) into ``dest``, never asking for a
-    password."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
-    command = ["git", "-c", "protocol.ext.allow=never", "clone", "--no-checkout", "--quiet",
-               "--", url, str(dest)]
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True,
-                              timeout=CLONE_TIMEOUT)
-    except subprocess.TimeoutExpired:  # its text holds the command, the URL's token with it
-        raise SubmissionError(f"cannot clone {without_credentials(url)}: no answer within "
-                              f"{CLONE_TIMEOUT} s") from None
-    except OSError as error:
-        raise SubmissionError(f"cannot clone {without_credentials(url)}: "
-                              f"{error.strerror}") from None
-    if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
-        raise SubmissionError(f"cannot clone {without_credentials(url)}: "
-                              f"{_without_any_credentials(why)}")
+    """Clone ``url`` (every branch, no work tree yet) into ``dest``."""
+    _run(["git", "-c", "protocol.ext.allow=never", "clone", "--no-checkout", "--quiet", "--",
+          url, str(dest)], f"cannot clone {without_credentials(url)}", CLONE_TIMEOUT)
 
 
 def checkout(clone_dir: Path, who, branch: str | None, deadline: datetime | None) -> None:
