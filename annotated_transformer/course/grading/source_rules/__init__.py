@@ -13,19 +13,19 @@ that watch the code run catch: PyTorch's dispatcher (``allowed_ops``), the worke
 and the boundary around it.
 
 The package, one job a module: ``rules`` (the rules as data, each with its reason),
-``scopes`` (which scope a name is evaluated in), the checker's parts (``base``: what it
-knows of a file; ``names``: imports, names and definitions; ``attributes``: attributes,
-calls and keywords), ``violations`` (the record of a broken rule and its message) and
-``folders`` (the checker over source text, a file and a learner's folder:
-:func:`check_source`, :func:`check_file`, :func:`check_folder`).
+``scopes`` (which scope a name is evaluated in), the checker's parts (``base``: a
+violation, and what the checker knows of a file; ``names``: imports, names and
+definitions; ``attributes``: attributes, calls and keywords) and ``folders`` (the
+checker over source text, a file and a learner's folder: :func:`check_source`,
+:func:`check_file`, :func:`check_folder`).
 """
 from __future__ import annotations
 
+from annotated_transformer.course.grading.source_rules.base import Violation
 from annotated_transformer.course.grading.source_rules.folders import (
     check_file,
     check_folder,
     check_source,
 )
-from annotated_transformer.course.grading.source_rules.violations import Violation
 
 __all__ = ["Violation", "check_file", "check_folder", "check_source"]

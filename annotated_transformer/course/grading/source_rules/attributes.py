@@ -7,9 +7,8 @@ import ast
 import string
 from collections.abc import Iterator
 
-from annotated_transformer.course.grading.source_rules.base import CheckerBase
+from annotated_transformer.course.grading.source_rules.base import CheckerBase, clip, snippet
 from annotated_transformer.course.grading.source_rules.rules import PARTS_OWN, is_dunder
-from annotated_transformer.course.grading.source_rules.violations import clip, snippet
 
 
 def format_fields(text: str) -> Iterator[str]:

@@ -1,13 +1,47 @@
-"""The checker's base: what it knows about one parsed file (its scopes, bindings, imports)
-and how it records a violation."""
+"""The checker's base: what a violation is, what the checker knows about one parsed file
+(its scopes, bindings, imports) and how it records a violation."""
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
-from annotated_transformer.course.grading.source_rules.rules import SELF_NAMES, attribute_problem
+from annotated_transformer.course.grading.source_rules.rules import (
+    MAX_MESSAGE,
+    SELF_NAMES,
+    attribute_problem,
+)
 from annotated_transformer.course.grading.source_rules.scopes import Scopes
-from annotated_transformer.course.grading.source_rules.violations import Violation, one_line
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One thing a learner's file may not do, at one line."""
+
+    path: str  # the file's path as given (check_file) or from the folder's name (check_folder)
+    line: int
+    exercise: str | None  # "2.1" for a forbidden name of that exercise, else None
+    message: str  # one line: what is not allowed and what to do instead
+
+
+def clip(text: str, width: int = 40) -> str:
+    """The text, cut to ``width`` characters with a visible marker."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def snippet(node: ast.AST, width: int = 40) -> str:
+    """The node's code, shortened for a one-line message."""
+    try:
+        text = " ".join(ast.unparse(node).split())
+    except (RecursionError, ValueError):
+        text = type(node).__name__
+    return clip(text, width)
+
+
+def one_line(message: str) -> str:
+    """A message as one line of at most MAX_MESSAGE characters."""
+    message = " ".join(message.split())
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
 
 
 def target_names(node: ast.AST) -> Iterator[str]:
@@ -58,7 +92,6 @@ class CheckerBase:
         self.all_bound = {name for name, _ in self.bindings}
         self.course_parts = self._active_parts_is_the_course()
         self.annotations = self._annotation_nodes()
-        self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
         self.parts_names = self._parts_aliases()
         self.found: list[Violation] = []
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from annotated_transformer.course.grading.source_rules.attributes import AttributeRules
+from annotated_transformer.course.grading.source_rules.base import Violation, one_line
 from annotated_transformer.course.grading.source_rules.names import NameRules
 from annotated_transformer.course.grading.source_rules.rules import MAX_SOURCE_BYTES, MAX_VIOLATIONS
-from annotated_transformer.course.grading.source_rules.violations import Violation, one_line
 from annotated_transformer.layout import CHAPTER_FILE
 
 

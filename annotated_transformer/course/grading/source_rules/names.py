@@ -1,11 +1,10 @@
 """The rules on imports, plain names and definitions: the import allow-list, banned
-built-ins, double-underscore names, ``super`` and ``object``, special methods and
-metaclasses."""
+built-ins, double-underscore names, special methods and metaclasses."""
 from __future__ import annotations
 
 import ast
 
-from annotated_transformer.course.grading.source_rules.base import CheckerBase
+from annotated_transformer.course.grading.source_rules.base import CheckerBase, clip
 from annotated_transformer.course.grading.source_rules.rules import (
     ALLOWED_DUNDER_METHODS,
     ALLOWED_IMPORTS,
@@ -13,11 +12,9 @@ from annotated_transformer.course.grading.source_rules.rules import (
     BANNED_DUNDER_METHODS,
     BUILTIN_NAMES,
     FROM_ONLY,
-    SELF_NAMES,
     is_dunder,
     module_problem,
 )
-from annotated_transformer.course.grading.source_rules.violations import clip, snippet
 
 
 class NameRules(CheckerBase):
@@ -64,8 +61,8 @@ class NameRules(CheckerBase):
     # -------------------------------------------------------------- names
 
     def check_name(self, node: ast.Name) -> None:
-        """Built-ins that escape the rules, dunder names, ``super``/``object`` misuse, names
-        the file never binds, and ``wraps`` beyond its plain use."""
+        """Built-ins that escape the rules, dunder names, names the file never binds, and
+        ``wraps`` beyond its plain use."""
         name = node.id
         if isinstance(node.ctx, ast.Load) and not is_dunder(name):
             self.check_free_name(node)
@@ -82,14 +79,6 @@ class NameRules(CheckerBase):
                 own = f" (or rename your own `{name}`)" if name in self.all_bound else ""
                 self.add(node, f"`{name}` is not allowed in an exercise file: it "
                                f"{BANNED_BUILTINS[name]}{own}")
-        elif name == "super" and isinstance(node.ctx, ast.Load) and self.scopes.is_builtin(node):
-            self.check_super(node)
-        elif name == "object" and self.scopes.is_builtin(node):
-            parent = self.parent.get(id(node))
-            if isinstance(parent, ast.Attribute) and parent.value is node:
-                self.add(node, f"`{snippet(parent)}` is not allowed in an exercise file: "
-                               f"`object`'s methods bypass a class's own; call the method "
-                               f"on your object")
 
     def check_free_name(self, node: ast.Name) -> None:
         """A name must be a built-in or bound somewhere in the file (imported, assigned, a
@@ -122,22 +111,6 @@ class NameRules(CheckerBase):
         sides = [compare.left, *compare.comparators]
         return (len(sides) == 2 and isinstance(compare.ops[0], ast.Eq)
                 and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
-
-    def check_super(self, node: ast.Name) -> None:
-        """``super()`` (or ``super(MyClass, self)``) followed by an attribute: any other use
-        hands out an object through which a class's own methods are bypassed."""
-        call = self.parent.get(id(node))
-        used = self.parent.get(id(call))
-        ok_call = isinstance(call, ast.Call) and call.func is node and not call.keywords and (
-            not call.args or self._classic_super(call.args))
-        if not (ok_call and isinstance(used, ast.Attribute) and used.value is call):
-            self.add(node, "this use of `super` is not allowed in an exercise file: write "
-                           "`super().method(...)`, e.g. `super().__init__()`")
-
-    def _classic_super(self, args: list[ast.expr]) -> bool:
-        """``super(MyClass, self)``, the older spelling of ``super()``."""
-        return (len(args) == 2 and isinstance(args[0], ast.Name) and args[0].id in self.classes
-                and isinstance(args[1], ast.Name) and args[1].id in SELF_NAMES)
 
     # -------------------------------------------------------------- definitions
 
