@@ -2,13 +2,10 @@
 
 Training the capstone takes from seconds to minutes; a learner who grades again without
 changing a file would wait for the same verdict. The records of a whole-course exercise
-(``INTEGRATION`` in its test file) are kept under a key: the sha256 of every learner file
-of the chapters it builds on and of its own chapter (and of the folder's other Python
-files, which every chapter may import), of the files that decide a grade (the manifest's,
-:func:`~annotated_transformer.course.grading.manifest.graded_files`: the graded tests, the
-grader, the capstone's training and all they import, and the pytest settings), and the
-versions of Python and PyTorch. Only a
-``passed`` or ``failed`` verdict is kept, never an error or a timeout.
+(``INTEGRATION`` in its test file) are kept under a key (:func:`key`): the learner's chapter
+files it builds on, the files that decide a grade (the manifest's) and the versions of
+Python and PyTorch. Only a ``passed`` or ``failed`` verdict is kept, never an error or a
+timeout.
 
 The cache lives outside the course and the submission (``$XDG_CACHE_HOME/annotated-transformer``
 or ``~/.cache/annotated-transformer``): a file in the repository could be committed, forged,
@@ -64,8 +61,9 @@ def _digest(path: Path) -> str:
 
 
 def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
-    """The key of a result graded from ``parts``'s files of ``chapters`` by ``test_file``;
-    None when ``parts`` is not one folder."""
+    """The key of a result graded from ``parts``'s files of ``chapters`` by ``test_file``
+    (the sha256 of each, of the files that decide a grade and of the versions of Python
+    and PyTorch); None when ``parts`` is not one folder."""
     import torch
 
     folder = source_folder(parts)
@@ -74,7 +72,7 @@ def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
     learner = {}
     for path in sorted(folder.glob("*.py")):
         match = CHAPTER_FILE.match(path.name)
-        if match is None or int(match["chapter"]) in chapters:
+        if match and int(match["chapter"]) in chapters:  # nothing else of it is run
             learner[path.name] = _digest(path)
     grading = {**manifest.compute(ROOT)["files"], relative(test_file): _digest(test_file)}
     facts = {"parts": parts, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),

@@ -231,12 +231,6 @@ def plain(value: Any) -> Any:
                     f"lists, tuples and dicts of them)")
 
 
-def torch_zero() -> Any:
-    import torch
-
-    return torch.zeros(1)
-
-
 def main() -> int:
     import faulthandler
     import json
@@ -253,7 +247,9 @@ def main() -> int:
     limit_resources(config["memory_bytes"])
     worker = Worker(config)  # PyTorch and the tests imported: no learner code has run yet
     if config["user"]:
-        protocol.decode(protocol.encode({"ready": torch_zero()}))  # load what replies need
+        import torch
+
+        protocol.decode(protocol.encode({"ready": torch.zeros(1)}))  # load what replies need
         drop_privileges(config["user"])
     handle = worker.handle  # bound now: a learner's change to the class changes nothing
     protocol.write_frame(replies, {"ready": True})
