@@ -1,27 +1,12 @@
 """The rules on attributes and calls: double-underscore and private attributes, what
-``active_parts()`` is besides the parts, class patterns, string annotations, ``str.format``
-and forbidden keyword arguments."""
+``active_parts()`` is besides the parts, class patterns, string annotations and forbidden
+keyword arguments."""
 from __future__ import annotations
 
 import ast
-import string
-from collections.abc import Iterator
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase, clip, snippet
 from annotated_transformer.course.grading.source_rules.rules import PARTS_OWN, is_dunder
-
-
-def format_fields(text: str) -> Iterator[str]:
-    """Every replacement field's name in a format string, nested ones included."""
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError:
-        return
-    for _, field, spec, _ in parsed:
-        if field is not None:
-            yield field
-        if spec:
-            yield from format_fields(spec)
 
 
 class AttributeRules(CheckerBase):
@@ -42,8 +27,6 @@ class AttributeRules(CheckerBase):
                            f"`self._name` is fine)")
         else:
             self.check_attribute_name(node, name, code, base)
-        if name in ("format", "format_map"):
-            self.check_format(node)
         if name == "wraps":
             self.check_wraps(node)
         if self._through_parts(base):
@@ -124,15 +107,3 @@ class AttributeRules(CheckerBase):
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
             return {k.arg for k in value.keywords if k.arg}
         return set()
-
-    def check_format(self, node: ast.Attribute) -> None:
-        """``str.format`` looks attributes up from the format string (``"{0.__class__}"``):
-        only called on a string literal without attribute fields (f-strings are fine)."""
-        call = self.parent.get(id(node))
-        text = node.value.value if isinstance(node.value, ast.Constant) else None
-        if not (isinstance(call, ast.Call) and call.func is node and isinstance(text, str)):
-            self.add(node, f"`{snippet(node)}` is not allowed in an exercise file: call "
-                           f"`.format` on a string literal, or use an f-string")
-        elif any("." in field for field in format_fields(text)):
-            self.add(node, "attribute lookups inside a format string are not allowed in an "
-                           "exercise file: use an f-string")
