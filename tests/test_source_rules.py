@@ -189,7 +189,7 @@ BAD = [
     ("a class of self beyond its name", "class A:\n    def f(self):\n"
      "        return self.__class__.__mro__\n", 3, None, "double underscores"),
     ("a fake __class__", "class A:\n    @property\n    def __class__(self):\n"
-     "        return int\n", 3, None, "changes what isinstance answers"),
+     "        return int\n", 3, None, "behind your back"),
     ("__slots__ in a class", "class A:\n    __slots__ = ('x',)\n", 2, None, "`__slots__`"),
     ("__name__ outside the main guard", "name = __name__\n", 1, None, "`__name__`"),
     ("a class pattern reads an attribute", "import torch.nn.functional as F\n"

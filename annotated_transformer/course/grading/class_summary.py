@@ -60,9 +60,7 @@ def summarize(rows: Iterable[ExerciseResult]) -> list[ExerciseSummary]:
 
 def most_common(summary: list[ExerciseSummary]) -> list[tuple[str, int]]:
     """Every named mistake of the class with its learners, most common first (then by id)."""
-    counts = Counter()
-    for entry in summary:
-        counts.update(entry.mistakes)
+    counts = sum((entry.mistakes for entry in summary), Counter())
     return sorted(counts.items(), key=lambda item: (
         -item[1], dependencies.order(item[0].split("/")[0]), item[0]))
 
