@@ -36,9 +36,3 @@ class Confinement(parts.SourcePolicy):
             raise BlockedChapter(next(iter(self.blocked.values())))
         if chapter in self.blocked:
             raise BlockedChapter(self.blocked[chapter])
-
-
-def confine(folder: Path, blocked: Mapping[int, str]) -> None:
-    """Make every source, the reference included, mean the learner's ``folder``, for the
-    rest of this process."""
-    parts.install_policy(Confinement(folder, blocked))

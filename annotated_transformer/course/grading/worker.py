@@ -106,9 +106,9 @@ class Worker:
         from annotated_transformer import parts
         from annotated_transformer.course.grading import confinement
 
-        if self.learner_dir is not None:
-            confinement.confine(self.learner_dir,
-                                {int(c): why for c, why in config["blocked"].items()})
+        if self.learner_dir is not None:  # every source, the reference included, is its folder
+            parts.install_policy(confinement.Confinement(
+                self.learner_dir, {int(c): why for c, why in config["blocked"].items()}))
         self.parts = parts
         for name in PRELOADED:  # what an exercise file may import, loaded once, up front
             try:
