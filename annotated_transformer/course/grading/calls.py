@@ -11,14 +11,14 @@ learner's code does to this record can only add or remove a "fix ... first" hint
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-CHAPTER_FILE = re.compile(r"ch(\d\d)_\w+\.py")
+from annotated_transformer.layout import CHAPTER_FILE
+
 LIMIT = 200  # names one reply may carry
 
 
@@ -46,7 +46,7 @@ class Observed:
     def names(self) -> list[str]:
         """``file:qualified name`` of every function of a chapter file entered."""
         found = {f"{Path(code.co_filename).name}:{code.co_qualname}" for code in self.codes
-                 if CHAPTER_FILE.fullmatch(Path(code.co_filename).name)}
+                 if CHAPTER_FILE.match(Path(code.co_filename).name)}
         return sorted(found)[:LIMIT]
 
 
@@ -60,7 +60,7 @@ def exercises(names: Iterable[object], titles: dict[str, str]) -> set[str]:
         if not isinstance(name, str) or ":" not in name:
             continue
         file, qualified = name.split(":", 1)
-        chapter = CHAPTER_FILE.fullmatch(file)
+        chapter = CHAPTER_FILE.match(file)
         if chapter is None:
             continue
         exercise = by_name.get((int(chapter[1]), qualified.split(".")[0]))
