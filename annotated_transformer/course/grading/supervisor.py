@@ -428,10 +428,9 @@ class WorkerPool:
         try:
             if (key, chapter) in self.crashed and (key, chapter) not in self.imports:
                 self._check_import(worker, key, request, cpu_seconds, waits)
-            if spent:  # the exercise's first timeout named the line; the same loop, likely
-                return worker.call(request, min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS),
-                                   locate=False, wait_seconds=waits)
-            return worker.call(request, cpu_seconds, wait_seconds=waits)
+            # after a timeout of the exercise (whose line was named), the same loop, likely
+            budget = min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS) if spent else cpu_seconds
+            return worker.call(request, budget, locate=not spent, wait_seconds=waits)
         except WorkerTimeout as stopped:
             if stopped.reason == "cpu":
                 self.timed_out.add((key, exercise))
