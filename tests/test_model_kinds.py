@@ -86,10 +86,15 @@ CHECKPOINT_KEY = {"checkpoint.py", "average.py"}  # state["kind"]: the model's k
 def other_kinds(source: str, name: str) -> list[str]:
     """Where ``source`` (the module ``name``, relative to the package) uses the word kind
     for something other than a model's kind: a variable, parameter, keyword, function or
-    constant named so, or the key "kind" outside the checkpoint's. ``x.kind`` (a model's)
-    and, in model.py, the class attribute each kind sets are the model's kind."""
+    constant named so, or the key "kind" outside the checkpoint's. ``x.kind`` and
+    ``getattr(x, "kind")`` (a model's) and, in model.py, the class attribute each kind sets
+    are the model's kind."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    by_name = {id(node.args[1]) for node in ast.walk(tree)  # getattr(model, "kind", None)
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+               and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2}
+    for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and name == "model.py":
             for statement in node.body:  # kind = "encoder-decoder"; kind: ClassVar[str]
                 targets = (statement.targets if isinstance(statement, ast.Assign)
@@ -108,7 +113,7 @@ def other_kinds(source: str, name: str) -> list[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif (isinstance(node, ast.Constant) and node.value in ("kind", "kinds")
-              and name not in CHECKPOINT_KEY):
+              and name not in CHECKPOINT_KEY and id(node) not in by_name):
             found.append(f"line {node.lineno}: the key {node.value!r}")
         found += [f"line {node.lineno}: {n}" for n in names if KIND_WORD.search(n)]
     return found
@@ -120,6 +125,7 @@ def test_the_word_checker_finds_another_kind():
     assert sorted(q.split(":")[0] for q in other_kinds(source, "x.py")) == [
         "line 1", "line 2", "line 2", "line 3", "line 4", "line 4"]
     assert other_kinds("class M:\n    kind = 'decoder-only'\nm.kind\n", "model.py") == []
+    assert other_kinds("getattr(model, 'kind', None)\n", "x.py") == []  # the model's, by name
     assert other_kinds("state['kind']\n", "checkpoint.py") == []
 
 
