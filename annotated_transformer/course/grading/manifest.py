@@ -30,7 +30,6 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from annotated_transformer.course.grading.worker import PRELOADED
 from annotated_transformer.layout import (
     COURSE_TOOLS_DIR,
     FAST_PARTS_DIR,
@@ -84,9 +83,21 @@ def graded_files(root: Path) -> list[str]:
     paths = [p for p in graded.rglob("*") if p != manifest and "__pycache__" not in p.parts]
     grader = sorted(_in(root, COURSE_TOOLS_DIR / "grading").rglob("*.py"))
     seeds = [*grader, *(p for p in paths if p.suffix == ".py")]
-    preloaded = {m for m in PRELOADED if m.split(".")[0] == PACKAGE_DIR.name}
+    preloaded = {m for m in preloaded_modules() if m.split(".")[0] == PACKAGE_DIR.name}
     paths += imported_modules(root, seeds, preloaded)
     return sorted({relative(p, root) for p in paths if p.is_file()})
+
+
+def preloaded_modules() -> tuple[str, ...]:
+    """The grader's worker's ``PRELOADED``, read from its source, not imported: the grader
+    never imports the worker's module, so that a worker that cannot start (a broken
+    installation) is said in one line by the supervisor, not by a traceback here."""
+    source = Path(__file__).with_name("worker.py").read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "PRELOADED" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise ValueError("the grader's worker.py defines no PRELOADED")
 
 
 def imported_modules(root: Path, files: list[Path], names: set[str]) -> list[Path]:
