@@ -216,3 +216,18 @@ def test_the_recipe_shape_section_reports_ratio_parts_and_ceiling(tmp_path, caps
     assert "nothing computing them passes" in out
     assert "x nn.Transformer" in out and "load average" in out and "goal: fast >= 1.5x" in out
     assert "scored target tokens padded to" in out
+
+
+def test_the_committed_recipe_batches_are_the_recipes():
+    """The bench's recipe shape is cut as the recipe cuts its batches: the committed file
+    was written with the recipe's token budget and vocabulary (rewrite it with
+    ``recipe_batches.save(DIR)`` when the recipe changes), and no batch passes the budget."""
+    from annotated_transformer.bench import recipe_batches
+    from annotated_transformer.recipes import CPU_TRANSLATION
+
+    saved = json.loads(recipe_batches.FILE.read_text())
+    assert (saved["max_tokens"], saved["vocab_size"]) == (
+        CPU_TRANSLATION.train.max_tokens, CPU_TRANSLATION.vocab_size)
+    for src, tgt in recipe_batches.load():
+        assert len(src) * max(src) <= saved["max_tokens"]
+        assert len(tgt) * max(tgt) <= saved["max_tokens"]

@@ -52,7 +52,7 @@ What it measures, in this order (the book's performance page shows the latest fi
 ``--recipe-shape`` instead measures only the CPU recipe's step (``--model cpu`` on
 Multi30k: :mod:`~.recipe_shape`): the fast parts against ``nn.Transformer`` on one thread
 and on two, interleaved in one run, on the recipe's real batches and their padding
-(:mod:`~.recipe_batches`: the lengths of Multi30k's batches by 4,096 tokens, committed;
+(:mod:`~.recipe_batches`: the lengths of Multi30k's batches by the recipe's tokens, committed;
 ``--dataset DIR`` draws them from a corpus), with the ratio, each contender's GFLOP/s
 against the matmul ceiling measured with as many threads, the share of each part of a
 step, and the machine's load.

@@ -1,5 +1,5 @@
-"""The CPU recipe's real batches: Multi30k cut by a budget of 4,096 tokens a side, with
-their padding.
+"""The CPU recipe's real batches: Multi30k cut by the recipe's budget of tokens a side
+(``recipes.CPU_TRANSLATION.train.max_tokens``), with their padding.
 
 ``train --task translation --model cpu`` trains on :class:`~annotated_transformer.data.
 batching.TokenBudgetStream` batches (sorted by source length within a pool, so the source
@@ -19,10 +19,12 @@ import torch
 from torch import Tensor
 
 from annotated_transformer.data.vocab import BOS, EOS, PAD
+from annotated_transformer.recipes import CPU_TRANSLATION
 
 FILE = Path(__file__).with_name("multi30k_batches.json")
 COUNT = 32  # batches kept: their padding is the stream's (measured over 300)
-MAX_TOKENS, VOCAB, SEED = 4096, 8000, 0  # the recipe's (recipes.CPU_TRANSLATION)
+MAX_TOKENS, VOCAB = CPU_TRANSLATION.train.max_tokens, CPU_TRANSLATION.vocab_size
+SEED = 0
 
 Lengths = tuple[list[int], list[int]]
 """One batch: each row's source length (EOS included) and target length (BOS and EOS)."""

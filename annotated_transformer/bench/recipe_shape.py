@@ -2,7 +2,7 @@
 against ``nn.Transformer`` on one thread and on two, interleaved in one run.
 
 The steps train on the recipe's real batches (:mod:`~annotated_transformer.bench.
-recipe_batches`: Multi30k by a budget of 4,096 tokens, random tokens with the real rows'
+recipe_batches`: Multi30k by the recipe's budget of tokens, random tokens with the real rows'
 lengths, padding included), each round on the next few of them, the same for every
 contender; a contender's rate is in scored target tokens a second. ``nn.Transformer``
 computes on every padded position; the fast parts on the positions that count

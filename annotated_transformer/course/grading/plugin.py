@@ -172,9 +172,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     exercise = _exercise(request.node)
     if _learner_dir(parts) is not None:
         found = _violations(parts)
-        # A file of the folder that is no chapter's (a helper, __init__.py) concerns all.
-        own = [v for v in [*found.get(chapter, []), *found.get(None, [])]
-               if v.exercise in (None, exercise)]
+        own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
         if own and unreadable(own[0].message):
             raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
         if own:
@@ -233,7 +231,7 @@ def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
 
 
 @cache
-def _violations(parts: str) -> Mapping[int | None, list]:
+def _violations(parts: str) -> Mapping[int, list]:
     from annotated_transformer.course.grading import source_rules
 
     return source_rules.check_folder(_learner_dir(parts), _forbidden_names())
@@ -242,7 +240,7 @@ def _violations(parts: str) -> Mapping[int | None, list]:
 def _blocked(parts: str) -> Mapping[int, str]:
     """Chapter files that break a rule for every exercise: never imported in the worker."""
     general = {c: [v for v in found if v.exercise is None]
-               for c, found in _violations(parts).items() if c is not None}
+               for c, found in _violations(parts).items()}
     return {c: _say(found[0]) for c, found in general.items() if found}
 
 
