@@ -290,6 +290,35 @@ def test_dropout_keeps_one_minus_p_and_scales_like_pytorch():
         assert _ops.dropout(torch.ones(odd), 0.1).shape == (odd,)
 
 
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32])
+def test_the_threshold_is_tested_without_a_comparison_at_every_integer_near_it(dtype):
+    """``at_least`` (clamp, subtract) is ``integers >= threshold`` as 1 and 0, at the
+    threshold, one either side, and the type's extremes."""
+    info = torch.iinfo(dtype)
+    for threshold in (info.min + 1, -6554, 0, 1, 6553, info.max):
+        near = [info.min, info.min + 1, threshold - 1, threshold, info.max - 1, info.max]
+        near += [threshold + 1] if threshold < info.max else []
+        integers = torch.tensor(near, dtype=dtype)
+        expected = (integers >= threshold).to(dtype)
+        assert torch.equal(_ops.at_least(integers.clone(), threshold), expected), threshold
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 1e-6, 1 - 1e-6])
+def test_the_mask_of_a_seed_is_the_comparison_of_its_random_integers(p):
+    """``scaled_mask``: 0 or ``1 / (1 - p)`` where the seed's 16 (or, near 0 and 1, 32)
+    random bits reach the threshold."""
+    x = torch.ones(4_001, dtype=torch.float64)  # not a multiple of the elements a draw serves
+    bits = 16 if 0 < round(p * 2**16) < 2**16 else 32
+    torch.manual_seed(3)
+    mask = _ops.scaled_mask(x, p)
+    torch.manual_seed(3)
+    per_draw, span = 64 // bits, 2**bits
+    draws = torch.empty(-(-x.numel() // per_draw), dtype=torch.int64).random_(-(2**63), None)
+    integers = draws.view(torch.int16 if bits == 16 else torch.int32)[: x.numel()]
+    expected = (integers.long() >= round(p * span) - span // 2).double() / (1 - p)
+    assert mask.dtype == torch.float64 and torch.equal(mask, expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_relu_then_dropout_in_one_mask_is_the_same_values_and_gradients(dtype):
     """``relu_dropout`` draws the mask ``dropout`` would draw for ``relu(x)`` (the same seed,

@@ -86,9 +86,14 @@ def scaled_mask(x: Tensor, p: float) -> Tensor:
     bits = torch.empty(-(-count // per_draw), dtype=torch.int64, device=x.device)
     bits = bits.random_(-(2**63), None).view(dtype)  # all 64 bits random
     bits = (bits[:count] if count % per_draw else bits).view(x.shape)
-    below = round(p * span) - span // 2 - 1  # kept: bits > below
-    kept = bits.clamp_(below, below + 1).sub_(below)  # 1 kept, 0 dropped
+    kept = at_least(bits, round(p * span) - span // 2)
     return kept.to(x.dtype).mul_(1.0 / (1.0 - p))
+
+
+def at_least(integers: Tensor, threshold: int) -> Tensor:
+    """1 where ``integers >= threshold``, 0 elsewhere, in their dtype, in place: clamped to
+    ``[threshold - 1, threshold]``, less ``threshold - 1`` (``threshold - 1`` must fit)."""
+    return integers.clamp_(threshold - 1, threshold).sub_(threshold - 1)
 
 
 def module_dropout(x: Tensor, module: nn.Dropout) -> Tensor:
