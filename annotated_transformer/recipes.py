@@ -107,11 +107,11 @@ class TranslationRecipe(Recipe):
 
 # Multi30k on a CPU in 30 minutes on any machine (measured: the book's Performance page):
 # 28 minutes of training, however many steps fit (3,156 on the 2-core AMD machine of the
-# final run: BLEU 40.34), and two for `evaluate` (20 s there; 2 min 55 s for a barely
-# trained model on one thread of a loaded machine, whose translations run long). Batches
-# of 2,048 tokens a side make twice the updates of 4,096 in the same time (+2.0 BLEU at
-# the same rate); the peak rate 0.35 / sqrt(256 * 400), lower than 4,096's 0.5 for batches
-# half as large, added 1.1 more; batches of 1,024 fell behind.
+# final run: BLEU 40.34; run again, 39.98), and two for `evaluate` (20 s there; 2 min 55 s
+# for a barely trained model on one thread of a loaded machine, whose translations run
+# long). Batches of 2,048 tokens a side make twice the updates of 4,096 in the same time
+# (+2.0 BLEU at the same rate); the peak rate 0.35 / sqrt(256 * 400), lower than 4,096's
+# 0.5 for batches half as large, added 1.1 more; batches of 1,024 fell behind.
 CPU_TRANSLATION = TranslationRecipe(
     model=dict(MODEL_SIZES["cpu"]),
     train=TrainConfig(steps=1500, lr_factor=0.35, warmup_steps=400, decay="linear",

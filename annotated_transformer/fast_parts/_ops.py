@@ -32,9 +32,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 
 
 def relu_dropout(x: Tensor, module: nn.Dropout) -> Tensor:
-    """``module_dropout(F.relu(x), module)`` with one mask: an element is kept where ``x``
-    is positive and the dropout keeps it, the same values and gradients (ReLU's gradient
-    is 0 where ``x <= 0``, which the mask gives) in fewer passes over ``x``."""
+    """``module_dropout(F.relu(x), module)`` as one autograd function: the same values and
+    gradients (ReLU's gradient is 0 where ``x <= 0``), the forward pass two operations on
+    ``x``'s size and the backward pass one, reading the output (:class:`_ReluTimes`)."""
     p = module.p
     if not (p and module.training) or x.device.type != "cpu" or p >= 1.0 or is_compiling():
         return module_dropout(F.relu(x), module)

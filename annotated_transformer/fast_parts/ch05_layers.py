@@ -4,8 +4,8 @@ Every class is the reference's subclass and overrides only ``forward``: the
 constructors, submodule names, state-dict keys and argument checks are the
 reference's own. LayerNorm is one fused kernel (forward and backward) instead of the
 eight operations of its formula; the feed-forward network's ReLU and dropout are one
-mask (``_ops.relu_dropout``), a residual connection's dropout and sum one ``addcmul``
-(``_ops.add_dropout``); a dropout of probability 0, or any dropout in
+autograd function (``_ops.relu_dropout``), a residual connection's dropout and sum one
+``addcmul`` (``_ops.add_dropout``); a dropout of probability 0, or any dropout in
 ``eval()`` mode, is not called at all; the layers apply their residual connections
 without building a closure per call.
 
