@@ -110,9 +110,10 @@ class TranslationRecipe(Recipe):
 # 28 minutes of training, however many steps fit (3,110 on the 2-core AMD machine of the
 # final run: BLEU 40.16, again 40.09; at dropout 0.1, 40.34 and 39.98), and two for
 # `evaluate` (20 s; 2 min 55 s for a barely trained model on one thread of a loaded
-# machine, whose translations run long). Batches of 2,048 tokens a side make twice the updates of 4,096 in the same time
-# (+2.0 BLEU at the same rate); the peak rate 0.35 / sqrt(256 * 400), lower than 4,096's
-# 0.5 for batches half as large, added 1.1 more; batches of 1,024 fell behind.
+# machine, whose translations run long). Batches of 2,048 tokens a side make twice the
+# updates of 4,096 in the same time (+2.0 BLEU at the same rate); the peak rate
+# 0.35 / sqrt(256 * 400), lower than 4,096's 0.5 for batches half as large, added 1.1
+# more; batches of 1,024 fell behind.
 CPU_TRANSLATION = TranslationRecipe(
     model=dict(MODEL_SIZES["cpu"]),
     train=TrainConfig(steps=1500, lr_factor=0.35, warmup_steps=400, decay="linear",
