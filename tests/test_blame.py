@@ -105,3 +105,36 @@ def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_give
                record("3.3", "failed", "3.3/one-head"), record("3.3", "failed", "3.3/one-head")]
     assert engine.values_right(records) == {"8.3": None, "5.4": False, "3.3": False}
     assert engine.unsure_names(records) == {"5.4": "post-LN differs"}
+
+
+def test_an_error_in_another_chapter_names_the_graded_line_that_led_there(tmp_path):
+    """5.5 calls cross-attention with its arguments in the wrong order, and the learner's own
+    2.2 refuses them with a message the size checks do not recognise: the row names the
+    line of chapter 2 that raised and the line of chapter 5 that called it."""
+    call = "self.cross_attn(y, memory, memory, src_mask)"
+    parts = learner(tmp_path, [1, 2, 3, 4, 5], {
+        "ch02_attention.py": [('raise ValueError(f"key and value must have the same length',
+                               'raise ValueError("bad inputs" or f"')],
+        "ch05_layers.py": [(call, "self.cross_attn(memory, memory, y, src_mask)")]})
+    row = rows_of(parts, ["5.5"])["5.5"]
+    line = next(n for n, text in enumerate((tmp_path / "ch05_layers.py").read_text()
+                                           .splitlines(), 1) if "cross_attn(memory," in text)
+    assert row.status == "error" and "ValueError: bad inputs" in row.message, row.message
+    assert f"called from ch05_layers.py:{line})" in row.message, row.message
+
+
+def test_a_cross_attention_on_x_with_the_memory_s_mask_is_told_it_ignores_the_memory(tmp_path):
+    """cross_attn(y, y, y, src_mask) fails on the masks' sizes only; it is not a swap of the
+    masks but a cross-attention that never reads the memory, and the row says so."""
+    parts = learner(tmp_path, [1, 2, 3, 4, 5], {"ch05_layers.py": [
+        ("self.cross_attn(y, memory, memory, src_mask)", "self.cross_attn(y, y, y, src_mask)")]})
+    row = rows_of(parts, ["5.5"])["5.5"]
+    assert row.status == "failed" and row.mistake == "5.5/memory-unused", row.message
+
+
+def test_a_folder_without_the_chapter_s_file_is_named_as_given(tmp_path):
+    """The worker reads a staged copy of the folder; its messages name the learner's folder."""
+    parts = learner(tmp_path, [1, 2], {})
+    row = rows_of(parts, ["5.1"])["5.1"]
+    assert f"{str(tmp_path)!r} has no file for chapter 5" in row.message, row.message
+    assert "grading-learner-" not in row.message

@@ -23,6 +23,13 @@ from annotated_transformer.model import model_for
 
 # ---------------------------------------------------------------- train
 
+def _cpu_budget_minutes() -> str:
+    """The CPU recipe's time budget in minutes, for the help text."""
+    from annotated_transformer.recipes import CPU_TRANSLATION
+
+    return f"{CPU_TRANSLATION.train.time_budget / 60:g}"
+
+
 def add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a task; write checkpoint and metrics",
                        description="Train a Transformer with the task's default recipe.")
@@ -48,7 +55,8 @@ def add_train(sub) -> None:
                    "instead of --model cpu's time budget)")
     p.add_argument("--time-budget", metavar="DURATION",
                    help="train for this much wall time instead of a number of steps (30m, "
-                   "90s, 1h30m; --model cpu: 29m): the steps are planned from the measured "
+                   f"90s, 1h30m; --model cpu: {_cpu_budget_minutes()}m): the steps are "
+                   "planned from the measured "
                    "step time, the rate decays to zero at the deadline, and the final "
                    "evaluation and checkpoint fit inside it")
     p.add_argument("--batch-size", type=int, help="global batch size (default: the recipe's)")

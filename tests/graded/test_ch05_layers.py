@@ -172,7 +172,7 @@ def layer_structure(layer, attentions, residuals):
         found["residuals"] == residuals)
 
 
-SIZE_ERROR = re.compile(r"size|shape|match", re.IGNORECASE)
+SIZE_ERROR = re.compile(r"size|shape|match|length|disagree|dimension", re.IGNORECASE)
 
 
 def size_error(error):
@@ -217,8 +217,10 @@ def decoder_layer_run(impl, x, memory, norm_first, state, src_mask=None, tgt_mas
 
 
 def decoder_call(layer, x, memory, src_mask=None, tgt_mask=None):
-    """``layer(x, memory, src_mask, tgt_mask)``; for a size mismatch, its message and whether
-    the layer runs without masks (then the masks went to the wrong attention)."""
+    """``layer(x, memory, src_mask, tgt_mask)``; for a size mismatch, its message, whether
+    the layer runs without masks (then a mask went to the wrong attention) and, when it
+    does, whether its output there ignores the memory (then the cross-attention attends to
+    x, and the memory's mask cannot fit it)."""
     masked = src_mask is not None or tgt_mask is not None
     try:
         return {"output": layer(x, memory, src_mask, tgt_mask) if masked else layer(x, memory)}
@@ -226,15 +228,16 @@ def decoder_call(layer, x, memory, src_mask=None, tgt_mask=None):
         message = size_error(error)
         if message is None:
             raise
-    masks_only = False
+    masks_only = memory_unused = False
     if masked:
         try:
-            layer(x, memory)
+            unmasked = layer(x, memory)
             masks_only = True
+            memory_unused = bool(torch.allclose(unmasked, layer(x, memory * 2 + 1)))
         except (RuntimeError, ValueError) as error:
             if size_error(error) is None:
                 raise
-    return {"size_error": message, "masks_only": masks_only}
+    return {"size_error": message, "masks_only": masks_only, "memory_unused": memory_unused}
 
 
 def decoder_memory_effect(impl, x, memory):
@@ -573,6 +576,9 @@ def explain_size_error(result, call):
     """Fail with what a size mismatch inside the decoder layer usually means."""
     if "size_error" not in result:
         return
+    if result.get("memory_unused"):
+        raise AssertionError(f"{call} raised a size mismatch: {result['size_error']}. "
+                             + named("5.5/memory-unused"))
     if result["masks_only"]:
         raise AssertionError(named("5.5/masks-swapped", call=call, error=result["size_error"]))
     raise AssertionError(named("5.5/cross-attention-queries", call=call,

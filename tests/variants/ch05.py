@@ -292,6 +292,15 @@ class AttendsToItself(_Decoder):
         return self.residuals[2](x, self.feed_forward)
 
 
+@wrong("5.5", "DecoderLayer", "cross-attention to its own input, with the memory's mask",
+       mistake="5.5/memory-unused")
+class AttendsToItselfMemoryMask(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, y, y, src_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
 @wrong("5.5", "DecoderLayer", "the two masks swapped", mistake="5.5/masks-swapped")
 class MasksSwapped(_Decoder):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):

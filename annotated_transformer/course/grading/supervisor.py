@@ -78,8 +78,10 @@ class WorkerProcess:
                  sandboxed: bool = True, probes: Path = GRADED_DIR) -> None:
         self.home: tempfile.TemporaryDirectory[str] | None = None
         self.staged: tempfile.TemporaryDirectory[str] | None = None
+        self.renamed: tuple[str, str] | None = None  # (the staged copy, the learner's folder)
         if sandboxed and learner_dir is not None:
-            self.staged, learner_dir = boundary.staged(learner_dir)
+            self.staged, copy = boundary.staged(learner_dir)
+            self.renamed, learner_dir = (str(copy), str(learner_dir)), copy
         self.learner_dir, self.probes = learner_dir, probes
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
@@ -146,11 +148,15 @@ class WorkerProcess:
         calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds,
                                 processes=None if self.group else limits.TASKS)
         try:
-            return self._exchange(protocol.frame(request), calls.look)
+            reply = self._exchange(protocol.frame(request), calls.look)
         except EOFError as error:
             raise WorkerCrashed(self._ended(str(error))) from None
         except watch.Stop as stop:
             raise self._stopped(stop, cpu_seconds, locate) from None
+        if self.renamed is not None and isinstance(reply.get("message"), str):
+            # the worker sees the staged copy; the learner knows their folder
+            reply["message"] = reply["message"].replace(*self.renamed)
+        return reply
 
     def printed(self) -> str:
         """What the code under test printed during the last call (at most its end), without

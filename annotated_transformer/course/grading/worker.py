@@ -178,7 +178,8 @@ class Worker:
         except BlockedChapter as error:
             reply = {"ok": False, "outcome": "blocked", "message": _text(error)}
         except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
-            reply = {"ok": False, "outcome": "raised", **self.describe(error)}
+            reply = {"ok": False, "outcome": "raised",
+                     **self.describe(error, request.get("chapter"))}
         if hits:
             reply = {"ok": False, "outcome": "forbidden",
                      "message": f"Exercise {request['exercise']} may not use PyTorch's "
@@ -187,16 +188,24 @@ class Worker:
         reply["called"] = seen.names()
         return reply
 
-    def describe(self, error: BaseException) -> dict[str, Any]:
-        """What the grader needs to tell the learner about an exception."""
+    def describe(self, error: BaseException, chapter: int | None = None) -> dict[str, Any]:
+        """What the grader needs to tell the learner about an exception: its types, its
+        message, whether it is an untouched stub's, and where: the innermost line of the
+        learner's files, and, when that is in another chapter's file, the line of chapter
+        ``chapter``'s file (the one graded) that led there."""
         where = ""
         frames = traceback.extract_tb(error.__traceback__)
         if isinstance(error, SyntaxError) and error.filename:
             where = f"{Path(error.filename).name}:{error.lineno}"
-        for frame in frames:
-            if self.learner_dir is not None and Path(frame.filename).resolve().is_relative_to(
-                    self.learner_dir):
-                where = f"{Path(frame.filename).name}:{frame.lineno}"
+        learner = [(Path(frame.filename).name, frame.lineno) for frame in frames
+                   if self.learner_dir is not None
+                   and Path(frame.filename).resolve().is_relative_to(self.learner_dir)]
+        if learner:
+            name, line = learner[-1]
+            graded = f"ch{chapter:02d}_" if isinstance(chapter, int) else None
+            callers = [f for f in learner if graded and f[0].startswith(graded)]
+            where = f"{name}:{line}" + (f", called from {callers[-1][0]}:{callers[-1][1]}"
+                                        if callers and callers[-1][0] != name else "")
         last = frames[-1] if frames else None
         stub = (isinstance(error, NotImplementedError) and last is not None
                 and _text(error).startswith("Exercise ") and "is not implemented yet" in
