@@ -21,13 +21,14 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import boundary, limits, watch
+from annotated_transformer.course.grading import boundary, limits, supervisor, watch
 from annotated_transformer.course.grading.supervisor import (
     OUTPUT_LIMIT,
     CodeUnderTest,
     ForbiddenCall,
     LearnerNotImplemented,
     LearnerRaised,
+    MachineBusy,
     WorkerCrashed,
     WorkerPool,
     WorkerTimeout,
@@ -202,6 +203,20 @@ def forks(x):
     except OSError:
         pass
     return len(children)
+
+
+def hides_its_cpu(x):
+    import signal
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps them: no parent's cutime
+    while True:
+        child = os.posix_spawn("/bin/sh", ["sh", "-c", "i=0; while [ $i -lt 200000 ]; do "
+                                           "i=$((i+1)); done"], {})
+        while True:
+            __import__("time").sleep(0.01)
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
 
 
 def computes(x):
@@ -423,6 +438,37 @@ def test_the_groups_of_a_grader_that_is_gone_are_removed():
         folder.mkdir()
     limits.Cgroup.make().close()
     assert not [folder for folder in stale if folder.exists()]
+
+
+@CGROUP
+def test_the_cpu_of_children_reaped_without_a_wait_is_counted(fresh, folder):
+    """Children reaped by the kernel (SIGCHLD ignored) leave no trace in /proc; the group
+    counts them, so the code runs out of its CPU seconds instead of being called busy."""
+    group = limits.Cgroup.make()
+    counts = group.cpu_seconds() is not None
+    group.close()
+    if not counts:
+        pytest.skip("no group here counts CPU time (v1 without a writable cpuacct)")
+    with pytest.raises(WorkerTimeout, match="more than 3 CPU seconds"):
+        learner(fresh, folder, cpu_seconds=3).run(call, name="hides_its_cpu", x=X)
+
+
+def test_a_worker_stopped_twice_for_a_busy_machine_runs_no_more(fresh, folder, monkeypatch):
+    """Each busy call waited out the wall-clock backstop; after BUSY_LIMIT of them the
+    source's other calls end at once, not blamed on the code."""
+    sent = []
+
+    def busy(self, request, cpu_seconds, locate=True, wait_seconds=0.0):
+        sent.append(request)
+        raise MachineBusy("the machine was too busy: after 300 s of wall time")
+
+    monkeypatch.setattr(supervisor.WorkerProcess, "call", busy)
+    for _ in range(supervisor.BUSY_LIMIT):
+        with pytest.raises(MachineBusy, match="after 300 s"):
+            learner(fresh, folder).run(call, name="softmax", x=X)
+    with pytest.raises(MachineBusy, match="other tests were not run. Not your code's fault"):
+        learner(fresh, folder).run(call, name="softmax", x=X)
+    assert len(sent) == supervisor.BUSY_LIMIT
 
 
 def test_without_a_cgroup_the_grader_counts_the_processes(fresh, folder, monkeypatch):

@@ -163,11 +163,14 @@ def _under_system(path: Path) -> bool:
 
 
 class CpuMeter:
-    """The CPU seconds used by a process and all its descendants, read from ``/proc``
-    (what they used, what their reaped children used), whatever the load of the machine."""
+    """The CPU seconds used by a process and all its descendants, whatever the load of the
+    machine: from its control group where it has one that counts them (every process of
+    the group, however it ended), else from ``/proc`` (what the tree's processes used, and
+    what their children used once waited for: a child reaped without a wait, as when
+    SIGCHLD is ignored, is not counted there)."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, group: limits.Cgroup | None = None) -> None:
+        self.pid, self.group = pid, group
         self.ticks = os.sysconf("SC_CLK_TCK")
 
     def _tree(self) -> tuple[list[int], dict[int, int]]:
@@ -201,8 +204,10 @@ class CpuMeter:
         waiting for a core: wanting the machine, not waiting for something else), and how
         many processes it has."""
         tree, used = self._tree()
-        return Sample(sum(used.get(pid, 0) for pid in tree) / self.ticks,
-                      any(_runnable(pid) for pid in tree), len(tree))
+        counted = self.group.cpu_seconds() if self.group is not None else None
+        seconds = counted if counted is not None else sum(used.get(pid, 0) for pid in tree) / (
+            self.ticks)
+        return Sample(seconds, any(_runnable(pid) for pid in tree), len(tree))
 
     def descendants(self) -> list[int]:
         """The processes under ``pid``, itself excluded."""

@@ -5,7 +5,9 @@ and entered by the worker's first process before it runs anything else, so that 
 it ever starts is inside: at most :data:`MEMORY_BYTES` of memory (no swap) and
 :data:`TASKS` processes and threads together. Past the memory, the kernel stops the
 worker (the grader tells the learner so); past the tasks, a new process or thread fails
-inside the learner's code.
+inside the learner's code. The group also counts the CPU time of all its processes
+(v2's ``cpu.stat``; in v1 a group of the ``cpuacct`` hierarchy beside it), which the
+grader's CPU budget reads: a child reaped without a wait leaves no trace in ``/proc``.
 
 The group is made under the grader's own (cgroup v2 where its memory and pids controllers
 are delegated to it, else v1's memory and pids hierarchies), or at the top of cgroup v2;
@@ -32,11 +34,17 @@ _names = itertools.count()
 
 class Cgroup:
     """One worker's control group: ``memory`` and ``pids`` are its folders (one folder in
-    cgroup v2, one per hierarchy in v1)."""
+    cgroup v2, one per hierarchy in v1), and, in v1, ``cpu`` its folder in the ``cpuacct``
+    hierarchy where one can be made (None otherwise), which counts its CPU time."""
 
-    def __init__(self, memory: Path, pids: Path) -> None:
+    def __init__(self, memory: Path, pids: Path, cpu: Path | None = None) -> None:
         self.memory, self.pids = memory, pids
         self.v2 = memory == pids
+        self.cpu = None if self.v2 else cpu
+
+    def folders(self) -> list[Path]:
+        """Its folders, each once."""
+        return list(dict.fromkeys([self.memory, self.pids, *([self.cpu] if self.cpu else [])]))
 
     @classmethod
     def make(cls) -> Cgroup | None:
@@ -45,7 +53,8 @@ class Cgroup:
         bases = _bases()
         if bases is None:
             return None
-        _sweep(bases)
+        accounting = _cpu_base() if bases[0] != bases[1] else None
+        _sweep((*bases, *([accounting] if accounting else [])))
         name = f"grading-{os.getpid()}-{next(_names)}"
         memory, pids = bases[0] / name, bases[1] / name
         made = []
@@ -59,6 +68,12 @@ class Cgroup:
             for folder in made:
                 _remove(folder)
             return None
+        if accounting is not None:  # v1: CPU time is counted in a hierarchy of its own
+            try:
+                (accounting / name).mkdir()
+                group.cpu = accounting / name
+            except OSError:
+                pass
         return group
 
     def _bound(self, memory_bytes: int, tasks: int) -> None:
@@ -74,9 +89,26 @@ class Cgroup:
 
     def command(self, argv: list[str]) -> list[str]:
         """``argv``, run by a shell that first moves itself into the group."""
-        entry = 'echo $$ > "$1" && echo $$ > "$2" && shift 2 && exec "$@"'
-        return ["/bin/sh", "-c", entry, "sh", str(self.memory / "cgroup.procs"),
-                str(self.pids / "cgroup.procs"), *argv]
+        entry = 'echo $$ > "$1" && echo $$ > "$2" && echo $$ > "$3" && shift 3 && exec "$@"'
+        procs = [str(folder / "cgroup.procs") for folder in (self.memory, self.pids,
+                                                             self.cpu or self.memory)]
+        return ["/bin/sh", "-c", entry, "sh", *procs, *argv]
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU seconds every process of the group has used since it was made, reaped or
+        not, however it was reaped (v2's ``cpu.stat``, kept whether or not the cpu
+        controller is on; v1's ``cpuacct.usage``); None where the group does not count them."""
+        try:
+            if self.v2:
+                for line in (self.memory / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) / 1e6
+            elif self.cpu is not None:
+                return int((self.cpu / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
+        return None
 
     def out_of_memory(self) -> bool:
         """Whether the kernel stopped a process of the group for its memory."""
@@ -94,7 +126,7 @@ class Cgroup:
 
     def close(self) -> None:
         """Stop whatever is left in the group, then remove it."""
-        for folder in dict.fromkeys([self.memory, self.pids]):
+        for folder in self.folders():
             for _ in range(50):
                 try:
                     pids = (folder / "cgroup.procs").read_text().split()
@@ -110,7 +142,7 @@ class Cgroup:
                 time.sleep(0.02)
 
 
-def _sweep(bases: tuple[Path, Path]) -> None:
+def _sweep(bases: tuple[Path, ...]) -> None:
     """Remove the empty groups of graders that are gone (killed before they closed them)."""
     for base in dict.fromkeys(bases):
         for folder in base.glob("grading-*-*"):
@@ -149,8 +181,19 @@ def _bases() -> tuple[Path, Path] | None:
     return None
 
 
+@cache
+def _cpu_base() -> Path | None:
+    """Where this process may make v1 groups that count CPU time (``cpuacct``), if anywhere."""
+    mounts, own = _mounts(), _own()
+    if "cpuacct" not in mounts:
+        return None
+    base = mounts["cpuacct"] / own.get("cpuacct", "/").lstrip("/")
+    return base if os.access(base, os.W_OK) else None
+
+
 def _mounts() -> dict[str, Path]:
-    """The cgroup v2 mount (``v2``) and v1's ``memory`` and ``pids`` hierarchies."""
+    """The cgroup v2 mount (``v2``) and v1's ``memory``, ``pids`` and ``cpuacct``
+    hierarchies."""
     found: dict[str, Path] = {}
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -164,14 +207,14 @@ def _mounts() -> dict[str, Path]:
         if filesystem[0] == "cgroup2":
             found.setdefault("v2", Path(fields[4]))
         elif filesystem[0] == "cgroup":
-            for controller in ("memory", "pids"):
+            for controller in ("memory", "pids", "cpuacct"):
                 if controller in filesystem[2].split(","):
                     found.setdefault(controller, Path(fields[4]))
     return found
 
 
 def _own() -> dict[str, str]:
-    """This process's group in each hierarchy (``v2``, ``memory``, ``pids``)."""
+    """This process's group in each hierarchy (``v2``, ``memory``, ``pids``, ``cpuacct``)."""
     own: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -181,7 +224,7 @@ def _own() -> dict[str, str]:
         number, controllers, path = line.split(":", 2)
         if number == "0" and not controllers:
             own["v2"] = path
-        for controller in ("memory", "pids"):
+        for controller in ("memory", "pids", "cpuacct"):
             if controller in controllers.split(","):
                 own[controller] = path
     return own

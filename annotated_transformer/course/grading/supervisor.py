@@ -64,6 +64,7 @@ STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most r
 # runs the package that grades, installed or not), then the worker's main.
 WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
                "from annotated_transformer.course.grading.worker import main; sys.exit(main())")
+BUSY_LIMIT = 2  # calls of one worker stopped for a busy machine, before its others end at once
 STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
 
 
@@ -112,7 +113,7 @@ class WorkerProcess:
         assert self.process.stdout and self.process.stderr and self.process.stdin
         for stream in (self.process.stdin, self.process.stdout):
             os.set_blocking(stream.fileno(), False)  # read and written by _exchange only
-        self.meter = boundary.CpuMeter(self.process.pid)
+        self.meter = boundary.CpuMeter(self.process.pid, self.group)
         self.output = PrintedOutput(self.process.stderr.fileno(), OUTPUT_LIMIT)
         self.output.start()
         self.ready, self.mark = False, 0
@@ -399,6 +400,7 @@ class WorkerPool:
         # worker -> why it could not start: the grader's fault, the same for every later test
         # (each would cost a start of PyTorch), so they end with it at once
         self.unstartable: dict[str, str] = {}
+        self.busy: dict[str, int] = {}  # worker -> its calls stopped for a busy machine
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -423,6 +425,12 @@ class WorkerPool:
         if key in self.unstartable:
             self.last_printed[key] = ""
             raise GraderFault(self.unstartable[key])
+        if self.busy.get(key, 0) >= BUSY_LIMIT:  # each would wait out the backstop again
+            self.last_printed[key] = ""
+            raise MachineBusy(f"the machine was too busy for {BUSY_LIMIT} tests of this code "
+                              f"(each ran out of wall time within its CPU budget), so its "
+                              f"other tests were not run. Not your code's fault: grade "
+                              f"again when the machine is quieter")
         for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
                 self.last_printed[key] = ""
@@ -458,6 +466,8 @@ class WorkerPool:
                 self.crashed.add((key, chapter))
             if isinstance(error, GraderFault):
                 self.unstartable[key] = str(error)
+            if isinstance(error, MachineBusy):
+                self.busy[key] = self.busy.get(key, 0) + 1
             worker.close()
             del self.workers[key]
             raise
