@@ -60,7 +60,9 @@ def unseal(message: str) -> tuple[str, str]:
     return text.rstrip(), named
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u2028\u2029]")
+# Characters a terminal or an editor obeys rather than shows: C0 and C1 controls (a carriage
+# return, an escape, U+009B, the CSI), DEL, and the line and paragraph separators.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u2028\u2029]")
 
 
 def visible(text: str) -> str:
@@ -68,7 +70,7 @@ def visible(text: str) -> str:
     sequence, a line break) shown as its escape, so that it cannot move or restyle what a
     reader sees."""
     text = str(text).replace("\n", "\\n")
-    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+    return CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
 
 
 def markdown_code(text: str, table: bool = False) -> str:

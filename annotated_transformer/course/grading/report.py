@@ -17,12 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading.messages import cut, markdown_code
+from annotated_transformer.course.grading.messages import CONTROL, cut, markdown_code
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 
-# Characters that XML 1.0 cannot hold (JUnit), and control characters a terminal obeys.
+# Characters that XML 1.0 cannot hold (JUnit).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @dataclass
@@ -77,7 +76,7 @@ class WorkflowCheck:
 def _first_line(message: str) -> str:
     """A message's first line for a one-line report, without control characters."""
     lines = cut(message).splitlines()
-    return _CONTROL.sub("\ufffd", lines[0]) if lines else ""
+    return CONTROL.sub("\ufffd", lines[0]) if lines else ""
 
 
 def _folder(parts: str) -> str:
@@ -98,7 +97,7 @@ def _folder(parts: str) -> str:
 
 def _last_lines(text: str, count: int = 5) -> list[str]:
     """The last ``count`` lines of what was printed, each cut and without control codes."""
-    lines = [_CONTROL.sub("\ufffd", line[:200]) for line in text.rstrip().splitlines()]
+    lines = [CONTROL.sub("\ufffd", line[:200]) for line in text.rstrip().splitlines()]
     return lines[-count:]
 
 

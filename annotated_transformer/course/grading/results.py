@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from annotated_transformer.course.grading.messages import cut
+from annotated_transformer.course.grading.messages import CONTROL, cut
 
 # The gradebook's line, in order (its CSV's header, its JSON rows' keys).
 COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
@@ -123,15 +124,34 @@ def _number(value: Any) -> float:
 
 
 def spreadsheet_safe(value: Any) -> Any:
-    """A cell that a spreadsheet shows as text, never runs as a formula."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
+    """A cell that a spreadsheet shows as text, never runs as a formula, and that a terminal
+    shows on its own line as written: every control character, tab and line break (and the
+    backslash, so that it reads back) as its escape, ``\\x1b``, ``\\x0a``, ``\\\\``."""
+    if not isinstance(value, str):
+        return value
+    value = _UNSAFE.sub(_escape, value)
+    return "'" + value if value.startswith(_FORMULA_START) else value
 
 
 def spreadsheet_text(cell: str) -> str:
     """The text that :func:`spreadsheet_safe` wrote as ``cell``."""
-    return cell[1:] if cell[:1] == "'" and cell[1:].startswith(_FORMULA_START) else cell
+    cell = cell[1:] if cell[:1] == "'" and cell[1:].startswith(_FORMULA_START) else cell
+    return _ESCAPED.sub(_unescape, cell)
+
+
+# a backslash, a tab, a line break, or a control character a terminal obeys
+_UNSAFE = re.compile(r"[\\\t\n]|" + CONTROL.pattern)
+_ESCAPED = re.compile(r"\\(\\|x[0-9a-f]{2}|u[0-9a-f]{4})")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return "\\\\" if code == ord("\\") else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    return "\\" if code == "\\" else chr(int(code[1:], 16))
 
 
 def csv_text(header: Iterable[str], lines: Iterable[Iterable[Any]]) -> str:
