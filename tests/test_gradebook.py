@@ -169,6 +169,37 @@ def test_a_branch_is_graded_at_its_head(history, tmp_path):
         repositories.fetch(history.as_uri(), tmp_path / "d", Learner("y", "r"), "nope", None)
 
 
+def test_a_commit_that_names_one_blob_many_times_is_not_checked_out(history, tmp_path):
+    """A tree bomb: a few kilobytes of git whose tree names one 1 MB blob 300 times (300 MB
+    on disk once checked out) gets an error before anything is written."""
+    def git(*args, data=None):
+        return subprocess.run(["git", "-C", str(history), *args], input=data, check=True,
+                              capture_output=True).stdout.decode().strip()
+
+    blob = git("hash-object", "-w", "--stdin", data=b"A" * 2**20)
+    tree = git("mktree", data="".join(f"100644 blob {blob}\tjunk{i}\n"
+                                      for i in range(300)).encode())
+    git("read-tree", "--prefix=junk/", tree)
+    git("-c", "user.name=l", "-c", "user.email=l@x", "commit", "--quiet", "-m", "bomb")
+    with pytest.raises(repositories.SubmissionError, match="more than 20,000 files or 256 MB"):
+        repositories.fetch(history.as_uri(), tmp_path / "c", Learner("x", "repo"), None, None)
+    assert not (tmp_path / "c" / "junk").exists()
+
+
+def test_only_the_most_recent_branches_are_compared(history, tmp_path, monkeypatch):
+    """Every other branch costs a git command: past MAX_BRANCHES the rest are not compared,
+    and the flags say so."""
+    monkeypatch.setattr(repositories, "MAX_BRANCHES", 2)
+    for name in ("b1", "b2", "b3", "b4"):
+        subprocess.run(["git", "-C", str(history), "branch", name, "late"], check=True)
+    who = Learner("x", "repo")
+    repositories.fetch(history.as_uri(), tmp_path / "c", who, None, None)
+    compared = [f for f in who.flags["other-branch"] if "holds 1 commit(s)" in f]
+    assert len(compared) == 2
+    assert who.flags["other-branch"][-1] == ("more than 2 other branches: only the 2 with "
+                                             "the latest commits were compared")
+
+
 @pytest.mark.parametrize("text, says", [("2026-12-01T23:59", "time zone"),
                                         ("tomorrow", "date and time")])
 def test_a_deadline_without_its_zone_is_refused(text, says):

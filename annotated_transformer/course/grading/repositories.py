@@ -14,11 +14,17 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 from datetime import datetime
 from pathlib import Path
 
 CLONE_TIMEOUT = 300  # seconds
 GIT_TIMEOUT = 60  # seconds, for each command that reads a clone
+# The most a commit may hold to be checked out (the course's own tree: 260 files, 21 MB): a
+# few hundred bytes of git can name the same large blob, or the same tree, many times over.
+MAX_CHECKOUT_FILES = 20_000
+MAX_CHECKOUT_BYTES = 256 * 2**20
+MAX_BRANCHES = 20  # other branches compared with the graded one, the most recent first
 
 
 class SubmissionError(RuntimeError):
@@ -99,17 +105,56 @@ def checkout(clone_dir: Path, who, branch: str | None, deadline: datetime | None
             who.flag("after-deadline", f"{len(later)} commit(s) after the deadline, the last "
                                        f"of {later[0][2]} (not graded)")
     commit, _, when = chosen
+    check_size(clone_dir, commit)
     _git(clone_dir, "checkout", "--quiet", "--detach", commit)
     who.commit, who.commit_time = commit, when
     graded = _git(clone_dir, "rev-parse", ref)  # the branch's work, whatever the deadline
-    for other in _git(clone_dir, "for-each-ref", "--format=%(refname:short)",
-                      "refs/remotes/origin").splitlines():
-        if other in ("origin/HEAD", "origin", ref) or other.endswith("/HEAD"):
-            continue
+    others = [other for other in _git(
+        clone_dir, "for-each-ref", "--sort=-committerdate", f"--count={MAX_BRANCHES + 3}",
+        "--format=%(refname:short)", "refs/remotes/origin").splitlines()
+        if other not in ("origin/HEAD", "origin", ref) and not other.endswith("/HEAD")]
+    for other in others[:MAX_BRANCHES]:
         ahead = int(_git(clone_dir, "rev-list", "--count", f"{graded}..{other}"))
         if ahead:
-            who.flag("other-branch", f"{other.removeprefix('origin/')} holds {ahead} commit(s) "
-                                     f"the graded one lacks (not graded)")
+            who.flag("other-branch", f"{other.removeprefix('origin/')[:100]} holds {ahead} "
+                                     f"commit(s) the graded one lacks (not graded)")
+    if len(others) > MAX_BRANCHES:
+        who.flag("other-branch", f"more than {MAX_BRANCHES} other branches: only the "
+                                 f"{MAX_BRANCHES} with the latest commits were compared")
+
+
+def check_size(clone_dir: Path, commit: str) -> None:
+    """A :class:`SubmissionError` when ``commit``'s files number more than
+    :data:`MAX_CHECKOUT_FILES` or add up to more than :data:`MAX_CHECKOUT_BYTES`, read from
+    git's listing of its tree (stopped as soon as either is passed, and after
+    :data:`GIT_TIMEOUT` seconds), before anything is written."""
+    command = ["git", "-C", str(clone_dir), "ls-tree", "-r", "-l", "--full-tree", commit]
+    files = size = 0
+    over, late = False, threading.Event()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"}) as process:
+        timer = threading.Timer(GIT_TIMEOUT, lambda: (late.set(), process.kill()))
+        timer.start()
+        try:
+            for line in process.stdout:  # "mode type object size\tpath"
+                fields = line.split(b"\t", 1)[0].split()
+                files += 1
+                size += int(fields[3]) if len(fields) == 4 and fields[3].isdigit() else 0
+                over = files > MAX_CHECKOUT_FILES or size > MAX_CHECKOUT_BYTES
+                if over:
+                    process.kill()
+                    break
+        finally:
+            timer.cancel()
+    if over:
+        raise SubmissionError(
+            f"the commit to grade holds more than {MAX_CHECKOUT_FILES:,} files or "
+            f"{MAX_CHECKOUT_BYTES // 2**20} MB (the same file may be named many times); "
+            f"it was not checked out")
+    if late.is_set():
+        raise SubmissionError(f"git ls-tree failed: no answer within {GIT_TIMEOUT} s")
+    if process.returncode != 0:
+        raise SubmissionError("git ls-tree failed: the commit's files could not be listed")
 
 
 def fetch(source: str, dest: Path, who, branch: str | None = None,
