@@ -21,7 +21,7 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import boundary, limits, supervisor, watch
+from annotated_transformer.course.grading import boundary, limits, outcomes, supervisor, watch
 from annotated_transformer.course.grading.supervisor import (
     OUTPUT_LIMIT,
     CodeUnderTest,
@@ -463,12 +463,12 @@ def test_a_worker_stopped_twice_for_a_busy_machine_runs_no_more(fresh, folder, m
         raise MachineBusy("the machine was too busy: after 300 s of wall time")
 
     monkeypatch.setattr(supervisor.WorkerProcess, "call", busy)
-    for _ in range(supervisor.BUSY_LIMIT):
+    for _ in range(outcomes.BUSY_LIMIT):
         with pytest.raises(MachineBusy, match="after 300 s"):
             learner(fresh, folder).run(call, name="softmax", x=X)
     with pytest.raises(MachineBusy, match="other tests were not run. Not your code's fault"):
         learner(fresh, folder).run(call, name="softmax", x=X)
-    assert len(sent) == supervisor.BUSY_LIMIT
+    assert len(sent) == outcomes.BUSY_LIMIT
 
 
 def test_without_a_cgroup_the_grader_counts_the_processes(fresh, folder, monkeypatch):

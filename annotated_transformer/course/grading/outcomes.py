@@ -57,6 +57,16 @@ def imported(module: object) -> None:
     run by the sandbox in the worker to tell a chapter whose import crashes."""
 
 
+BUSY_LIMIT = 2  # calls of one worker stopped for a busy machine, before its others end at once
+
+
+def busy_again() -> MachineBusy:
+    """What a call tells after :data:`BUSY_LIMIT` calls of its worker were stopped busy."""
+    return MachineBusy(f"the machine was too busy for {BUSY_LIMIT} tests of this code (each ran "
+                       f"out of wall time within its CPU budget), so its other tests were not "
+                       f"run. Not your code's fault: grade again when the machine is quieter")
+
+
 def stopped(stop: watch.Stop, cpu_seconds: float, where: str, at_import: bool) -> Exception:
     """What a call stopped by ``stop`` (:mod:`.watch`) tells: the learner's fault, but for a
     busy machine. ``where``: the learner's ``file:line`` it was running, when known."""

@@ -64,7 +64,6 @@ STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most r
 # runs the package that grades, installed or not), then the worker's main.
 WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
                "from annotated_transformer.course.grading.worker import main; sys.exit(main())")
-BUSY_LIMIT = 2  # calls of one worker stopped for a busy machine, before its others end at once
 STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
 
 
@@ -78,8 +77,7 @@ class WorkerProcess:
                  user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
                  sandboxed: bool = True, probes: Path = GRADED_DIR) -> None:
         self.home: tempfile.TemporaryDirectory[str] | None = None
-        self.staged: tempfile.TemporaryDirectory[str] | None = None
-        self.renamed: tuple[str, str] | None = None  # (the staged copy, the learner's folder)
+        self.staged, self.renamed = None, None  # a private copy, and (its path, the folder's own)
         if sandboxed and learner_dir is not None:
             self.staged, copy = boundary.staged(learner_dir)
             self.renamed, learner_dir = (str(copy), str(learner_dir)), copy
@@ -154,8 +152,7 @@ class WorkerProcess:
             raise WorkerCrashed(self._ended(str(error))) from None
         except watch.Stop as stop:
             raise self._stopped(stop, cpu_seconds, locate) from None
-        if self.renamed is not None and isinstance(reply.get("message"), str):
-            # the worker sees the staged copy; the learner knows their folder
+        if self.renamed and isinstance(reply.get("message"), str):  # as the learner named it
             reply["message"] = reply["message"].replace(*self.renamed)
         return reply
 
@@ -425,12 +422,9 @@ class WorkerPool:
         if key in self.unstartable:
             self.last_printed[key] = ""
             raise GraderFault(self.unstartable[key])
-        if self.busy.get(key, 0) >= BUSY_LIMIT:  # each would wait out the backstop again
+        if self.busy.get(key, 0) >= outcomes.BUSY_LIMIT:  # each would wait out the backstop
             self.last_printed[key] = ""
-            raise MachineBusy(f"the machine was too busy for {BUSY_LIMIT} tests of this code "
-                              f"(each ran out of wall time within its CPU budget), so its "
-                              f"other tests were not run. Not your code's fault: grade "
-                              f"again when the machine is quieter")
+            raise outcomes.busy_again()
         for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
                 self.last_printed[key] = ""
@@ -466,8 +460,7 @@ class WorkerPool:
                 self.crashed.add((key, chapter))
             if isinstance(error, GraderFault):
                 self.unstartable[key] = str(error)
-            if isinstance(error, MachineBusy):
-                self.busy[key] = self.busy.get(key, 0) + 1
+            self.busy[key] = self.busy.get(key, 0) + isinstance(error, MachineBusy)
             worker.close()
             del self.workers[key]
             raise
