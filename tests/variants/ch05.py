@@ -286,19 +286,19 @@ class _Decoder(_Layer):
 @wrong("5.5", "DecoderLayer", "cross-attention to its own input instead of the memory",
        mistake="5.5/memory-unused")
 class AttendsToItself(_Decoder):
+    MEMORY_MASK = False  # the cross-attention over x given tgt_mask (True: src_mask)
+
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        cross_mask = src_mask if self.MEMORY_MASK else tgt_mask
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
-        x = self.residuals[1](x, lambda y: self.cross_attn(y, y, y, tgt_mask))
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, y, y, cross_mask))
         return self.residuals[2](x, self.feed_forward)
 
 
 @wrong("5.5", "DecoderLayer", "cross-attention to its own input, with the memory's mask",
        mistake="5.5/memory-unused")
-class AttendsToItselfMemoryMask(_Decoder):
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
-        x = self.residuals[1](x, lambda y: self.cross_attn(y, y, y, src_mask))
-        return self.residuals[2](x, self.feed_forward)
+class AttendsToItselfMemoryMask(AttendsToItself):
+    MEMORY_MASK = True
 
 
 @wrong("5.5", "DecoderLayer", "the two masks swapped", mistake="5.5/masks-swapped")
