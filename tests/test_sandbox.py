@@ -176,6 +176,19 @@ def half_replies(x):
     torch.futures.Future().wait()
 
 
+def replies_a_bomb(x):
+    import io
+    channel, nested = _reply_channel(), "a"
+    for _ in range(40):  # 2**40 items, each level two references to the one below
+        nested = [nested, nested]
+    data = io.BytesIO()
+    torch.save({"ok": False, "outcome": "raised", "types": ["ValueError"], "message": nested,
+                "where": "", "stub": False}, data)
+    channel.write(len(data.getvalue()).to_bytes(8, "big") + data.getvalue())
+    channel.flush()
+    torch.futures.Future().wait()
+
+
 def trickles(x):
     channel = _reply_channel()
     channel.write((10**6).to_bytes(8, "big"))
@@ -330,6 +343,14 @@ def test_a_reply_never_finished_is_stopped_and_blamed(fresh, folder, monkeypatch
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name="trickles", x=X)
     assert stopped.value.reason == "reply"
+    assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
+
+
+def test_a_reply_of_a_few_kilobytes_that_stands_for_a_huge_one_is_refused(fresh, folder):
+    """Pickle's shared references: 2 KB that would be 2**40 items as text. The grader refuses
+    the message (the learner's doing) without building what it stands for."""
+    with pytest.raises(WorkerCrashed, match="stands for more than 1,000,000 items"):
+        learner(fresh, folder, cpu_seconds=60).run(call, name="replies_a_bomb", x=X)
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
 
 

@@ -4,7 +4,9 @@ A message is a length-prefixed frame holding ``torch.save`` of plain data: tenso
 numbers, strings, ``None``, lists, tuples and dicts of them, dtypes and sizes. Both
 sides read frames with ``torch.load(weights_only=True)``, which builds only those types,
 so a frame from a hostile worker can carry wrong numbers but never run code in the
-grader. A frame larger than :data:`MAX_FRAME` is refused.
+grader. A frame larger than :data:`MAX_FRAME` is refused, and so is one that stands for
+more than :data:`MAX_ITEMS` items or :data:`MAX_FRAME` bytes once the parts it shares are
+counted each time they appear.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, BinaryIO
 import torch
 
 MAX_FRAME = 256 * 2**20  # bytes: a trained capstone model is well under 1 MiB
+MAX_ITEMS = 1_000_000  # lists, tuples, dicts and what they hold, each time it appears
 HEADER = struct.Struct(">Q")
 
 
@@ -32,10 +35,35 @@ def encode(message: Any) -> bytes:
 
 def decode(data: bytes) -> Any:
     try:
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        message = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:  # noqa: BLE001 - any malformed frame is the same failure
         raise ProtocolError(f"a message that is not plain data: {type(error).__name__}: "
                             f"{str(error)[:300]}") from None
+    _check_expanded(message)
+    return message
+
+
+def _check_expanded(message: Any) -> None:
+    """A :class:`ProtocolError` when ``message``, with every shared part counted each time
+    it appears (as reading, printing or comparing it would), holds more than
+    :data:`MAX_ITEMS` items or :data:`MAX_FRAME` bytes of tensors and text: pickle's shared
+    references let a frame of a few kilobytes stand for a list of 2**40 items."""
+    items, payload, todo = 0, 0, [message]
+    while todo:
+        item = todo.pop()
+        items += 1
+        if isinstance(item, torch.Tensor):
+            payload += item.numel() * item.element_size()
+        elif isinstance(item, (str, bytes)):
+            payload += len(item)
+        elif isinstance(item, (list, tuple, dict)):
+            if items + len(todo) + 2 * len(item) > MAX_ITEMS:
+                items = MAX_ITEMS + 1
+            else:
+                todo.extend((*item.keys(), *item.values()) if isinstance(item, dict) else item)
+        if items > MAX_ITEMS or payload > MAX_FRAME:
+            raise ProtocolError(f"a message that stands for more than {MAX_ITEMS:,} items or "
+                                f"{MAX_FRAME:,} bytes once its shared parts are counted")
 
 
 def frame(message: Any) -> bytes:
