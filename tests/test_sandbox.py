@@ -176,6 +176,19 @@ def half_replies(x):
     torch.futures.Future().wait()
 
 
+def dozes(x):
+    __import__("time").sleep(1.5)
+    return x
+
+
+def burns(x):
+    import time
+    start = time.process_time()
+    while time.process_time() - start < 1.2:
+        pass
+    return x
+
+
 def replies_a_bomb(x):
     import io
     channel, nested = _reply_channel(), "a"
@@ -490,6 +503,22 @@ def test_a_worker_stopped_twice_for_a_busy_machine_runs_no_more(fresh, folder, m
     with pytest.raises(MachineBusy, match="other tests were not run. Not your code's fault"):
         learner(fresh, folder).run(call, name="softmax", x=X)
     assert len(sent) == outcomes.BUSY_LIMIT
+
+
+@pytest.mark.parametrize("name, total, says", [
+    ("dozes", "TOTAL_WAIT_SECONDS", "has waited [0-9]+ s without computing over its tests"),
+    ("burns", "TOTAL_CPU_SECONDS", "has used [0-9]+ CPU seconds over its tests")])
+def test_calls_each_within_their_limits_are_stopped_by_the_run_s_total(fresh, folder, name,
+                                                                       total, says, monkeypatch):
+    """Each call waits (or computes) well within its own limit; once the calls together pass
+    the run's total, the learner's other calls end at once, blamed on the code."""
+    monkeypatch.setattr(outcomes, total, 2.0)
+    for _ in range(2):
+        assert learner(fresh, folder).run(call, name=name, x=X).shape == X.shape
+    started = time.monotonic()
+    with pytest.raises(WorkerTimeout, match=says):
+        learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X)
+    assert time.monotonic() - started < 1.0
 
 
 def test_without_a_cgroup_the_grader_counts_the_processes(fresh, folder, monkeypatch):

@@ -57,14 +57,62 @@ def imported(module: object) -> None:
     run by the sandbox in the worker to tell a chapter whose import crashes."""
 
 
+def unreadable(message: str) -> bool:
+    """Whether a static finding says the file cannot be read as Python at all (an error of
+    the learner's, not a forbidden use)."""
+    return "is not valid Python" in message or "cannot be read" in message
+
+
 BUSY_LIMIT = 2  # calls of one worker stopped for a busy machine, before its others end at once
+# What one source's calls may use together in a grading run, each call within its own
+# limits: code that stays just under them in every test would hold a class regrade for
+# hours. The reference's whole course grades in 34 s of wall time on a 2-core machine
+# (`grade --parts solutions --no-cache`); its worst call, the capstone's, may use 300.
+TOTAL_CPU_SECONDS = 1200.0
+TOTAL_WAIT_SECONDS = 60.0  # honest code never waits
 
 
-def busy_again() -> MachineBusy:
-    """What a call tells after :data:`BUSY_LIMIT` calls of its worker were stopped busy."""
-    return MachineBusy(f"the machine was too busy for {BUSY_LIMIT} tests of this code (each ran "
-                       f"out of wall time within its CPU budget), so its other tests were not "
-                       f"run. Not your code's fault: grade again when the machine is quieter")
+class Allowance:
+    """The CPU seconds, the waiting and the busy stops of each source's calls (by worker
+    key) in a grading run, and the end of its calls once one is spent (:meth:`refusal`)."""
+
+    def __init__(self) -> None:
+        self.used: dict[str, float] = {}
+        self.waited: dict[str, float] = {}
+        self.busy: dict[str, int] = {}
+
+    def spend(self, key: str, used: float, waited: float) -> None:
+        self.used[key] = self.used.get(key, 0.0) + max(used, 0.0)
+        self.waited[key] = self.waited.get(key, 0.0) + max(waited, 0.0)
+
+    def count(self, key: str, error: Exception) -> None:
+        """Note how a call ended (a busy machine counts towards :data:`BUSY_LIMIT`)."""
+        self.busy[key] = self.busy.get(key, 0) + isinstance(error, MachineBusy)
+
+    def refusal(self, key: str, totals: bool = True) -> Exception | None:
+        """What ``key``'s next call ends with at once, or None when it may run; ``totals``:
+        whether the totals apply (not to the course's own code, which the tests run at
+        length)."""
+        if self.busy.get(key, 0) >= BUSY_LIMIT:  # each would wait out the backstop again
+            return MachineBusy(f"the machine was too busy for {BUSY_LIMIT} tests of this code "
+                               f"(each ran out of wall time within its CPU budget), so its other "
+                               f"tests were not run. Not your code's fault: grade again when "
+                               f"the machine is quieter")
+        used, waited = self.used.get(key, 0.0), self.waited.get(key, 0.0)
+        if not totals:
+            return None
+        if used > TOTAL_CPU_SECONDS:
+            return WorkerTimeout(f"Timeout: your code has used {used:.0f} CPU seconds over its "
+                                 f"tests, more than the {TOTAL_CPU_SECONDS:g} that a grading run "
+                                 f"gives it in all, so its other tests were not run (a very "
+                                 f"slow loop in Python?)", reason="cpu")
+        if waited > TOTAL_WAIT_SECONDS:
+            return WorkerTimeout(f"Timeout: your code has waited {waited:.0f} s without "
+                                 f"computing over its tests, more than the "
+                                 f"{TOTAL_WAIT_SECONDS:g} s that a grading run allows in all, so "
+                                 f"its other tests were not run (time.sleep? input()?)",
+                                 reason="waited")
+        return None
 
 
 def stopped(stop: watch.Stop, cpu_seconds: float, where: str, at_import: bool) -> Exception:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.course.grading import boundary
+from annotated_transformer.course.grading import boundary, outcomes
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
 from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
@@ -54,7 +54,6 @@ from annotated_transformer.course.grading.supervisor import (
     ForbiddenCall,
     LearnerRaised,
     WorkerPool,
-    unreadable,
 )
 from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR, VARIANTS_DIR, chapter_test_files
 from annotated_transformer.parts import has_reference
@@ -173,7 +172,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     if _learner_dir(parts) is not None:
         found = _violations(parts)
         own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
-        if own and unreadable(own[0].message):
+        if own and outcomes.unreadable(own[0].message):
             raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
         if own:
             raise ForbiddenCall(_say(own[0]))

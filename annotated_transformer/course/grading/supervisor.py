@@ -114,7 +114,7 @@ class WorkerProcess:
         self.meter = boundary.CpuMeter(self.process.pid, self.group)
         self.output = PrintedOutput(self.process.stderr.fileno(), OUTPUT_LIMIT)
         self.output.start()
-        self.ready, self.mark = False, 0
+        self.ready, self.mark, self.spent = False, 0, (0.0, 0.0)
         self.stack_asked = False  # the grader asked for the stack: not the learner's output
         self.stack: list[tuple[str, str]] = []  # its frames (file, line), most recent first
 
@@ -152,6 +152,8 @@ class WorkerProcess:
             raise WorkerCrashed(self._ended(str(error))) from None
         except watch.Stop as stop:
             raise self._stopped(stop, cpu_seconds, locate) from None
+        finally:  # (CPU seconds, seconds waited) of this call
+            self.spent = (calls.cpu_last - calls.cpu_start, calls.waited)
         if self.renamed and isinstance(reply.get("message"), str):  # as the learner named it
             reply["message"] = reply["message"].replace(*self.renamed)
         return reply
@@ -302,12 +304,6 @@ class WorkerProcess:
 # ---------------------------------------------------------------- the tests' handle on it
 
 
-def unreadable(message: str) -> bool:
-    """Whether a static finding says the file cannot be read as Python at all (an error of
-    the learner's, not a forbidden use)."""
-    return "is not valid Python" in message or "cannot be read" in message
-
-
 class CodeUnderTest:
     """The code under test, as the graded tests see it: probes run in a worker.
 
@@ -344,7 +340,7 @@ class CodeUnderTest:
         if reply.get("ok"):
             return reply.get("value")
         outcome, message = reply.get("outcome"), str(reply.get("message", ""))[:4000]
-        if outcome == "blocked" and unreadable(message):  # a file that does not parse
+        if outcome == "blocked" and outcomes.unreadable(message):  # a file that does not parse
             raise LearnerRaised(["SyntaxError"], message, "")
         if outcome in ("forbidden", "blocked"):
             raise ForbiddenCall(message)
@@ -397,7 +393,7 @@ class WorkerPool:
         # worker -> why it could not start: the grader's fault, the same for every later test
         # (each would cost a start of PyTorch), so they end with it at once
         self.unstartable: dict[str, str] = {}
-        self.busy: dict[str, int] = {}  # worker -> its calls stopped for a busy machine
+        self.allowance = outcomes.Allowance()  # what each worker's calls used together
 
     def _key(self, source: str) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -422,9 +418,9 @@ class WorkerPool:
         if key in self.unstartable:
             self.last_printed[key] = ""
             raise GraderFault(self.unstartable[key])
-        if self.busy.get(key, 0) >= outcomes.BUSY_LIMIT:  # each would wait out the backstop
+        if (refused := self.allowance.refusal(key, totals=key != "trusted")) is not None:
             self.last_printed[key] = ""
-            raise outcomes.busy_again()
+            raise refused
         for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
                 self.last_printed[key] = ""
@@ -460,12 +456,13 @@ class WorkerPool:
                 self.crashed.add((key, chapter))
             if isinstance(error, GraderFault):
                 self.unstartable[key] = str(error)
-            self.busy[key] = self.busy.get(key, 0) + isinstance(error, MachineBusy)
+            self.allowance.count(key, error)
             worker.close()
             del self.workers[key]
             raise
         finally:
             self.last_printed[key] = worker.printed()
+            self.allowance.spend(key, *worker.spent)
 
     def _check_import(self, worker: WorkerProcess, key: str, request: dict[str, Any],
                       cpu_seconds: float, waits: float) -> None:
