@@ -152,8 +152,9 @@ class WorkerProcess:
             raise WorkerCrashed(self._ended(str(error))) from None
         except watch.Stop as stop:
             raise self._stopped(stop, cpu_seconds, locate) from None
-        finally:  # (CPU seconds, seconds waited) of this call
-            self.spent = (calls.cpu_last - calls.cpu_start, calls.waited)
+        finally:  # (CPU seconds, seconds waited) of this call; a stopped worker's last look
+            self.spent = (max(self.meter.seconds(), calls.cpu_last) - calls.cpu_start,
+                          calls.waited)
         if self.renamed and isinstance(reply.get("message"), str):  # as the learner named it
             reply["message"] = reply["message"].replace(*self.renamed)
         return reply
