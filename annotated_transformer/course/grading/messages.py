@@ -61,8 +61,10 @@ def unseal(message: str) -> tuple[str, str]:
 
 
 # Characters a terminal or an editor obeys rather than shows: C0 and C1 controls (a carriage
-# return, an escape, U+009B, the CSI), DEL, and the line and paragraph separators.
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u2028\u2029]")
+# return, an escape, U+009B, the CSI), DEL, the line and paragraph separators, and the
+# marks, embeddings, overrides and isolates that reorder bidirectional text (U+202E).
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u2028\u2029\u200e\u200f"
+                     "\u202a-\u202e\u2066-\u2069]")
 
 
 def visible(text: str) -> str:
