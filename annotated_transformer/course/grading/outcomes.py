@@ -98,9 +98,9 @@ class Allowance:
                                f"(each ran out of wall time within its CPU budget), so its other "
                                f"tests were not run. Not your code's fault: grade again when "
                                f"the machine is quieter")
-        used, waited = self.used.get(key, 0.0), self.waited.get(key, 0.0)
         if not totals:
             return None
+        used, waited = self.used.get(key, 0.0), self.waited.get(key, 0.0)
         if used > TOTAL_CPU_SECONDS:
             return WorkerTimeout(f"Timeout: your code has used {used:.0f} CPU seconds over its "
                                  f"tests, more than the {TOTAL_CPU_SECONDS:g} that a grading run "

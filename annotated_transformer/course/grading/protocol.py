@@ -56,12 +56,11 @@ def _check_expanded(message: Any) -> None:
             payload += item.numel() * item.element_size()
         elif isinstance(item, (str, bytes)):
             payload += len(item)
-        elif isinstance(item, (list, tuple, dict)):
-            if items + len(todo) + 2 * len(item) > MAX_ITEMS:
-                items = MAX_ITEMS + 1
-            else:
-                todo.extend((*item.keys(), *item.values()) if isinstance(item, dict) else item)
-        if items > MAX_ITEMS or payload > MAX_FRAME:
+        elif isinstance(item, dict):
+            todo += [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            todo += item
+        if items + len(todo) > MAX_ITEMS or payload > MAX_FRAME:  # todo: items still to count
             raise ProtocolError(f"a message that stands for more than {MAX_ITEMS:,} items or "
                                 f"{MAX_FRAME:,} bytes once its shared parts are counted")
 

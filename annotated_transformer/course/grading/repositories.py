@@ -58,9 +58,9 @@ def parse_deadline(text: str) -> datetime:
 def _run(command: list[str], what: str, timeout: int) -> str:
     """Run git, never asking for a password; its output, or a :class:`SubmissionError` that
     says ``what`` failed and why (no URL's token in it: the command's text is not kept)."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, env=_env(), capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SubmissionError(f"{what}: no answer within {timeout} s") from None
     except OSError as error:
@@ -69,6 +69,11 @@ def _run(command: list[str], what: str, timeout: int) -> str:
         why = (done.stderr.strip().splitlines() or [f"git exited {done.returncode}"])[-1]
         raise SubmissionError(f"{what}: {_without_any_credentials(why)}")
     return done.stdout.strip()
+
+
+def _env() -> dict[str, str]:
+    """Git's environment: it never asks for a password, nor fetches large files."""
+    return {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1"}
 
 
 def _git(clone: Path, *args: str) -> str:
@@ -132,7 +137,7 @@ def check_size(clone_dir: Path, commit: str) -> None:
     files = size = 0
     over, late = False, threading.Event()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"}) as process:
+                          env=_env()) as process:
         timer = threading.Timer(GIT_TIMEOUT, lambda: (late.set(), process.kill()))
         timer.start()
         try:
