@@ -79,6 +79,10 @@ def op_name(func) -> str:
     return func._schema.name.split("::")[-1]
 
 
+# What the guard records when its own modes were popped, disabled or covered.
+TAMPERED = "the grader's own modes on PyTorch's mode stacks, which your code popped or disabled"
+
+
 class ForbiddenOpUsed(RuntimeError):
     """The learner's code reached an op the exercise does not allow."""
 
@@ -101,8 +105,17 @@ def guard_factory():
 
     elementary, name_of, error = ELEMENTARY, op_name, ForbiddenOpUsed
     frozen, text, listed = frozenset, str, list
-    dispatch_enter, dispatch_exit = TorchDispatchMode.__enter__, TorchDispatchMode.__exit__
-    function_enter, function_exit = TorchFunctionMode.__enter__, TorchFunctionMode.__exit__
+    # The mode stacks' own functions, held here: the worker then takes them out of every
+    # other name's reach (grading.switches), so only this guard pushes and pops its modes.
+    stacks = torch._C
+    push_dispatch, pop_dispatch = (stacks._push_on_torch_dispatch_stack,
+                                   stacks._pop_torch_dispatch_stack)
+    push_function, pop_function = (stacks._push_on_torch_function_stack,
+                                   stacks._pop_torch_function_stack)
+    depth_dispatch, depth_function = (stacks._len_torch_dispatch_stack,
+                                      stacks._len_torch_function_stack)
+    function_at = stacks._get_function_stack_at
+    all_disabled = stacks._is_torch_function_all_disabled
     functional = {name: (value, inspect.signature(value))
                   for name, value in vars(torch.nn.functional).items()
                   if inspect.isfunction(value) and not name.startswith("_")}
@@ -127,18 +140,23 @@ def guard_factory():
                         f"(through torch's own function or module)")
 
         class Ops(TorchDispatchMode):
-            __enter__, __exit__ = dispatch_enter, dispatch_exit  # as before any learner code
-
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = name_of(func)
                 if name not in allowed:
                     refuse(f"aten.{name}")
+                if not functions_on():
+                    refuse(TAMPERED)
                 return func(*args, **(kwargs or {}))
 
         class Functions(TorchFunctionMode):
-            __enter__, __exit__ = function_enter, function_exit
-
             def __torch_function__(self, func, types, args=(), kwargs=None):
+                state.inside += 1  # PyTorch pops this mode while it runs: ops may run now
+                try:
+                    return self.checked(func, args, kwargs)
+                finally:
+                    state.inside -= 1
+
+            def checked(self, func, args, kwargs):
                 if func in arguments:
                     name, signature, argument = arguments[func]
                     given = signature.bind(*args, **(kwargs or {})).arguments
@@ -147,15 +165,46 @@ def guard_factory():
                         refuse(f"F.{name} with {argument}")
                 return func(*args, **(kwargs or {}))
 
+        class State:
+            inside = 0  # how deep in Functions.__torch_function__ the thread is
+            at = -1  # where Functions' mode sits on the torch-function stack
+
+        state = State()
+
+        def functions_on() -> bool:
+            """Whether Functions' mode is on: in its place on the stack, or, while PyTorch
+            runs its ``__torch_function__`` (which pops it for that time), just popped.
+            Code that PyTorch calls back from there (a custom backward under
+            ``Tensor.backward``) runs without it, under the dispatch guard alone."""
+            if all_disabled():
+                return False
+            depth = depth_function()
+            if depth > state.at and function_at(state.at) is guard_modes[0]:
+                return True
+            return state.inside > 0 and depth == state.at
+
+        guard_modes: list[Any] = []
+
         class Guard:
+            """On: the two modes pushed on their stacks; off: popped, each checked to be
+            the one pushed (another one on top means the stacks were tampered with)."""
+
             def __enter__(self) -> None:
+                self.depths = (depth_function(), depth_dispatch())
                 self.modes = (Functions(), Ops())
-                for mode in self.modes:
-                    mode.__enter__()
+                guard_modes[:] = self.modes
+                state.at = self.depths[0]
+                push_function(self.modes[0])
+                push_dispatch(self.modes[1])
 
             def __exit__(self, *exc: object) -> None:
-                for mode in reversed(self.modes):
-                    mode.__exit__(*exc)
+                if (depth_function(), depth_dispatch()) != (self.depths[0] + 1,
+                                                            self.depths[1] + 1):
+                    hits.append(TAMPERED)
+                while depth_dispatch() > self.depths[1]:
+                    pop_dispatch(None)
+                while depth_function() > self.depths[0]:
+                    pop_function()
 
         return Guard(), hits
 

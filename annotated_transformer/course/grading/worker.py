@@ -33,11 +33,12 @@ import resource
 import signal
 import sys
 import traceback
+from collections import OrderedDict
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from annotated_transformer.course.grading import calls
+from annotated_transformer.course.grading import allowed_ops, calls, switches
 from annotated_transformer.course.grading.messages import cut
 
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
@@ -96,11 +97,14 @@ class Worker:
         self.test_modules: dict[str, ModuleType] = {}
         import torch  # imported before any learner code, then watched
 
-        from annotated_transformer.course.grading import allowed_ops
-
         # The guard of a probe, built now, before any learner code, and held here only: an
         # exercise file that replaces a name of this module or of allowed_ops changes nothing.
         self._guard = allowed_ops.guard_factory()
+        # Then every other way to the mode stacks is taken away (grading.switches): a call
+        # of one is recorded here, and the probe that made it is refused.
+        self.attempts: list[str] = []
+        switches.seal(self.attempts)
+        self._plain = plain_factory()  # the reply's conversion, bound before learner code too
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
 
         from annotated_transformer import parts
@@ -156,11 +160,13 @@ class Worker:
         guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
             "forbid_ops"] else None
         hits: list[str] = guarded[1] if guarded is not None else []
-        try:
-            # The guard is on before the chapter module is imported; whatever that import
-            # changes (the default dtype, grad mode, the random state) is reset before the
-            # probe runs.
-            with guarded[0] if guarded is not None else contextlib.nullcontext():
+        switched = len(self.attempts)
+        # The guard is on before the chapter module is imported and stays on until the
+        # reply is plain data: whatever the learner's code runs (its import, the probe, an
+        # exception's message) runs under it. What that import changes (the default dtype,
+        # grad mode, the random state) is reset before the probe runs.
+        with guarded[0] if guarded is not None else contextlib.nullcontext():
+            try:
                 module, built = self.chapter_module(request.get("source", self.source),
                                                     request["chapter"])
                 torch.set_default_dtype(torch.float32)
@@ -169,23 +175,32 @@ class Worker:
                 random.seed(request["seed"])
                 with use_parts(built), seen:
                     value = probe(module, **request["kwargs"])
-            try:
-                reply: dict[str, Any] = {"ok": True, "value": plain(value)}
-            except TypeError as error:
-                reply = {"ok": False, "outcome": "raised", "types": ["TypeError"], "where": "",
-                         "stub": False, "message": f"the result could not be sent back to "
-                                                   f"the grader: {_text(error)}"}
-        except BlockedChapter as error:
-            reply = {"ok": False, "outcome": "blocked", "message": _text(error)}
-        except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
-            reply = {"ok": False, "outcome": "raised",
-                     **self.describe(error, request.get("chapter"))}
-        if hits:
+                try:
+                    reply: dict[str, Any] = {"ok": True, "value": self._plain(value)}
+                except TypeError as error:
+                    reply = {"ok": False, "outcome": "raised", "types": ["TypeError"],
+                             "where": "", "stub": False,
+                             "message": f"the result could not be sent back to the grader: "
+                                        f"{_text(error)}"}
+            except BlockedChapter as error:
+                reply = {"ok": False, "outcome": "blocked", "message": _text(error)}
+            except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
+                reply = {"ok": False, "outcome": "raised",
+                         **self.describe(error, request.get("chapter"))}
+            called = seen.names()
+        if len(self.attempts) > switched:
+            reply = {"ok": False, "outcome": "forbidden",
+                     "message": f"your code reached {self.attempts[switched]}, which turns the "
+                                f"grader's check of PyTorch's ops off; an answer never needs it"}
+        elif hits and hits[0] == allowed_ops.TAMPERED:
+            reply = {"ok": False, "outcome": "forbidden",
+                     "message": f"your code reached {hits[0]}; an answer never needs them"}
+        elif hits:
             reply = {"ok": False, "outcome": "forbidden",
                      "message": f"Exercise {request['exercise']} may not use PyTorch's "
                                 f"{hits[0]}: write it yourself with elementary tensor "
                                 f"operations (see the docstring)"}
-        reply["called"] = seen.names()
+        reply["called"] = called
         return reply
 
     def describe(self, error: BaseException, chapter: int | None = None) -> dict[str, Any]:
@@ -214,30 +229,41 @@ class Worker:
                 "message": _text(error), "where": where, "stub": bool(stub)}
 
 
-def plain(value: Any) -> Any:
-    """``value`` as plain data (what a frame may carry): tensors detached, on the CPU and of
-    the base class; numbers, strings, dtypes; lists, tuples and dicts of them. Anything else
-    is a ``TypeError`` naming it."""
+def plain_factory():
+    """A function ``plain(value)``: ``value`` as plain data (what a frame may carry). It
+    accepts only what the learner's code cannot attach code to: tensors of exactly
+    ``torch.Tensor`` or ``nn.Parameter`` (no subclass), ``None``, numbers, strings, dtypes,
+    sizes and devices, and lists, tuples and dicts of exactly those types; tensors come back
+    detached, on the CPU and cloned, through functions held since before any learner code
+    ran (no method of the value is looked up). Anything else is a ``TypeError`` naming it."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().to("cpu")
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        return tensor.clone()
-    if value is None or type(value) in (bool, int, float, complex, str, torch.dtype):
-        return value
-    if type(value) is torch.Size:
-        return tuple(int(n) for n in value)
-    if type(value) is torch.device:
-        return str(value)
-    if isinstance(value, dict):
-        return {plain(key): plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        items = [plain(item) for item in value]
-        return tuple(items) if isinstance(value, tuple) else items
-    raise TypeError(f"a {type(value).__name__} is not plain data (tensors, numbers, strings, "
-                    f"lists, tuples and dicts of them)")
+    tensor_types = (torch.Tensor, torch.nn.Parameter)
+    detach, to, clone, as_tensor = (torch.Tensor.detach, torch.Tensor.to, torch.Tensor.clone,
+                                    torch.Tensor.as_subclass)
+    atoms = (bool, int, float, complex, str, torch.dtype)
+    kind, integer, listed, text = type, int, list, str
+
+    def plain(value: Any) -> Any:
+        of = kind(value)
+        if of in tensor_types:
+            return clone(as_tensor(to(detach(value), "cpu"), torch.Tensor))
+        if value is None or of in atoms:
+            return value
+        if of is torch.Size:
+            return tuple(integer(n) for n in tuple.__iter__(value))
+        if of is torch.device:
+            return text(value)
+        if of is dict or of is OrderedDict:  # a state dict is an OrderedDict
+            return {plain(key): plain(item) for key, item in dict.items(value)}
+        if of is listed or of is tuple:
+            items = [plain(item) for item in listed.__iter__(value)] if of is listed else [
+                plain(item) for item in tuple.__iter__(value)]
+            return tuple(items) if of is tuple else items
+        raise TypeError(f"a {of.__name__} is not plain data (tensors, numbers, strings, lists, "
+                        f"tuples and dicts of them, none of a subclass)")
+
+    return plain
 
 
 def main() -> int:
@@ -260,6 +286,10 @@ def main() -> int:
 
         protocol.decode(protocol.encode({"ready": torch.zeros(1)}))  # load what replies need
         drop_privileges(config["user"])
+    # No thread or process of its own from here on (the guard is per thread): grading.switches
+    refused = switches.forbid_new_tasks()
+    if refused is not None:
+        print(f"grading worker: {refused}; threads are not refused", file=sys.stderr)
     handle = worker.handle  # bound now: a learner's change to the class changes nothing
     protocol.write_frame(replies, {"ready": True})
     while True:
