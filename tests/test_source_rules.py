@@ -80,6 +80,21 @@ BAD = [
     ("a private name of torch", "import torch\nC = torch._C\n", 2, None, "`torch._C`"),
     ("private attribute of a tensor", "def f(x):\n    return x._version\n", 2, None,
      "names starting with `_`"),
+    # A name is never a key: `self` may be any object (torch itself, passed by the caller).
+    ("self as a plain function's parameter", "import torch\n\ndef f(self):\n"
+     "    return self._secret\n\nf(torch)\n", 4, None, "only `self._name` in a method"),
+    ("self bound to torch", "import torch\n\nclass A:\n    def g(self):\n"
+     "        self = torch\n        self._mine = 1\n        return self._mine\n", 7, None,
+     "only `self._name` in a method"),
+    ("a method given torch as self", "import torch\n\nclass A:\n"
+     "    def __init__(self):\n        self._C = None\n\n    def g(self):\n"
+     "        return self._C\n\nA.g(torch)\n", 8, None, "`_C` is one of them"),
+    ("the dispatch stack through self", "class A:\n    def g(self):\n"
+     "        return self._pop_torch_dispatch_stack()\n", 3, None, "is one of them"),
+    ("a private name the class never sets", "class A:\n    def g(self):\n"
+     "        return self._secret\n", 3, None, "for an attribute your class sets"),
+    ("a standard module on self", "class A:\n    def g(self):\n"
+     "        return self.builtins.exec\n", 3, None, "standard library"),
     ("dunder attributes", "def f(x):\n    return x.__class__.__bases__\n", 2, None,
      "double underscores"),
     ("function globals", "f = lambda: 0\ng = f.__globals__\n", 2, None, "double underscores"),
@@ -303,7 +318,8 @@ GOOD = [
      "        super().__init__()\n        super().register_buffer('x', None)\n"),
     ("private names of one's own", "class A:\n    def __init__(self):\n        self._cache = {}\n"
      "        self.__private = 1\n\n    @classmethod\n    def make(cls):\n"
-     "        return cls._build()\n\n    def __repr__(self):\n        return 'A'\n\n"
+     "        return cls._build()\n\n    @staticmethod\n    def _build():\n        return 1\n\n"
+     "    def __repr__(self):\n        return 'A'\n\n"
      "    def __len__(self):\n        return 0\n\n    def __call__(self, x):\n        return x\n"
      "\n    def __lt__(self, other):\n        return False\n\n    def __radd__(self, other):\n"
      "        return self\n\n    def __getitem__(self, i):\n        return i\n"),
@@ -329,7 +345,7 @@ GOOD = [
      "    rows = [x]\n    rows.append(x)\n    seen = dict()\n    seen['x'] = x\n"
      "    seen.update(y=x)\n    layers = nn.ModuleList()\n    layers.append(nn.Linear(2, 2))\n"),
     ("own attributes", "import torch\n\nclass A:\n    def __init__(self):\n"
-     "        self.queue = []\n        self.softmax_scale = 1.0\n\ndef f():\n"
+     "        self.pending = []\n        self.softmax_scale = 1.0\n\ndef f():\n"
      "    w = torch.zeros(3)\n    w.requires_grad = True\n    w[0] = 1.0\n"
      "    b = A()\n    b.x = 1\n"),
     ("grad modes and errors", "import torch\n\n@torch.no_grad()\ndef f(x):\n"

@@ -6,7 +6,11 @@ from __future__ import annotations
 import ast
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase, clip, snippet
-from annotated_transformer.course.grading.source_rules.rules import PARTS_OWN, is_dunder
+from annotated_transformer.course.grading.source_rules.rules import (
+    PARTS_OWN,
+    is_dunder,
+    library_private_names,
+)
 
 
 class AttributeRules(CheckerBase):
@@ -21,10 +25,8 @@ class AttributeRules(CheckerBase):
         code = snippet(node)
         if is_dunder(name):
             self.check_dunder_attribute(node)
-        elif name.startswith("_") and not self._self_based(base):
-            self.add(node, f"`{code}` is not allowed in an exercise file: names starting with "
-                           f"`_` are PyTorch's internals; use its public functions (only "
-                           f"`self._name` is fine)")
+        elif name.startswith("_"):
+            self.check_private(node, name, code, base)
         else:
             self.check_attribute_name(node, name, code, base)
         if name == "wraps":
@@ -35,6 +37,19 @@ class AttributeRules(CheckerBase):
                                f"its name, e.g. `active_parts().softmax`")
             return
         self.check_forbidden_name(node, name, code)
+
+    def check_private(self, node: ast.Attribute, name: str, code: str, base: ast.AST) -> None:
+        """``self._name`` only: in a method, on its own ``self``/``cls``, a name that the
+        file gives its own objects and that no library uses for its internals."""
+        if name in library_private_names():
+            self.add(node, f"`{code}` is not allowed in an exercise file: names starting with "
+                           f"`_` are PyTorch's internals, and `{name}` is one of them (of "
+                           f"PyTorch's, numpy's or Python's); if it is your own attribute, "
+                           f"rename it")
+        elif not self._self_based(base) or name not in self.own_private:
+            self.add(node, f"`{code}` is not allowed in an exercise file: names starting with "
+                           f"`_` are PyTorch's internals; use its public functions (only "
+                           f"`self._name` in a method, for an attribute your class sets)")
 
     def check_dunder_attribute(self, node: ast.Attribute) -> None:
         """Only ``.__init__(...)`` called and a class's name (``self.__class__.__name__``,

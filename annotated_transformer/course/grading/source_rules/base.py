@@ -93,6 +93,7 @@ class CheckerBase:
         self.course_parts = self._active_parts_is_the_course()
         self.annotations = self._annotation_nodes()
         self.parts_names = self._parts_aliases()
+        self.own_private = self._own_private_names()
         self.found: list[Violation] = []
 
     # -------------------------------------------------------------- bookkeeping
@@ -179,8 +180,38 @@ class CheckerBase:
     # -------------------------------------------------------------- shared checks
 
     def _self_based(self, base: ast.AST) -> bool:
-        """Whether an attribute's base is the learner's own ``self`` or ``cls``."""
-        return isinstance(base, ast.Name) and base.id in SELF_NAMES
+        """Whether an attribute's base is a method's own ``self`` or ``cls``: the first
+        parameter of a function written directly in a class body, never rebound in it (a
+        name alone is never enough: ``def f(self)`` may be given any object)."""
+        if not (isinstance(base, ast.Name) and base.id in SELF_NAMES):
+            return False
+        function = self.parent.get(id(base))
+        while function is not None and not isinstance(function, (ast.FunctionDef,
+                                                                   ast.AsyncFunctionDef)):
+            function = self.parent.get(id(function))
+        if function is None or not isinstance(self.parent.get(id(function)), ast.ClassDef):
+            return False
+        arguments = [*function.args.posonlyargs, *function.args.args]
+        if not arguments or arguments[0].arg != base.id:
+            return False
+        return not any(isinstance(n, ast.Name) and n.id == base.id
+                       and isinstance(n.ctx, (ast.Store, ast.Del)) for n in ast.walk(function))
+
+    def _own_private_names(self) -> frozenset[str]:
+        """The ``_names`` the file gives its own objects: ``self._x = ...``, ``cls._x = ...``
+        and what a class body binds (methods, class attributes)."""
+        names = {n.attr for n in self.nodes if isinstance(n, ast.Attribute)
+                 and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
+                 and n.value.id in SELF_NAMES}
+        for node in self.nodes:
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        names.add(item.name)
+                    elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                        targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                        names.update(n for t in targets for n in target_names(t))
+        return frozenset(n for n in names if n.startswith("_"))
 
     def check_attribute_name(self, node: ast.AST, name: str, code: str,
                              base: ast.AST | None, parent: str | None = None) -> None:
@@ -188,7 +219,7 @@ class CheckerBase:
         (``torch.os``), unless an attribute of the learner's own ``self``."""
         if base is not None and self._names_module(base, "torch.nn"):
             parent = "torch.nn"
-        problem = attribute_problem(name, own=self._self_based(base), parent=parent)
+        problem = attribute_problem(name, parent=parent)
         if problem:
             self.add(node, f"`{code}` is not allowed in an exercise file: {problem}")
 

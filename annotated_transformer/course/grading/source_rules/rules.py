@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import functools
+import itertools
 import sys
 from dataclasses import fields
 
@@ -84,7 +87,7 @@ UTILITIES_UNDER = {"utils": frozenset({"torch.nn"})}
 # (``torch.os``, ``torch.sys``, ``dataclasses.builtins``): any standard module's name is
 # refused as an attribute, except these, which are also tensor or array operations or harmless.
 STDLIB_EXEMPT = frozenset({"abc", "array", "chunk", "cmath", "copy", "math", "numbers",
-                           "select", "trace"})
+                           "select", "token", "trace"})
 STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names if not n.startswith("_"))
 
 # What ``active_parts()`` is besides the parts: ways to other sources (the reference).
@@ -121,6 +124,24 @@ BANNED_DUNDER_METHODS = {
     "__prepare__": "changes how classes are built",
 }
 SELF_NAMES = frozenset({"self", "cls"})
+
+
+@functools.cache
+def library_private_names() -> frozenset[str]:
+    """The ``_names`` of PyTorch's, numpy's and the importable modules' internals (``_C``,
+    ``_ops``, ``_pop_torch_dispatch_stack``) and of tensors and modules: never a learner's
+    own attribute, whatever object it is read from."""
+    import math
+    import typing
+
+    import numpy
+    import torch
+    import torch.nn.functional
+
+    owners = (torch, torch._C, torch.nn, torch.nn.functional, numpy, math, typing, functools,
+              itertools, dataclasses, torch.Tensor, torch.nn.Module)
+    return frozenset(n for owner in owners for n in dir(owner)
+                     if n.startswith("_") and not is_dunder(n))
 # The names Python provides in every module; any other name a file uses, it must bind itself
 # (a name from nowhere was put in the module's namespace by code the rules cannot see).
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -135,18 +156,18 @@ def is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
-def attribute_problem(name: str, own: bool = False, parent: str | None = None) -> str | None:
-    """Why an attribute (or imported) name is refused, or None. ``own``: an attribute of the
-    learner's ``self``, which may share a name with a standard module; ``parent``: the module
-    it is taken from, when known for sure (``torch.nn`` for ``torch.nn.utils``)."""
+def attribute_problem(name: str, parent: str | None = None) -> str | None:
+    """Why an attribute (or imported) name is refused, or None, whatever object it is read
+    from (a learner's ``self`` too: any object may be passed as ``self``). ``parent``: the
+    module it is taken from, when known for sure (``torch.nn`` for ``torch.nn.utils``)."""
     if parent is not None and parent in UTILITIES_UNDER.get(name, ()):
         return None
     reason = BANNED_ATTRIBUTES.get(name)
     if reason:
         return f"it {reason}; compute with tensors only"
-    if name in STDLIB_MODULES and name not in STDLIB_EXEMPT and not own:
-        return (f"`{name}` is a module of Python's standard library; if it is your own "
-                f"attribute, rename it")
+    if name in STDLIB_MODULES and name not in STDLIB_EXEMPT:
+        return (f"`{name}` is a module of Python's standard library, which PyTorch's modules "
+                f"hand out as attributes; if it is your own attribute, rename it")
     return None
 
 
