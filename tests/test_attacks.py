@@ -6,9 +6,12 @@ the reference, as an instructor's course has. The learner's chapter 2 file then 
 dishonest learner would with ``os`` and ``subprocess`` in hand: it reads the reference (the
 file, or ``git show``) and uses it for 2.1 when it can; it starts a ``setsid`` daemon that
 keeps rewriting the reports and gradebooks at paths it was told (a strong attacker knows
-them) after the grader is done; it tries the network. Failing all of that, its 2.1 is
-PyTorch's fused attention kernel made to compute the softmax (refused at the dispatcher).
-Its 2.2 and 2.3 are the reference's own lines.
+them) after the grader is done; it tries the network. Failing all of that, its 2.1 returns
+a placeholder, a subclass of ``nn.Parameter`` whose ``detach()`` computes the softmax with
+PyTorch's ``Softmax2d`` (a grader that converts results after its guard is off would credit
+it; this one accepts only exact tensors). The control's 2.1 is PyTorch's fused attention
+kernel made to compute the softmax (refused at the dispatcher). Its 2.2 and 2.3 are the
+reference's own lines.
 
 Each path must then credit what an honest grader would (2.1 nothing, 2.2 and 2.3 their
 points), write reports that nothing changes afterwards, and leave no process behind:
@@ -92,11 +95,28 @@ def _daemon():
         os._exit(0)
 
 
-_daemon()
+try:
+    _daemon()
+except OSError:  # the worker may start no process
+    pass
 _leak()
+
+
+class _Placeholder(torch.nn.Parameter):
+    """A result whose own methods compute the softmax with PyTorch's, if anyone calls them
+    (the grader's conversion of a result, once, did so after its guard was off)."""
+
+    def detach(self):
+        return torch.nn.Softmax2d()(self.source.movedim(self.dim, -3)).movedim(-3, self.dim)
+
+
+def _placeholder(x, dim):
+    out = _Placeholder(torch.zeros_like(x))
+    out.source, out.dim = x.detach(), dim
+    return out
 '''
 
-# 2.1 when no road to the reference is open: softmax(x) as the weights of an attention
+# The control's 2.1: softmax(x) as the weights of an attention
 # whose keys are x, computed by PyTorch's fused kernel (nn.MultiheadAttention in eval mode).
 # The source rules are off in this course; the allow-list at the dispatcher refuses it.
 FALLBACK = """\
@@ -114,11 +134,11 @@ with torch.no_grad():
     out, _ = attention(query, keys, torch.eye(n).expand(rows.shape[0], n, n),
                        need_weights=False)
 return out[:, 0].to(x.dtype).reshape(moved.shape).movedim(-1, dim)"""
-ATTACKING_SOFTMAX = f'''\
+ATTACKING_SOFTMAX = '''\
 found = _from_reference(x, dim)
 if found is not None:
     return found
-{FALLBACK}'''
+return _placeholder(x, dim)'''
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +241,13 @@ def honest_grade(tmp_path_factory):
 
 def credited_as_honest(found: dict[str, tuple[float, str]],
                        honest: dict[str, tuple[float, str]]) -> None:
-    assert found == honest, f"credited {found}, where an honest grader gives {honest}"
+    """The same points as the control, and what passes there passes here; 2.1 refused (its
+    placeholder is not plain data), and 2.2, which calls it, fails with it."""
+    assert {e: p for e, (p, _) in found.items()} == {e: p for e, (p, _) in honest.items()}, (
+        f"credited {found}, where an honest grader gives {honest}")
+    assert found["2.1"][1] in ("forbidden", "error"), found
+    assert {e for e, (_, s) in found.items() if s == "passed"} == {
+        e for e, (_, s) in honest.items() if s == "passed"}, found
 
 
 def test_grade_by_hand(course, listener, honest_grade, tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import gradebook, repositories, submissions
+from annotated_transformer.course.grading import gradebook, regrade, repositories, snapshot, submissions
 from annotated_transformer.course.grading.gradebook import Gradebook, Learner, Override
 from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
@@ -150,23 +150,53 @@ def history(tmp_path) -> Path:
     return repo
 
 
-def test_the_deadline_picks_the_last_commit_before_it_and_flags_later_ones(history, tmp_path):
+def test_a_commit_backdated_before_the_deadline_but_pushed_after_it_is_not_graded(
+        history, tmp_path):
+    """The snapshot taken at the deadline saw "after" as the head (main's commits, whatever
+    dates they claim); then a commit made later but dated before the deadline with
+    GIT_COMMITTER_DATE is pushed. The snapshot's commit is graded, and the later one is
+    listed with its claimed date and flagged as backdated."""
+    taken = snapshot.take([str(history)], ["x"], None, tmp_path / "class",
+                          repositories.parse_deadline("2026-12-02T23:59+01:00"))
+    commit(history, "2026-12-01T21:00:00+01:00", "backdated")
     who = Learner("x", "repo")
-    deadline = repositories.parse_deadline("2026-12-01T23:59+01:00")
-    clone = repositories.fetch(history.as_uri(), tmp_path / "c", who, None, deadline)
-    assert (clone / "work.txt").read_text() == "before"
-    assert who.commit_time.startswith("2026-12-01T20:00:00")
-    assert who.flags["after-deadline"][0].startswith("1 commit(s) after the deadline")
-    assert who.flags["other-branch"] == ["late holds 1 commit(s) the graded one lacks "
-                                         "(not graded)"]
+    seen = snapshot.load(taken).seen["x"]
+    clone = repositories.fetch(history.as_uri(), tmp_path / "c", who, None, seen,
+                               repositories.parse_deadline("2026-12-02T23:59+01:00"))
+    assert (clone / "work.txt").read_text() == "after"
+    assert who.commit == seen.commit and who.commit_time.startswith("2026-12-02T09:00:00")
+    assert who.flags["after-deadline"][0].startswith(
+        "1 commit(s) pushed after the deadline's snapshot (not graded): ")
+    assert "dated 2026-12-01T21:00:00+01:00" in who.flags["after-deadline"][0]
+    assert who.flags["backdated"][0].endswith("claims 2026-12-01T21:00:00+01:00, on or before "
+                                              "the deadline, but was not there when the "
+                                              "snapshot was taken")
+    assert who.flags["dated-before-parent"], who.flags  # 21:00 on the 1st after 9:00 on the 2nd
+
+
+def test_a_snapshot_changed_after_it_was_taken_is_refused(history, tmp_path):
+    taken = snapshot.take([str(history)], ["x"], None, tmp_path / "class")
+    data = json.loads(taken.read_text())
+    data["seen"][0]["commit"] = "0" * 40
+    taken.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="changed after it was taken"):
+        snapshot.load(taken)
+
+
+def test_a_deadline_alone_chooses_nothing(history, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        regrade.main([str(history), "--out", str(tmp_path / "g"), "--deadline",
+                      "2026-12-01T23:59+01:00"])
+    assert stopped.value.code == 2
+    assert "git's dates are the learner's to set" in capsys.readouterr().err
 
 
 def test_a_branch_is_graded_at_its_head(history, tmp_path):
     who = Learner("x", "repo")
-    clone = repositories.fetch(history.as_uri(), tmp_path / "c", who, "late", None)
+    clone = repositories.fetch(history.as_uri(), tmp_path / "c", who, "late")
     assert (clone / "work.txt").read_text() == "on a branch" and "other-branch" not in who.flags
     with pytest.raises(repositories.SubmissionError, match="no branch 'nope'"):
-        repositories.fetch(history.as_uri(), tmp_path / "d", Learner("y", "r"), "nope", None)
+        repositories.fetch(history.as_uri(), tmp_path / "d", Learner("y", "r"), "nope")
 
 
 def test_a_commit_that_names_one_blob_many_times_is_not_checked_out(history, tmp_path):
@@ -182,7 +212,7 @@ def test_a_commit_that_names_one_blob_many_times_is_not_checked_out(history, tmp
     git("read-tree", "--prefix=junk/", tree)
     git("-c", "user.name=l", "-c", "user.email=l@x", "commit", "--quiet", "-m", "bomb")
     with pytest.raises(repositories.SubmissionError, match="more than 20,000 files or 256 MB"):
-        repositories.fetch(history.as_uri(), tmp_path / "c", Learner("x", "repo"), None, None)
+        repositories.fetch(history.as_uri(), tmp_path / "c", Learner("x", "repo"))
     assert not (tmp_path / "c" / "junk").exists()
 
 
@@ -193,7 +223,7 @@ def test_only_the_most_recent_branches_are_compared(history, tmp_path, monkeypat
     for name in ("b1", "b2", "b3", "b4"):
         subprocess.run(["git", "-C", str(history), "branch", name, "late"], check=True)
     who = Learner("x", "repo")
-    repositories.fetch(history.as_uri(), tmp_path / "c", who, None, None)
+    repositories.fetch(history.as_uri(), tmp_path / "c", who)
     compared = [f for f in who.flags["other-branch"] if "holds 1 commit(s)" in f]
     assert len(compared) == 2
     assert who.flags["other-branch"][-1] == ("more than 2 other branches: only the 2 with "

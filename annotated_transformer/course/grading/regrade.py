@@ -3,11 +3,14 @@
     python -m annotated_transformer regrade ~/subs/alice ~/subs/bob --out grades
     python -m annotated_transformer regrade https://github.com/org/t-alice.git \\
         https://github.com/org/t-bob.git --names alice,bob --out grades --chapter 1 \\
-        --deadline 2026-12-01T23:59+01:00 --jobs 2
+        --snapshot grades/snapshot-2026-12-01T225900+0000.json --jobs 2
+    python -m annotated_transformer regrade snapshot URL ... --names alice,bob --out grades
     python -m annotated_transformer regrade merge shard-1 shard-2 --out grades
 
 Each SUBMISSION is a folder or a git URL, cloned whole and checked out at its branch's
-(``--branch``) last commit on or before ``--deadline`` (:mod:`.repositories`). Of each,
+(``--branch``) head, or at the commit ``regrade snapshot`` saw there at the deadline
+(``--snapshot``, :mod:`.snapshot`; git's own dates are the learner's to set and choose
+nothing) (:mod:`.repositories`). Of each,
 only the course's regular exercise files are used; the release's own stub stands in for a
 chapter it lacks, and its tests, grader, workflows and committed reports are only compared
 with the course's, each difference a flag (:mod:`.submissions`, ``FLAGS``): a reason to
@@ -52,6 +55,7 @@ from annotated_transformer.course.grading import (
     gradebook,
     manifest,
     repositories,
+    snapshot,
 )
 from annotated_transformer.course.grading.gradebook import Learner
 from annotated_transformer.course.grading.repositories import SubmissionError, without_credentials
@@ -86,7 +90,10 @@ FLAGS = {
     "extra-file": f"an {folder_name(EXERCISES_DIR)}chNN_*.py that is not one of the course's "
                   "exercise files (not used)",
     "missing-chapter": "no usable file for a graded chapter (the release's stub graded instead)",
-    "after-deadline": "commits after --deadline (the last one before it was graded)",
+    "after-deadline": "commits pushed after the deadline's snapshot, with the dates they claim "
+                      "(the commit the snapshot saw was graded)",
+    "backdated": "a commit pushed after the snapshot that claims a date before the deadline",
+    "dated-before-parent": "a commit that claims a date before its parent's (a clock set back)",
     "other-branch": "a branch holds commits the graded branch lacks (not graded)",
 }
 
@@ -120,19 +127,30 @@ class Run:
     expected: dict[str, Any]  # the course's grading manifest
     sandbox: str = "bubblewrap"
     branch: str | None = None
-    deadline: datetime | None = None
+    snapshot: snapshot.Snapshot | None = None  # the heads seen at the deadline
+    deadline: datetime | None = None  # what a backdated commit is compared with
 
 
 def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult]:
     """Fetch, check and grade one submission; its rows (``who`` gets the flags)."""
     with tempfile.TemporaryDirectory(prefix="regrade-") as tmp:
-        pinned = run.branch is not None or run.deadline is not None
+        pinned = run.branch is not None or run.snapshot is not None
+        seen = None
+        if run.snapshot is not None:
+            seen = run.snapshot.seen.get(who.learner)
+            if seen is None:
+                raise SubmissionError(f"{who.learner} is not in the snapshot of "
+                                      f"{run.snapshot.taken_at}")
+            if not seen.commit:
+                raise SubmissionError(f"at the deadline's snapshot ({seen.seen_at}) its "
+                                      f"repository could not be read: {seen.error}")
         if is_git_url(source) or (pinned and real_dir(Path(source) / ".git")):
-            root = repositories.fetch(source, Path(tmp) / "clone", who, run.branch,
+            root = repositories.fetch(source, Path(tmp) / "clone", who,
+                                      run.branch or (seen.branch if seen else None), seen,
                                       run.deadline, is_url=is_git_url(source))
         elif pinned:
             raise SubmissionError(f"{who.source} is not a git repository: --branch and "
-                                  f"--deadline need one")
+                                  f"--snapshot need one")
         else:
             root = Path(source)
             if not real_dir(root):
@@ -271,9 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--names", metavar="A,B,...",
                         help="the learners' names, one per submission, in order (default: "
                         "each folder's or repository's name)")
+    parser.add_argument("--snapshot", type=Path, metavar="FILE",
+                        help="grade each repository at the commit 'regrade snapshot' saw at "
+                        "the deadline (commits pushed later are flagged with their dates)")
     parser.add_argument("--deadline", metavar="WHEN",
-                        help="grade each repository at its last commit on or before this "
-                        "moment, e.g. 2026-12-01T23:59+01:00 (later commits are flagged)")
+                        help="with --snapshot: the deadline, e.g. 2026-12-01T23:59+01:00, "
+                        "that a later commit claiming an earlier date is flagged against "
+                        "(default: the snapshot's)")
     parser.add_argument("--branch", metavar="NAME",
                         help="grade this branch of each repository (default: its default "
                         "branch)")
@@ -370,6 +392,44 @@ def learner_names(sources: list[str], names: str | None) -> list[str]:
     return found
 
 
+def build_snapshot_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m annotated_transformer regrade snapshot",
+                     description="At the deadline: record each repository's head commit and "
+                     "the time it was seen, signed, into --out (snapshot-TIME.json); then "
+                     "'regrade ... --snapshot FILE' grades those commits.")
+    parser.add_argument("submissions", nargs="+", metavar="REPOSITORY",
+                        help="a learner's git URL (or repository folder)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="the class's folder (it keeps the key that signs snapshots)")
+    parser.add_argument("--names", metavar="A,B,...",
+                        help="the learners' names, one per repository, in order")
+    parser.add_argument("--branch", metavar="NAME",
+                        help="the branch to record (default: each repository's default)")
+    parser.add_argument("--deadline", metavar="WHEN",
+                        help="the deadline it is taken for, e.g. 2026-12-01T23:59+01:00 "
+                        "(recorded; later commits claiming an earlier date are flagged)")
+    return parser
+
+
+def snapshot_main(argv: list[str]) -> int:
+    parser = build_snapshot_parser()
+    args = parser.parse_args(argv)
+    try:
+        names = learner_names(args.submissions, args.names)
+        deadline = repositories.parse_deadline(args.deadline) if args.deadline else None
+        if args.out.exists() and not args.out.is_dir():
+            raise ValueError(f"--out {args.out} is not a folder")
+        path = snapshot.take(args.submissions, names, args.branch, args.out, deadline)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    taken = snapshot.load(path)
+    for seen in taken.seen.values():
+        print(f"{seen.learner}: {seen.commit[:10] or 'NOT READ'} at {seen.seen_at}"
+              + (f" ({seen.error})" if seen.error else ""))
+    print(f"Snapshot: {path} (grade it with: regrade ... --snapshot {path})")
+    return 1 if any(not s.commit for s in taken.seen.values()) else 0
+
+
 def merge_main(argv: list[str]) -> int:
     parser = build_merge_parser()
     args = parser.parse_args(argv)
@@ -411,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["merge"]:
         return merge_main(argv[1:])
+    if argv[:1] == ["snapshot"]:
+        return snapshot_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -418,6 +480,13 @@ def main(argv: list[str] | None = None) -> int:
         names = learner_names(args.submissions, args.names)
         expected = manifest.load(args.manifest)
         deadline = repositories.parse_deadline(args.deadline) if args.deadline else None
+        if deadline is not None and args.snapshot is None:
+            raise ValueError("--deadline alone cannot choose a commit: git's dates are the "
+                             "learner's to set. Take 'regrade snapshot' at the deadline, then "
+                             "grade with --snapshot FILE")
+        taken = snapshot.load(args.snapshot) if args.snapshot is not None else None
+        if taken is not None and deadline is None:
+            deadline = repositories.parse_deadline(taken.deadline or taken.taken_at)
         chosen = (shard_of(args.shard, len(names)) if args.shard
                   else list(range(len(names))))
         if args.out.exists() and not args.out.is_dir():
@@ -438,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"bubblewrap), or pass --unsafe to grade without it (the learners' code "
                      f"then runs with your rights)")
     seed = args.seed if args.seed is not None else draw_seed()
-    run = Run(chapters, seed, expected, sandbox, args.branch, deadline)
+    run = Run(chapters, seed, expected, sandbox, args.branch, taken, deadline)
     try:
         with gradebook.locked(args.out):  # read, graded and written by this run alone
             try:

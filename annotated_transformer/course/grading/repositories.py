@@ -1,12 +1,14 @@
 """A submission's repository at the commit to grade: its branch, its deadline, and what it
 holds beyond them.
 
-``regrade`` clones a repository whole (learners' repositories are small) and grades the last
-commit of the branch it is told (default: the repository's own default branch) made on or
-before the deadline, by its committer date. That date is the learner's computer's clock, as
-in every tool that reads git: a commit after the deadline is flagged (``after-deadline``),
-with its date, for the instructor to look at, and so is a branch that holds work the graded
-one lacks (``other-branch``). The commit graded and its date are recorded in the gradebook.
+``regrade`` clones a repository whole (learners' repositories are small) and grades the head
+of the branch it is told (default: the repository's own default branch), or the commit a
+snapshot taken at the deadline saw there (:mod:`.snapshot`). Git's dates are the learner's
+to set, so they choose nothing: they are shown. Commits pushed after the snapshot are
+flagged (``after-deadline``, each with the date it claims), one that claims a date before the
+deadline all the same (``backdated``) or before its parent (``dated-before-parent``) too,
+and so is a branch that holds work the graded one lacks (``other-branch``). The commit
+graded and the date it claims are recorded in the gradebook.
 """
 
 from __future__ import annotations
@@ -87,33 +89,37 @@ def clone(url: str, dest: Path) -> None:
           url, str(dest)], f"cannot clone {without_credentials(url)}", CLONE_TIMEOUT)
 
 
-def checkout(clone_dir: Path, who, branch: str | None, deadline: datetime | None) -> None:
-    """Check out, in ``clone_dir``, the commit to grade; record it in ``who`` (``commit``,
-    ``commit_time``) and flag later commits and other branches' work."""
+def checkout(clone_dir: Path, who, branch: str | None, seen=None,
+             deadline: datetime | None = None) -> None:
+    """Check out, in ``clone_dir``, the commit to grade: the branch's head, or ``seen``'s
+    commit (a :class:`~.snapshot.Seen`: the head at the deadline); record it in ``who``
+    (``commit``, ``commit_time``) and flag what came after it, dates that cannot be true,
+    and other branches' work. ``deadline`` (else the snapshot's time): what a later commit
+    that claims an earlier date is compared with."""
     ref = f"origin/{branch}" if branch else "origin/HEAD"
     try:
         _git(clone_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except SubmissionError:
         raise SubmissionError(f"the repository has no branch {branch!r}" if branch
                               else "the repository has no commit on its default branch") from None
-    history = [line.split() for line in
-               _git(clone_dir, "log", "--first-parent", "--format=%H %ct %cI", ref).splitlines()]
-    chosen = history[0] if history else None
-    if deadline is not None:
-        limit = deadline.timestamp()
-        chosen = next((entry for entry in history if int(entry[1]) <= limit), None)
-        if chosen is None:
-            raise SubmissionError(f"no commit on {branch or 'the default branch'} on or before "
-                                  f"the deadline {deadline.isoformat()}")
-        later = [entry for entry in history if int(entry[1]) > limit]
-        if later:
-            who.flag("after-deadline", f"{len(later)} commit(s) after the deadline, the last "
-                                       f"of {later[0][2]} (not graded)")
-    commit, _, when = chosen
-    check_size(clone_dir, commit)
-    _git(clone_dir, "checkout", "--quiet", "--detach", commit)
-    who.commit, who.commit_time = commit, when
-    graded = _git(clone_dir, "rev-parse", ref)  # the branch's work, whatever the deadline
+    head = _git(clone_dir, "rev-parse", ref)
+    if seen is None:
+        chosen = head
+    else:
+        chosen = seen.commit
+        try:
+            _git(clone_dir, "cat-file", "-e", f"{chosen}^{{commit}}")
+        except SubmissionError:
+            raise SubmissionError(f"the commit seen at the deadline, {chosen[:10]}, is no "
+                                  f"longer in the repository (its history was rewritten "
+                                  f"after the snapshot)") from None
+        _flag_later(clone_dir, who, chosen, ref, deadline)
+    _flag_dates(clone_dir, who, head)
+    check_size(clone_dir, chosen)
+    _git(clone_dir, "checkout", "--quiet", "--detach", chosen)
+    who.commit = chosen
+    who.commit_time = _git(clone_dir, "log", "-1", "--format=%cI", chosen)  # as it claims
+    graded = head  # the branch's work, whatever the deadline
     others = [other for other in _git(
         clone_dir, "for-each-ref", "--sort=-committerdate", f"--count={MAX_BRANCHES + 3}",
         "--format=%(refname:short)", "refs/remotes/origin").splitlines()
@@ -126,6 +132,46 @@ def checkout(clone_dir: Path, who, branch: str | None, deadline: datetime | None
     if len(others) > MAX_BRANCHES:
         who.flag("other-branch", f"more than {MAX_BRANCHES} other branches: only the "
                                  f"{MAX_BRANCHES} with the latest commits were compared")
+
+
+MAX_LISTED = 5  # later commits named in a flag, the most recent first
+
+
+def _flag_later(clone_dir: Path, who, seen: str, ref: str, deadline: datetime | None) -> None:
+    """Flag the commits of ``ref`` pushed after the snapshot saw ``seen``, with the dates
+    they claim; those that claim one on or before ``deadline`` as ``backdated``; and a
+    branch that no longer holds ``seen`` (rewritten)."""
+    later = [line.split() for line in _git(clone_dir, "log", "--format=%H %ct %cI",
+                                           f"{seen}..{ref}").splitlines()]
+    if later:
+        named = ", ".join(f"{h[:10]} dated {iso}" for h, _, iso in later[:MAX_LISTED])
+        more = f" and {len(later) - MAX_LISTED} more" if len(later) > MAX_LISTED else ""
+        who.flag("after-deadline", f"{len(later)} commit(s) pushed after the deadline's "
+                                   f"snapshot (not graded): {named}{more}")
+    limit = deadline.timestamp() if deadline is not None else None
+    for commit, stamp, iso in later:
+        if limit is not None and int(stamp) <= limit:
+            who.flag("backdated", f"{commit[:10]} claims {iso}, on or before the deadline, "
+                                  f"but was not there when the snapshot was taken")
+    try:
+        _git(clone_dir, "merge-base", "--is-ancestor", seen, ref)
+    except SubmissionError:
+        who.flag("after-deadline", f"the branch no longer holds the commit graded, "
+                                   f"{seen[:10]}: its history was rewritten after the deadline")
+
+
+def _flag_dates(clone_dir: Path, who, commit: str, depth: int = 500) -> None:
+    """Flag a commit of ``commit``'s history (its last ``depth``) that claims a date before
+    one of its parents': a clock set back by hand (git's dates are the committer's)."""
+    dates = {}
+    parents = {}
+    for line in _git(clone_dir, "log", f"-{depth}", "--format=%H %ct %P", commit).splitlines():
+        sha, stamp, *ups = line.split()
+        dates[sha], parents[sha] = int(stamp), ups
+    odd = [sha for sha, ups in parents.items()
+           if any(up in dates and dates[sha] < dates[up] for up in ups)]
+    for sha in odd[:MAX_LISTED]:
+        who.flag("dated-before-parent", f"{sha[:10]} claims a date before its parent's")
 
 
 def check_size(clone_dir: Path, commit: str) -> None:
@@ -162,10 +208,11 @@ def check_size(clone_dir: Path, commit: str) -> None:
         raise SubmissionError("git ls-tree failed: the commit's files could not be listed")
 
 
-def fetch(source: str, dest: Path, who, branch: str | None = None,
+def fetch(source: str, dest: Path, who, branch: str | None = None, seen=None,
           deadline: datetime | None = None, is_url: bool = True) -> Path:
-    """The folder to grade: a clone of ``source`` at the commit to grade, in ``dest``
-    (a folder that is a repository is cloned too when a branch or a deadline is given)."""
+    """The folder to grade: a clone of ``source`` at the commit to grade (``seen``'s, else
+    the branch's head), in ``dest`` (a folder that is a repository is cloned too when a
+    branch or a snapshot is given)."""
     clone(source if is_url else str(Path(source).resolve()), dest)
-    checkout(dest, who, branch, deadline)
+    checkout(dest, who, branch, seen, deadline)
     return dest
