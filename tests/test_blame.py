@@ -83,11 +83,26 @@ def test_only_what_an_exercise_calls_is_blamed(tmp_path):
          "device=tokens.device)",
          "return (tokens != pad_id)[:, None, None, :] | torch.ones(tokens.size(-1), "
          "tokens.size(-1), dtype=torch.bool, device=tokens.device).tril()")]})
-    rows = rows_of(parts, ["4.3", "6.3"])
+    rows = rows_of(parts, ["4.1", "4.3", "6.3"])
     assert rows["4.3"].mistake == "4.3/or-for-and", rows["4.3"].message
     assert "fix 4.1" not in rows["4.3"].message and "4.2" not in rows["4.3"].message
     assert rows["6.3"].status == "failed"
     assert rows["6.3"].message.startswith("6.3 uses your padding_mask (4.1)"), rows["6.3"].message
+
+
+def test_what_the_code_calls_never_orders_more_tests(tmp_path):
+    """A chapter 2 whose 2.2 fails and calls a function it exports as ``Capstone`` (the
+    name of 6.5's and 8.5's tests): only chapter 2's tests run, as for a learner who does
+    not, and nothing outside chapter 2 is blamed."""
+    parts = learner(tmp_path, [1, 2], {"ch02_attention.py": [
+        ("    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+         "    Capstone()\n    scores = query @ key.transpose(-2, -1)"),
+        ("\ndef softmax_jacobian", "\nclass Capstone:\n    pass\n\n\ndef softmax_jacobian")]})
+    records, rows = engine.grade(RunSpec.new(parts, seed=0, sandbox=boundary.decide("auto")),
+                                 [2])
+    assert {r.chapter for r in records} == {2}
+    assert {r.id for r in rows} == {"2.1", "2.2", "2.3"} and rows[1].status == "failed"
+    assert "6.5" not in rows[1].message and "8.5" not in rows[1].message
 
 
 def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_given():

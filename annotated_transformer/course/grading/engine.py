@@ -183,8 +183,7 @@ def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | No
     Only their graded tests run. A whole-course exercise (the capstone) whose files are
     unchanged since it last passed or failed is not run again when ``cache_dir`` is given
     (see :mod:`annotated_transformer.course.grading.cache`). An exercise that does not pass and
-    called a part whose values are wrong says so; the parts it called that were not graded
-    in this run are graded for that (and not reported).
+    called a part of this run whose values are wrong says so.
     """
     from annotated_transformer.course.grading import dependencies
 
@@ -204,13 +203,9 @@ def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | No
     records += [r for exercise in wanted for r in kept.get(exercise, [])]
     records.sort(key=lambda r: r.chapter or 0)
     rows = summarize(records)
+    # Blame names only parts graded in this run: what the learner's code calls (any name it
+    # exports) never orders more tests.
     right, called = values_right(records), calls_of(records, declared)
-    needed = sorted({p for r in rows if r.status not in ("passed", "forbidden")
-                     for p in called.get(r.id, ())} - set(right), key=dependencies.order)
-    if needed:
-        extra = run(replace(spec, exercises=tuple(needed)))
-        right.update(values_right(extra))
-        called.update({e: c for e, c in calls_of(extra, declared).items() if e not in called})
     unsure = unsure_names(records)
     return records, [_explained(r, right, called, declared, unsure) for r in rows]
 
