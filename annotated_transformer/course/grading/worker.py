@@ -242,10 +242,10 @@ def plain_factory():
     detach, to, clone, as_tensor = (torch.Tensor.detach, torch.Tensor.to, torch.Tensor.clone,
                                     torch.Tensor.as_subclass)
     atoms = (bool, int, float, complex, str, torch.dtype)
-    kind, integer, listed, text = type, int, list, str
+    type_of, integer, listed, text = type, int, list, str
 
     def plain(value: Any) -> Any:
-        of = kind(value)
+        of = type_of(value)
         if of in tensor_types:
             return clone(as_tensor(to(detach(value), "cpu"), torch.Tensor))
         if value is None or of in atoms:
