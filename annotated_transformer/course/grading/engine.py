@@ -251,16 +251,27 @@ def _cache_store(cache_dir: Path, exercise: str, entry: str,
 def _explained(row: ExerciseResult, right: dict[str, bool | None],
                called: dict[str, set[str]], declared,
                unsure: dict[str, str] | None = None) -> ExerciseResult:
-    """``row``, whose message names the parts it called whose values are wrong: first, or
-    after the learner's own mistake when its tests name one. A mistake that some of its
-    tests of values do not name is dropped there (with the message of one that names none):
-    the wrong part may explain it."""
-    from annotated_transformer.course.grading import dependencies
+    """``row``, with what its earlier parts mean for it. Its tests ran with the grader's
+    stand-ins for the earlier exercises that have one (:mod:`.standins`), so its points and
+    its named mistake are its own; where the learner's own version of one of those is wrong,
+    it says that it was graded without it and that, with it, it cannot work yet. For an
+    earlier part without a stand-in that it called and whose values are wrong, the message
+    names that part (first, or after the learner's own mistake when its tests name one), and
+    a mistake that some of its tests of values do not name is dropped there (the wrong part
+    may explain it)."""
+    from annotated_transformer.course.grading import dependencies, standins
 
+    stood = standins.stand_ins_for(row.id, declared)
+    wrong = [p for p in stood if right.get(p) is False]
+    wrong = [p for p in wrong if not set(declared.closure(p)) & set(wrong)]
+    if wrong and row.status not in ("forbidden", "not implemented"):
+        note = alone(row.id, wrong, declared)
+        message = f"{cut(row.message, MESSAGE_LIMIT - len(note) - 1)} {note}".strip()
+        row = replace(row, message=message)
     # A stub's own message already names the exercise that is not written yet.
     if row.status in ("passed", "forbidden", "not implemented"):
         return row
-    roots = dependencies.failing_roots(row.id, right, called)
+    roots = [p for p in dependencies.failing_roots(row.id, right, called) if p not in stood]
     if not roots:
         return row
     blame = dependencies.blame(row.id, roots, declared)
@@ -271,3 +282,19 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     else:
         message = cut(f"{blame} {row.message}".strip())
     return replace(row, message=message, blocked_by=",".join(roots))
+
+
+def alone(exercise: str, wrong: list[str], declared) -> str:
+    """``"Graded with the grader's LayerNorm (5.1) in place of yours, whose values are wrong:
+    5.5 earns its points alone, but a model of your own parts will not compute the right
+    values until you fix 5.1."``"""
+    from annotated_transformer.course.grading import dependencies
+
+    named = [f"{declared.name(p)} ({p})" for p in wrong[:dependencies.SHOWN]]
+    if len(wrong) > dependencies.SHOWN:
+        named.append(f"{len(wrong) - dependencies.SHOWN} more")
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    fix = wrong[0] if len(wrong) == 1 else f"{', '.join(wrong[:-1])} and {wrong[-1]}"
+    return (f"Graded with the grader's {listed} in place of yours, whose values are wrong: "
+            f"{exercise} earns its points alone, but a model of your own parts will not "
+            f"compute the right values until you fix {fix}.")

@@ -319,6 +319,7 @@ class CodeUnderTest:
         self.printed = ""  # what the code under test printed in this test (its end)
         self.called: set[str] = set()  # the chapters' functions it entered (grading.calls)
         self.observe = False  # whether the worker notes them (an exercise that builds on others)
+        self.standins: tuple[str, ...] = ()  # earlier exercises run on the grader's stand-ins
 
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
@@ -330,7 +331,7 @@ class CodeUnderTest:
         request = {"file": inspect.getfile(probe), "function": probe.__qualname__,
                    "kwargs": kwargs, "chapter": self.chapter, "exercise": self.exercise,
                    "forbid_ops": list(self.forbid_ops), "seed": self.seed,
-                   "observe": self.observe}
+                   "observe": self.observe, "standins": list(self.standins)}
         try:
             reply = self.pool.call(self.source, request, self.cpu_seconds)
         finally:

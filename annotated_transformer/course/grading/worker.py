@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from annotated_transformer.course.grading import allowed_ops, calls, switches
+from annotated_transformer.course.grading import allowed_ops, calls, standins, switches
 from annotated_transformer.course.grading.messages import cut
 
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
@@ -105,6 +105,10 @@ class Worker:
         self.attempts: list[str] = []
         switches.seal(self.attempts)
         self._plain = plain_factory()  # the reply's conversion, bound before learner code too
+        # The grader's stand-ins for the earlier exercises an exercise builds on (grading.
+        # standins), built now too; each notes here that it ran.
+        self.stood_in: list[str] = []
+        self.standins = standins.build(self._guard.exempt, self.stood_in.append)
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
 
         from annotated_transformer import parts
@@ -120,19 +124,22 @@ class Worker:
             except ImportError:
                 pass
 
-    def chapter_module(self, source: str, chapter: int) -> tuple[ModuleType, Any]:
-        """The chapter module under test and the parts its code builds with."""
+    def chapter_module(self, source: str, chapter: int, stand_ins: dict[str, Any]
+                       ) -> tuple[ModuleType, Any]:
+        """The chapter module under test and the parts its code builds with: those of
+        other chapters named in ``stand_ins`` (``{name: stand-in}``) are the stand-ins."""
         parts = self.parts
         if source.startswith("variant:") and self.learner_dir is None:
             import variants
 
             module = variants.load(chapter, source.removeprefix("variant:"))
-            return module, parts.Parts("solutions", {chapter: "solutions"})
+            return module, isolated(parts.Parts("solutions", {chapter: "solutions"}),
+                                    stand_ins)
         if self.learner_dir is not None:
             built = parts.Parts(str(self.learner_dir))
         else:
             built = parts.Parts(source)
-        return built.module(chapter), built
+        return built.module(chapter), isolated(built, stand_ins)
 
     def probe(self, path: str, name: str) -> Any:
         if path not in self.test_modules:
@@ -160,7 +167,10 @@ class Worker:
         guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
             "forbid_ops"] else None
         hits: list[str] = guarded[1] if guarded is not None else []
-        switched = len(self.attempts)
+        switched, ran = len(self.attempts), len(self.stood_in)
+        stand_ins = {standins.EXERCISES[e]: self.standins[e]
+                     for e in request.get("standins", ()) if e in self.standins}
+        patched: dict[str, Any] = {}  # the chapter module's own names, while it runs
         # The guard is on before the chapter module is imported and stays on until the
         # reply is plain data: whatever the learner's code runs (its import, the probe, an
         # exception's message) runs under it. What that import changes (the default dtype,
@@ -168,7 +178,10 @@ class Worker:
         with guarded[0] if guarded is not None else contextlib.nullcontext():
             try:
                 module, built = self.chapter_module(request.get("source", self.source),
-                                                    request["chapter"])
+                                                    request["chapter"], stand_ins)
+                patched = {name: module.__dict__[name] for name in stand_ins
+                           if name in module.__dict__}
+                module.__dict__.update({name: stand_ins[name] for name in patched})
                 torch.set_default_dtype(torch.float32)
                 torch.set_grad_enabled(True)
                 torch.manual_seed(request["seed"])
@@ -187,11 +200,21 @@ class Worker:
             except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
                 reply = {"ok": False, "outcome": "raised",
                          **self.describe(error, request.get("chapter"))}
+            finally:
+                module_dict = module.__dict__ if patched else {}
+                module_dict.update(patched)
             called = seen.names()
+        own = request["exercise"] in self.stood_in[ran:]
+        del self.stood_in[ran:]
         if len(self.attempts) > switched:
             reply = {"ok": False, "outcome": "forbidden",
                      "message": f"your code reached {self.attempts[switched]}, which turns the "
                                 f"grader's check of PyTorch's ops off; an answer never needs it"}
+        elif own:
+            reply = {"ok": False, "outcome": "forbidden",
+                     "message": f"your code ran the grader's stand-in for exercise "
+                                f"{request['exercise']} while that exercise was graded; "
+                                f"write it yourself"}
         elif hits and hits[0] == allowed_ops.TAMPERED:
             reply = {"ok": False, "outcome": "forbidden",
                      "message": f"your code reached {hits[0]}; an answer never needs them"}
@@ -227,6 +250,41 @@ class Worker:
                 _text(error) and Path(last.filename).name.startswith("ch"))
         return {"types": [cls.__name__ for cls in type(error).__mro__],
                 "message": _text(error), "where": where, "stub": bool(stub)}
+
+
+def isolated(built: Any, stand_ins: dict[str, Any]) -> Any:
+    """``built`` (a ``Parts``) whose parts named in ``stand_ins`` are those stand-ins."""
+    if not stand_ins:
+        return built
+    if not _ISOLATED:
+        _ISOLATED.append(_isolated_parts_class())
+    return _ISOLATED[0](built.default, dict(built.chapters), tuple(sorted(stand_ins.items())))
+
+
+_ISOLATED: list[type] = []
+
+
+def _isolated_parts_class() -> type:
+    import dataclasses
+
+    from annotated_transformer.parts import Parts
+
+    @dataclasses.dataclass(frozen=True)
+    class IsolatedParts(Parts):
+        """Parts whose names in ``stand_ins`` are the grader's stand-ins."""
+
+        stand_ins: tuple[tuple[str, Any], ...] = ()
+
+        def __hash__(self) -> int:
+            return hash((super().__hash__(), tuple(n for n, _ in self.stand_ins)))
+
+        def get(self, name: str) -> Any:
+            for known, stand_in in self.stand_ins:
+                if known == name:
+                    return stand_in
+            return super().get(name)
+
+    return IsolatedParts
 
 
 def plain_factory():

@@ -1,0 +1,244 @@
+"""Stand-ins: the grader's own version of an exercise, so that a later one is graded alone.
+
+Exercise 5.5 (``DecoderLayer``) builds on 3.3, 5.1, 5.2 and 5.3. Graded on the learner's own
+earlier parts, a correct 5.5 would fail when their LayerNorm is wrong, and be named for a
+mistake it did not make. So while the tests of an exercise run, the earlier exercises it
+builds on are these stand-ins (:data:`EXERCISES`): PyTorch's own op where PyTorch has one
+(``torch.softmax``, ``F.layer_norm``, ``F.multi_head_attention_forward``,
+``F.cross_entropy``), else the formula the exercise's docstring states. Its points and its
+named mistake then depend on its own code alone. Whether the learner's parts work together
+is the capstones' question (6.5, 8.5 run on the learner's parts only) and each report's
+line "uses your 5.1, whose values are wrong" (:mod:`.engine`).
+
+In the worker (:mod:`.worker`), built before any learner code runs. Where a stand-in uses an
+op the exercise under test may not (a softmax in 5.4's attention), it computes under the
+guard's exemption (:func:`annotated_transformer.course.grading.allowed_ops.guard_factory`),
+its backward too, and never calls learner code while exempt (the dropout a caller passes to
+attention runs outside). Each stand-in notes that it ran: an exercise whose own stand-in ran
+while its tests ran is refused (``forbidden``), so a stand-in is never an answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# The exercises that have a stand-in, and the name each is looked up by (its chapter's).
+EXERCISES = {
+    "2.1": "softmax", "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention",
+    "4.1": "padding_mask", "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
+    "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "6.2": "LabelSmoothingLoss",
+}
+
+
+def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], None]
+          ) -> dict[str, Any]:
+    """``{exercise: stand-in}``; ``exempt()`` switches the guard's checks off for a block,
+    ``ran(exercise)`` notes that a stand-in ran."""
+
+    def trusted(function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` (of tensors and other arguments, PyTorch's ops only) computed under
+        the exemption, forward and backward, as one autograd node."""
+
+        class Call(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *args):
+                with exempt(), torch.enable_grad():
+                    inputs = [a.detach().requires_grad_(need) if isinstance(a, Tensor)
+                              and need else a.detach() if isinstance(a, Tensor) else a
+                              for a, need in zip(args, ctx.needs_input_grad)]
+                    out = function(*inputs)
+                outputs = out if isinstance(out, tuple) else (out,)
+                ctx.inputs, ctx.outputs = inputs, outputs
+                return tuple(o.detach() for o in outputs) if isinstance(out, tuple) else (
+                    out.detach())
+
+            @staticmethod
+            def backward(ctx, *grads):
+                wanted = [i for i, a in enumerate(ctx.inputs)
+                          if isinstance(a, Tensor) and a.requires_grad]
+                pairs = [(o, g) for o, g in zip(ctx.outputs, grads)
+                         if g is not None and o.requires_grad]
+                found: list[Tensor | None] = [None] * len(ctx.inputs)
+                if wanted and pairs:
+                    with exempt():
+                        computed = torch.autograd.grad(
+                            [o for o, _ in pairs], [ctx.inputs[i] for i in wanted],
+                            [g for _, g in pairs], allow_unused=True)
+                    for i, grad in zip(wanted, computed):
+                        found[i] = grad
+                return tuple(found)
+
+        return Call.apply
+
+    def noted(exercise: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            ran(exercise)
+            return function(*args, **kwargs)
+        call.__name__ = call.__qualname__ = EXERCISES[exercise]
+        call.__doc__ = f"The grader's stand-in for exercise {exercise}."
+        return call
+
+    def softmax_of(x: Tensor, dim: int) -> Tensor:
+        out = torch.softmax(x, dim)  # a slice of -inf only: NaN, which the course makes 0
+        return torch.where(torch.isnan(out), torch.zeros_like(out), out)
+
+    trusted_softmax = trusted(softmax_of)
+
+    def softmax(x: Tensor, dim: int = -1) -> Tensor:
+        return trusted_softmax(x, dim)
+
+    def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                     mask: Tensor | None = None,
+                                     dropout: Callable[[Tensor], Tensor] | None = None
+                                     ) -> tuple[Tensor, Tensor]:
+        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        weights = trusted_softmax(scores, -1)
+        if dropout is not None:  # the caller's dropout: outside the exemption
+            weights = dropout(weights)
+        return weights @ value, weights
+
+    def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+        return (tokens != pad_id)[:, None, None, :]
+
+    def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
+        return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+    def target_mask(tokens: Tensor, pad_id: int) -> Tensor:
+        return padding_mask(tokens, pad_id) & causal_mask(tokens.size(-1), tokens.device)
+
+    trusted_layer_norm = trusted(lambda x, weight, bias, eps: F.layer_norm(
+        x, (x.size(-1),), weight, bias, eps))
+
+    class LayerNorm(nn.Module):
+        """The grader's stand-in for exercise 5.1: ``F.layer_norm``."""
+
+        def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+            ran("5.1")
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(d_model))
+            self.bias = nn.Parameter(torch.zeros(d_model))
+
+        def forward(self, x: Tensor) -> Tensor:
+            ran("5.1")
+            return trusted_layer_norm(x, self.weight, self.bias, self.eps)
+
+    class PositionwiseFeedForward(nn.Module):
+        """The grader's stand-in for exercise 5.2."""
+
+        def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+            ran("5.2")
+            super().__init__()
+            self.linear1 = nn.Linear(d_model, d_ff)
+            self.linear2 = nn.Linear(d_ff, d_model)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, x: Tensor) -> Tensor:
+            ran("5.2")
+            return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+    class ResidualConnection(nn.Module):
+        """The grader's stand-in for exercise 5.3 (its norm is the stand-in LayerNorm)."""
+
+        def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False
+                     ) -> None:
+            ran("5.3")
+            super().__init__()
+            self.norm = LayerNorm(d_model)
+            self.dropout = nn.Dropout(dropout)
+            self.norm_first = norm_first
+
+        def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+            ran("5.3")
+            if self.norm_first:
+                return x + self.dropout(sublayer(self.norm(x)))
+            return self.norm(x + self.dropout(sublayer(x)))
+
+    def attend(query, key, value, mask, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, heads,
+               dropout, training):
+        """Multi-head attention from PyTorch's ops, with the course's mask (``True`` =
+        allowed; a query with no key attends to nothing) and its weights per head."""
+        def heads_of(x, weight, bias):  # [B, L, D] -> [B, H, L, d_k]
+            return F.linear(x, weight, bias).unflatten(-1, (heads, -1)).transpose(1, 2)
+
+        q, k, v = heads_of(query, q_w, q_b), heads_of(key, k_w, k_b), heads_of(value, v_w, v_b)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        weights = F.dropout(softmax_of(scores, -1), dropout, training)
+        return F.linear((weights @ v).transpose(1, 2).flatten(-2), o_w, o_b), weights
+
+    trusted_attention = trusted(attend)
+
+    class MultiHeadAttention(nn.Module):
+        """The grader's stand-in for exercise 3.3: PyTorch's multi-head attention."""
+
+        def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,
+                     bias: bool = True) -> None:
+            ran("3.3")
+            super().__init__()
+            if num_heads <= 0 or d_model % num_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+            self.attention = found["2.2"]  # Chapter 2's attention, as the contract has it
+            self.d_model, self.num_heads = d_model, num_heads
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.dropout = nn.Dropout(dropout)
+            self.attention_weights: Tensor | None = None
+
+        def forward(self, query: Tensor, key: Tensor, value: Tensor,
+                    mask: Tensor | None = None) -> Tensor:
+            ran("3.3")
+            out, weights = trusted_attention(
+                query, key, value, mask, self.q_proj.weight, self.q_proj.bias,
+                self.k_proj.weight, self.k_proj.bias, self.v_proj.weight, self.v_proj.bias,
+                self.out_proj.weight, self.out_proj.bias, self.num_heads, self.dropout.p,
+                self.training)
+            self.attention_weights = weights.detach()
+            return out
+
+    trusted_cross_entropy = trusted(lambda logits, target, ignore, smoothing: F.cross_entropy(
+        logits, target, ignore_index=ignore, label_smoothing=smoothing))
+
+    class LabelSmoothingLoss(nn.Module):
+        """The grader's stand-in for exercise 6.2: ``F.cross_entropy``."""
+
+        def __init__(self, smoothing: float = 0.1, ignore_index: int | None = None) -> None:
+            ran("6.2")
+            super().__init__()
+            self.smoothing, self.ignore_index = smoothing, ignore_index
+
+        def forward(self, logits: Tensor, target: Tensor) -> Tensor:
+            ran("6.2")
+            ignore = -100 if self.ignore_index is None else self.ignore_index
+            if bool((target == ignore).all()):
+                return (logits * 0).sum()
+            return trusted_cross_entropy(logits, target, ignore, self.smoothing)
+
+    found: dict[str, Any] = {}
+    functions = {"2.1": softmax, "2.2": scaled_dot_product_attention, "4.1": padding_mask,
+                 "4.2": causal_mask, "4.3": target_mask}
+    found.update({e: noted(e, f) for e, f in functions.items()})
+    found.update({"3.3": MultiHeadAttention, "5.1": LayerNorm, "5.2": PositionwiseFeedForward,
+                  "5.3": ResidualConnection, "6.2": LabelSmoothingLoss})
+    return found
+
+
+def stand_ins_for(exercise: str | None, declared: Any) -> tuple[str, ...]:
+    """The earlier exercises that ``exercise``'s tests run on stand-ins: every one it builds
+    on (``declared``: :class:`~.dependencies.Declared`) that has one; none for a capstone,
+    whose question is whether the learner's own parts work together."""
+    if exercise is None or exercise in declared.integration:
+        return ()
+    return tuple(e for e in declared.closure(exercise) if e in EXERCISES)
