@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import gradebook, regrade, repositories, snapshot, submissions
+from annotated_transformer.course.grading import (
+    gradebook,
+    regrade,
+    repositories,
+    snapshot,
+    submissions,
+)
 from annotated_transformer.course.grading.gradebook import Gradebook, Learner, Override
 from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR

@@ -312,7 +312,14 @@ MISTAKES = {
     "8.1/top-p-excludes-crossing": "This nucleus leaves out the token that makes the mass reach "
     "p: keep a token when the tokens more probable than it add up to less than p (the mass "
     "before it, not including it), so that the kept tokens add up to at least p.",
+    "8.1/top-p-before-top-k": "This applies top-p before top-k: with probabilities 0.4, "
+    "0.3, 0.2, 0.1, top_k=2 and top_p=0.5 it keeps two tokens, where top-k first leaves 4/7 "
+    "and 3/7 and the nucleus of that is the first token alone. Apply top-k, renormalise, "
+    "then top-p.",
     # 8.2 sample_next
+    "8.2/draws-at-temperature-zero": "At temperature 0 your sample_next still draws from the "
+    "generator (its state changed): return the argmax without drawing, so that a generator "
+    "shared with other draws gives them what it would have without this call.",
     "8.2/generator-unused": "The same seed gave different tokens: draw with the generator "
     "passed in, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces "
     "the samples.",

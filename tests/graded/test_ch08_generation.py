@@ -75,6 +75,14 @@ def samples_of(impl, logits, seed, **options):
     return impl.sample_next(logits, generator=torch.Generator().manual_seed(seed), **options)
 
 
+def generator_moved(impl, logits, seed, **options):
+    """Whether ``sample_next`` changed the state of the generator it was given."""
+    generator = torch.Generator().manual_seed(seed)
+    before = generator.get_state()
+    impl.sample_next(logits, generator=generator, **options)
+    return not torch.equal(before, generator.get_state())
+
+
 def samples_twice(impl, logits, seed, **options):
     """Two calls, each with a fresh generator seeded ``seed``."""
     return [samples_of(impl, logits, seed, **options) for _ in range(2)]
@@ -294,6 +302,21 @@ def test_all_three_together(learner):
                        **options)
 
 
+@pytest.mark.grade("8.1", points=1, values=True)
+def test_top_k_comes_before_top_p(learner):
+    """A fixed row where the order matters, whatever the run's seed: probabilities 0.4, 0.3,
+    0.2, 0.1 with top_k=2 and top_p=0.5. Top-k leaves 4/7 and 3/7, whose nucleus of 0.5 is
+    the first token alone; top-p first would keep two tokens."""
+    logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]], dtype=f64).log()
+    got = learner.run(distribution_of, logits=logits, top_k=2, top_p=0.5)
+    expected = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=f64)
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
+            got.double(), torch.tensor([[4 / 7, 3 / 7, 0.0, 0.0]], dtype=f64), atol=1e-6):
+        raise AssertionError(named("8.1/top-p-before-top-k"))
+    assert_close(got, expected, "next_token_distribution(log [0.4, 0.3, 0.2, 0.1], top_k=2, "
+                 "top_p=0.5)", atol=1e-6, hint="Top-k first, then top-p over what it left.")
+
+
 @pytest.mark.grade("8.1", points=1)
 def test_distribution_keeps_float32(learner):
     got = learner.run(distribution_of, logits=torch.randn(2, 5), top_k=2, top_p=0.9)
@@ -354,6 +377,14 @@ def test_temperature_zero_draws_the_argmax(learner):
     assert got.tolist() == logits.argmax(-1).tolist(), (
         f"temperature 0 should give the argmax of each row, {logits.argmax(-1).tolist()}; "
         f"got {got.tolist()}")
+
+
+@pytest.mark.grade("8.2", points=1)
+def test_temperature_zero_leaves_the_generator_as_it_was(learner):
+    """The docstring's contract: at temperature 0 nothing is drawn, so a generator shared
+    with other draws gives them the same numbers as if this call had not been made."""
+    moved = learner.run(generator_moved, logits=logits_of(3, 5), seed=2, temperature=0.0)
+    assert moved is False, named("8.2/draws-at-temperature-zero")
 
 
 @pytest.mark.grade("8.2", points=1, errors=True)

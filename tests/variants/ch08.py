@@ -119,6 +119,16 @@ def zero_temperature_divides(logits, temperature=1.0, top_k=None, top_p=None):
     return _nucleus(torch.softmax(_top_k(scaled, top_k), dim=-1), top_p)
 
 
+@wrong("8.1", "next_token_distribution", "top-p over the whole distribution, then top-k",
+       mistake="8.1/top-p-before-top-k")
+def top_p_before_top_k(logits, temperature=1.0, top_k=None, top_p=None):
+    _check(temperature, top_k, top_p)
+    if temperature == 0:
+        return _greedy(logits)
+    probs = _nucleus(torch.softmax(logits / temperature, dim=-1), top_p)
+    return torch.softmax(_top_k(probs.log(), top_k), dim=-1)
+
+
 @wrong("8.1", "next_token_distribution", "no check of the arguments")
 def unchecked(logits, temperature=1.0, top_k=None, top_p=None):
     if temperature <= 0:
@@ -170,6 +180,13 @@ def global_generator(logits, temperature=1.0, top_k=None, top_p=None, generator=
     if temperature == 0:
         return probs.argmax(-1)
     return torch.multinomial(probs, 1).squeeze(-1)
+
+
+@wrong("8.2", "sample_next", "draws at temperature 0 too (the argmax of a one-hot row is what "
+       "it draws), moving the generator", mistake="8.2/draws-at-temperature-zero")
+def draws_at_temperature_zero(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    probs = active_parts().next_token_distribution(logits, temperature, top_k, top_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
 @wrong("8.2", "sample_next", "the argmax of the distribution at every temperature")

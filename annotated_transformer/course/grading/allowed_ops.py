@@ -91,10 +91,11 @@ class ForbiddenOpUsed(RuntimeError):
 def guard_factory():
     """A function ``guard(ops, exercise)`` that makes the guard of one probe, a context
     manager, and the list of what it refused; its attribute ``exempt()`` is a context
-    manager inside which no op is checked (the grader's stand-ins compute there). It refuses every aten op outside
-    ``ELEMENTARY`` (and the ``+op`` of ``ops``) and the other ops of ``ops``; an entry
-    ``F.name:argument`` refuses ``torch.nn.functional.name`` called with that argument
-    other than its default, by keyword or by position (a module that calls it so, too).
+    manager inside which no op is checked (the grader's stand-ins compute there). It
+    refuses every aten op outside ``ELEMENTARY`` (and the ``+op`` of ``ops``) and the other
+    ops of ``ops``; an entry ``F.name:argument`` refuses ``torch.nn.functional.name``
+    called with that argument other than its default, by keyword or by position (a module
+    that calls it so, too).
     Every refusal is recorded (a learner's ``try``/``except`` around the call cannot hide
     it) in a list that only the guard and its caller hold. Everything it needs is bound
     here, once, before any learner code runs, so that nothing an exercise file can later

@@ -72,6 +72,9 @@ class Learner:
     commit_time: str = ""  # its committer date (ISO 8601)
     graded_at: str = ""  # when this learner was graded (UTC, ISO 8601)
     seed: int | None = None
+    seconds: float = 0.0  # how long fetching, checking and grading took
+    # {chapter file: digest of its code, comments and spacing aside} (the identical-file flag)
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def flag(self, name: str, what: str) -> None:
         """Record one finding of the check ``name``."""

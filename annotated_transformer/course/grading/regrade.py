@@ -41,9 +41,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from annotated_transformer.course.grading import (
     class_summary,
     engine,
     gradebook,
+    lms,
     manifest,
     repositories,
     snapshot,
@@ -67,6 +69,7 @@ from annotated_transformer.course.grading.submissions import (
     check_workflows,
     collect_exercises,
     real_dir,
+    same_files,
 )
 from annotated_transformer.layout import (
     EXERCISES_DIR,
@@ -95,6 +98,8 @@ FLAGS = {
     "backdated": "a commit pushed after the snapshot that claims a date before the deadline",
     "dated-before-parent": "a commit that claims a date before its parent's (a clock set back)",
     "other-branch": "a branch holds commits the graded branch lacks (not graded)",
+    "identical-file": "a chapter file the same as another learner's of the class, comments "
+                      "and spacing aside (the release's stub aside)",
 }
 
 
@@ -129,12 +134,14 @@ class Run:
     branch: str | None = None
     snapshot: snapshot.Snapshot | None = None  # the heads seen at the deadline
     deadline: datetime | None = None  # what a backdated commit is compared with
+    branches: dict[str, str] = field(default_factory=dict)  # a learner's own, from the roster
 
 
 def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult]:
     """Fetch, check and grade one submission; its rows (``who`` gets the flags)."""
     with tempfile.TemporaryDirectory(prefix="regrade-") as tmp:
-        pinned = run.branch is not None or run.snapshot is not None
+        branch = run.branches.get(who.learner) or run.branch
+        pinned = branch is not None or run.snapshot is not None
         seen = None
         if run.snapshot is not None:
             seen = run.snapshot.seen.get(who.learner)
@@ -146,7 +153,7 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
                                       f"repository could not be read: {seen.error}")
         if is_git_url(source) or (pinned and real_dir(Path(source) / ".git")):
             root = repositories.fetch(source, Path(tmp) / "clone", who,
-                                      run.branch or (seen.branch if seen else None), seen,
+                                      branch or (seen.branch if seen else None), seen,
                                       run.deadline, is_url=is_git_url(source))
         elif pinned:
             raise SubmissionError(f"{who.source} is not a git repository: --branch and "
@@ -192,12 +199,13 @@ def grade_one(source: str, name: str, run: Run,
     """One learner's rows; a submission that cannot be graded gets one ``error`` row."""
     who = Learner(name, without_credentials(source), seed=run.seed)
     print(f"[{position}] grading {name} ({who.source})", flush=True)
+    started = time.monotonic()
     try:
         results = grade_submission(who, source, run)
-        who.graded_at = _now()
+        who.graded_at, who.seconds = _now(), round(time.monotonic() - started, 1)
         return who, rows_for(who, results)
     except Exception as error:  # one submission must not stop the others
-        who.graded_at = _now()
+        who.graded_at, who.seconds = _now(), round(time.monotonic() - started, 1)
         return who, [error_row(who, error, _possible_points(run.chapters))]
 
 
@@ -255,7 +263,8 @@ def summary_line(who: Learner) -> str:
     """One line a learner for the terminal."""
     flags = f"  [{', '.join(sorted(who.flags))}]" if who.flags else ""
     state = "NOT GRADED (error)" if who.status == "error" else "points"
-    return f"{who.learner}: {who.points:g}/{who.max_points:g} {state}{flags}"
+    return (f"{who.learner}: {who.points:g}/{who.max_points:g} {state} in {who.seconds:.0f} s"
+            f"{flags}")
 
 
 # ---------------------------------------------------------------- command line
@@ -276,16 +285,20 @@ def build_parser() -> argparse.ArgumentParser:
                      "feedback file per learner and the class's summary. A gradebook already "
                      "in --out is updated: the learners graded replace their own rows only. "
                      "'regrade merge DIR ... --out DIR' merges gradebooks (shards).")
-    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
-                        help="a submission's folder or git URL")
+    parser.add_argument("submissions", nargs="*", metavar="SUBMISSION",
+                        help="a submission's folder or git URL (or --roster)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="the class's folder: gradebook.csv, gradebook.json, "
                         "grades-wide.csv, feedback/, class-summary.md and .png (updated)")
+    parser.add_argument("--roster", type=Path, metavar="FILE",
+                        help="a CSV (learner, repository, branch, lms_id, section): grade each "
+                        "line's repository at its branch, under its name")
     parser.add_argument("--chapter", type=int, action="append",
                         help="grade this chapter only (repeatable; default: every chapter)")
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs, the same for every "
-                        "submission (default: one drawn for this run, written to each row)")
+                        "submission (default: the class's, kept in --out's gradebook; the "
+                        "first run draws it)")
     parser.add_argument("--names", metavar="A,B,...",
                         help="the learners' names, one per submission, in order (default: "
                         "each folder's or repository's name)")
@@ -392,6 +405,75 @@ def learner_names(sources: list[str], names: str | None) -> list[str]:
     return found
 
 
+def class_seed(out: Path) -> int:
+    """The class's seed: the one its gradebook was graded with, else a new one."""
+    try:
+        seed = json.loads((out / "gradebook.json").read_text()).get("seed")
+    except (OSError, ValueError, AttributeError):
+        seed = None
+    if isinstance(seed, int) and seed >= 0:
+        print(f"Seed {seed}: the class's, from {out / 'gradebook.json'} (--seed to change it)")
+        return seed
+    return draw_seed()
+
+
+def flag_same_files(book: gradebook.Gradebook) -> None:
+    """Flag, in every learner's record and rows, the chapter files another learner of the
+    class handed in too (comments and spacing aside)."""
+    found = same_files(book.learners)
+    for name, who in book.learners.items():
+        who.flags.pop("identical-file", None)
+        if name in found:
+            who.flags["identical-file"] = found[name]
+    book.rows = [replace(r, flags=";".join(sorted(book.learners[r.learner].flags)))
+                 if r.learner in book.learners else r for r in book.rows]
+
+
+def build_export_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m annotated_transformer regrade export",
+                     description="Write --out's gradebook as the CSV an LMS imports.")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="the class's folder (its gradebook.json)")
+    parser.add_argument("--format", required=True, choices=lms.FORMATS,
+                        help="canvas (Student, ID, SIS User ID, SIS Login ID, Section, and a "
+                        "Points Possible line), moodle (ID number and the grade items; no "
+                        "other line), or csv")
+    parser.add_argument("--roster", type=Path, metavar="FILE",
+                        help="the class's roster (learner, repository, branch, lms_id, "
+                        "section): each learner's LMS id and section")
+    parser.add_argument("--columns", choices=("chapters", "total"), default="chapters",
+                        help="one assignment a chapter graded (default), or one for the course")
+    parser.add_argument("--to", type=Path, metavar="FILE",
+                        help="where to write it (default: DIR/grades-FORMAT.csv)")
+    return parser
+
+
+def export_main(argv: list[str]) -> int:
+    parser = build_export_parser()
+    args = parser.parse_args(argv)
+    try:
+        if not (args.out / "gradebook.json").is_file():
+            raise ValueError(f"--out {args.out} holds no gradebook.json")
+        book = gradebook.read(args.out)
+        roster = lms.read_roster(args.roster) if args.roster is not None else []
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    totals: dict[str, dict[str, float]] = {name: {} for name in book.learners}
+    possible: dict[str, float] = {}
+    for row in book.effective_rows():
+        if row.id:
+            totals.setdefault(row.learner, {})[row.id] = row.points
+            possible[row.id] = row.max_points
+    text, left_out = lms.export(args.format, totals, possible, roster, args.columns)
+    target = args.to or args.out / f"grades-{args.format}.csv"
+    target.write_text(text, encoding="utf-8")
+    for name in left_out:
+        print(f"warning: {name} is not in the export: the roster gives no lms_id for them",
+              file=sys.stderr)
+    print(f"{args.format} gradebook: {target} ({len(totals) - len(left_out)} learner(s))")
+    return 0
+
+
 def build_snapshot_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m annotated_transformer regrade snapshot",
                      description="At the deadline: record each repository's head commit and "
@@ -461,9 +543,13 @@ def _merge(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         parser.error(str(error))
     warn_unmatched(book, args.out)
+    flag_same_files(book)
     write_all(args.out, book, about)
-    print(f"Merged {len(args.folders)} gradebook(s) into {args.out}: "
-          f"{len(book.learners)} learner(s)")
+    merged = (f"Merged {len(args.folders)} gradebook(s) into {args.out}" if args.folders
+              else f"Updated {args.out}")
+    applied = (f", {len(book.overrides) - len(book.unmatched_overrides())} override(s) "
+               f"applied" if args.overrides is not None else "")
+    print(f"{merged}{applied}: {len(book.learners)} learner(s)")
     return 0
 
 
@@ -473,9 +559,24 @@ def main(argv: list[str] | None = None) -> int:
         return merge_main(argv[1:])
     if argv[:1] == ["snapshot"]:
         return snapshot_main(argv[1:])
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    branches: dict[str, str] = {}
     try:
+        if args.roster is not None:
+            if args.submissions or args.names:
+                raise ValueError("--roster names the submissions and the learners: give no "
+                                 "SUBMISSION and no --names with it")
+            enrolled = [e for e in lms.read_roster(args.roster) if e.repository]
+            if not enrolled:
+                raise ValueError(f"--roster {args.roster} has no line with a repository")
+            args.submissions = [e.repository for e in enrolled]
+            args.names = ",".join(e.learner for e in enrolled)
+            branches = {e.learner: e.branch for e in enrolled if e.branch}
+        if not args.submissions:
+            raise ValueError("give the submissions (folders or git URLs), or --roster FILE")
         chapters = sorted(chapter_test_files(args.chapter))
         names = learner_names(args.submissions, args.names)
         expected = manifest.load(args.manifest)
@@ -506,8 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"start here: {why}. Install it (Debian/Ubuntu: apt-get install "
                      f"bubblewrap), or pass --unsafe to grade without it (the learners' code "
                      f"then runs with your rights)")
-    seed = args.seed if args.seed is not None else draw_seed()
-    run = Run(chapters, seed, expected, sandbox, args.branch, taken, deadline)
+    seed = args.seed if args.seed is not None else class_seed(args.out)
+    run = Run(chapters, seed, expected, sandbox, args.branch, taken, deadline, branches)
     try:
         with gradebook.locked(args.out):  # read, graded and written by this run alone
             try:
@@ -538,6 +639,7 @@ def _regrade_into(book: gradebook.Gradebook, args: argparse.Namespace, run: Run,
 
     graded = regrade(sources, names, run, args.jobs, on_graded=keep)
     book.order([*earlier, *names])
+    flag_same_files(book)
     warn_unmatched(book, args.out)
     write_all(args.out, book, about)
     print(f"Gradebook: {args.out / 'gradebook.csv'}, {args.out / 'gradebook.json'}, "

@@ -52,7 +52,7 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
                 with exempt(), torch.enable_grad():
                     inputs = [a.detach().requires_grad_(need) if isinstance(a, Tensor)
                               and need else a.detach() if isinstance(a, Tensor) else a
-                              for a, need in zip(args, ctx.needs_input_grad)]
+                              for a, need in zip(args, ctx.needs_input_grad, strict=True)]
                     out = function(*inputs)
                 outputs = out if isinstance(out, tuple) else (out,)
                 ctx.inputs, ctx.outputs = inputs, outputs
@@ -63,7 +63,7 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
             def backward(ctx, *grads):
                 wanted = [i for i, a in enumerate(ctx.inputs)
                           if isinstance(a, Tensor) and a.requires_grad]
-                pairs = [(o, g) for o, g in zip(ctx.outputs, grads)
+                pairs = [(o, g) for o, g in zip(ctx.outputs, grads, strict=True)
                          if g is not None and o.requires_grad]
                 found: list[Tensor | None] = [None] * len(ctx.inputs)
                 if wanted and pairs:
@@ -71,7 +71,7 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
                         computed = torch.autograd.grad(
                             [o for o, _ in pairs], [ctx.inputs[i] for i in wanted],
                             [g for _, g in pairs], allow_unused=True)
-                    for i, grad in zip(wanted, computed):
+                    for i, grad in zip(wanted, computed, strict=True):
                         found[i] = grad
                 return tuple(found)
 

@@ -99,11 +99,44 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
                 continue
             (dest / entry.name).write_bytes(data)
             copied.add(entry.name)
+            digest = fingerprint(data)
+            if digest is not None and digest != fingerprint(pristine_stub(entry.name).encode()):
+                who.fingerprints[entry.name] = digest
     for chapter, name in names.items():
         if name not in copied:
             (dest / name).write_text(pristine_stub(name))
             if chapter in chapters:
                 who.flag("missing-chapter", f"chapter {chapter} ({name})")
+
+
+def fingerprint(data: bytes) -> str | None:
+    """A digest of a Python file's code, comments and spacing aside (its syntax tree); None
+    for a file that does not parse."""
+    import ast
+    import hashlib
+
+    try:
+        tree = ast.dump(ast.parse(data))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return hashlib.sha256(tree.encode()).hexdigest()[:16]
+
+
+def same_files(learners: dict[str, Learner]) -> dict[str, list[str]]:
+    """``{learner: ["chNN_x.py is the same as bob's, comments and spacing aside", ...]}``:
+    each chapter file that another learner of the class handed in too (the release's
+    untouched stub aside)."""
+    holders: dict[tuple[str, str], list[str]] = {}
+    for name, who in learners.items():
+        for file, digest in who.fingerprints.items():
+            holders.setdefault((file, digest), []).append(name)
+    found: dict[str, list[str]] = {}
+    for (file, _), names in sorted(holders.items()):
+        for name in names if len(names) > 1 else ():
+            others = ", ".join(n for n in names if n != name)
+            found.setdefault(name, []).append(
+                f"{file} is the same as {others}'s, comments and spacing aside")
+    return found
 
 
 def stage_grading_files(root: Path, dest: Path, who: Learner) -> None:

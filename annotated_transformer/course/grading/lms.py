@@ -1,0 +1,119 @@
+"""A class's roster, and its gradebook exported in the form each LMS imports.
+
+The roster is a CSV with a line a learner: ``learner`` (the gradebook's name), and, as the
+instructor has them, ``repository`` (a git URL or folder), ``branch``, ``lms_id`` (the
+LMS's own id of the learner) and ``section``. ``regrade --roster FILE`` grades each line's
+repository at its branch; ``regrade export`` reads it to name each learner as the LMS does.
+
+Exports (``regrade export --out DIR --format F --roster FILE``), one column an assignment
+(``--columns chapters``: one a chapter graded; ``total``: one for the course):
+
+- ``canvas``: Canvas's gradebook CSV (Canvas LMS guides, "How do I import grades in the
+  Gradebook?"): the columns ``Student``, ``ID``, ``SIS User ID``, ``SIS Login ID``,
+  ``Section``, then the assignments; the first line under the header is ``Points
+  Possible``, which Canvas reads as each assignment's points. ``ID`` is the roster's
+  ``lms_id`` (Canvas's user id), the login and user SIS ids the learner's name.
+- ``moodle``: Moodle's "Import grades from CSV": a column that identifies the user
+  (``ID number``, the roster's ``lms_id``) and one column a grade item. No other line:
+  Moodle stops the whole import at a line whose user it cannot find, so there is no
+  points-possible line, and a learner without an ``lms_id`` is left out (and named).
+- ``csv``: ``learner``, ``lms_id``, ``section``, the assignments and ``possible``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+ROSTER_COLUMNS = ("learner", "repository", "branch", "lms_id", "section")
+FORMATS = ("canvas", "moodle", "csv")
+CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+MOODLE_ID = "ID number"
+
+
+@dataclass(frozen=True)
+class Enrolled:
+    """One line of the roster."""
+
+    learner: str
+    repository: str = ""
+    branch: str = ""
+    lms_id: str = ""
+    section: str = ""
+
+
+def read_roster(path: Path) -> list[Enrolled]:
+    """The roster's lines; a ``ValueError`` naming the line for a missing or repeated
+    learner or an unknown column."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        table = csv.DictReader(handle)
+        unknown = sorted(set(table.fieldnames or ()) - set(ROSTER_COLUMNS))
+        if "learner" not in (table.fieldnames or ()) or unknown:
+            raise ValueError(f"{path}: the roster's columns are {', '.join(ROSTER_COLUMNS)} "
+                             f"(learner required); got {', '.join(table.fieldnames or ())}")
+        found: list[Enrolled] = []
+        for number, line in enumerate(table, start=2):
+            values = {c: (line.get(c) or "").strip() for c in ROSTER_COLUMNS}
+            if not values["learner"]:
+                raise ValueError(f"{path}, line {number}: no learner")
+            if any(e.learner == values["learner"] for e in found):
+                raise ValueError(f"{path}, line {number}: {values['learner']!r} is listed twice")
+            found.append(Enrolled(**values))
+    return found
+
+
+def assignments(totals: dict[str, dict[str, float]], possible: dict[str, float],
+                columns: str) -> tuple[list[str], dict[str, dict[str, float]], dict[str, float]]:
+    """The assignment columns: ``chapters`` (``Chapter N``) or ``total`` (``Transformer
+    course``), each learner's points in them and their possible points. ``totals``:
+    ``{learner: {exercise: points}}``; ``possible``: ``{exercise: points}``."""
+    def column(exercise: str) -> str:
+        return "Transformer course" if columns == "total" else f"Chapter {exercise.split('.')[0]}"
+
+    names = list(dict.fromkeys(column(e) for e in sorted(possible, key=_order)))
+    points = {who: {name: 0.0 for name in names} for who in totals}
+    for who, earned in totals.items():
+        for exercise, value in earned.items():
+            points[who][column(exercise)] = round(points[who][column(exercise)] + value, 2)
+    out_of = {name: 0.0 for name in names}
+    for exercise, value in possible.items():
+        out_of[column(exercise)] = round(out_of[column(exercise)] + value, 2)
+    return names, points, out_of
+
+
+def _order(exercise: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in exercise.split("."))
+
+
+def export(format_: str, totals: dict[str, dict[str, float]], possible: dict[str, float],
+           roster: list[Enrolled], columns: str = "chapters") -> tuple[str, list[str]]:
+    """The file's text and the learners left out of it (graded but without what the
+    format needs to name them)."""
+    if format_ not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {format_!r}")
+    names, points, out_of = assignments(totals, possible, columns)
+    enrolled = {e.learner: e for e in roster}
+    left_out = [who for who in totals if format_ != "csv" and not enrolled.get(
+        who, Enrolled(who)).lms_id]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    kept = [who for who in totals if who not in left_out]
+    if format_ == "canvas":
+        writer.writerow([*CANVAS_COLUMNS, *names])
+        writer.writerow(["    Points Possible", "", "", "", "", *(out_of[n] for n in names)])
+        for who in kept:
+            e = enrolled[who]
+            writer.writerow([who, e.lms_id, who, who, e.section, *(points[who][n] for n in names)])
+    elif format_ == "moodle":
+        writer.writerow([MOODLE_ID, *names])
+        for who in kept:
+            writer.writerow([enrolled[who].lms_id, *(points[who][n] for n in names)])
+    else:
+        writer.writerow(["learner", "lms_id", "section", *names, "possible"])
+        for who in kept:
+            e = enrolled.get(who, Enrolled(who))
+            writer.writerow([who, e.lms_id, e.section, *(points[who][n] for n in names),
+                             round(sum(out_of.values()), 2)])
+    return buffer.getvalue(), left_out
