@@ -334,3 +334,56 @@ def test_the_class_summary_agrees_with_the_merged_gradebook(tmp_path):
         "| 2.1 | title 2.1 | 2/3 | - | 0 | 0 | 1 |"]
     merged = gradebook.read(out)
     assert merged.totals() == {"ann": (6, 6), "ben": (3, 6), "cy": (3, 6)}
+
+
+def exported(tmp_path, format_, columns="chapters"):
+    """A class of three graded into tmp_path, ``cy`` missing from the roster's LMS ids;
+    its export in ``format_``, read back as CSV lines, and what the command printed."""
+    gradebook.write(tmp_path, book_of(("ann", (2, 2, 2)), ("ben", (0, 1, 2)),
+                                      ("cy", (1, 1, 1))), {"seed": 1})
+    roster = tmp_path / "roster.csv"
+    roster.write_text("learner,repository,branch,lms_id,section\n"
+                      "ann,https://x/ann.git,,1001,A\nben,https://x/ben.git,dev,1002,B\n"
+                      "cy,https://x/cy.git,,,A\n")
+    code = regrade.main(["export", "--out", str(tmp_path), "--format", format_, "--roster",
+                         str(roster), "--columns", columns])
+    assert code == 0
+    with (tmp_path / f"grades-{format_}.csv").open(newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def test_the_canvas_export_has_canvas_s_columns_and_points_possible(tmp_path, capsys):
+    """Canvas's gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then one
+    column an assignment; the line under the header gives the points possible."""
+    lines = exported(tmp_path, "canvas")
+    assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                        "Chapter 1", "Chapter 2"]
+    assert lines[1][0].strip() == "Points Possible" and lines[1][5:] == ["4.0", "2.0"]
+    assert lines[2:] == [["ann", "1001", "ann", "ann", "A", "4.0", "2.0"],
+                         ["ben", "1002", "ben", "ben", "B", "1.0", "2.0"]]
+    assert "cy is not in the export" in capsys.readouterr().err
+
+
+def test_the_moodle_export_has_one_line_a_known_user_and_nothing_else(tmp_path):
+    """Moodle's CSV import stops at a line whose user it cannot find: an identifier column
+    (ID number) and the grade items, no points-possible line, no learner without an id."""
+    lines = exported(tmp_path, "moodle", columns="total")
+    assert lines == [["ID number", "Transformer course"], ["1001", "6.0"], ["1002", "3.0"]]
+
+
+def test_chapter_files_alike_but_for_comments_and_spacing_are_flagged(tmp_path):
+    source = (SOLUTIONS_DIR / "ch04_masking.py").read_text()
+    copied = "# my own work\n\n" + "\n".join(  # comments added, spacing changed
+        f"{line}    # mine" if line.lstrip().startswith("return ") else line
+        for line in source.splitlines())
+    learners = {}
+    for name, text in (("ann", source), ("ben", copied), ("cy", source.replace("!=", "=="))):
+        folder = tmp_path / name / "exercises"
+        folder.mkdir(parents=True)
+        (folder / "ch04_masking.py").write_text(text)
+        who = learners[name] = Learner(name, name)
+        (tmp_path / f"{name}-out").mkdir()
+        submissions.collect_exercises(tmp_path / name, [4], tmp_path / f"{name}-out", who)
+    found = submissions.same_files(learners)
+    assert found == {"ann": ["ch04_masking.py is the same as ben's, comments and spacing aside"],
+                     "ben": ["ch04_masking.py is the same as ann's, comments and spacing aside"]}
