@@ -73,9 +73,11 @@ def test_a_missing_value_error_of_1_1_does_not_block_1_2(tmp_path):
     assert "fix 1.1" not in rows["1.2"].message and "(1.1)" not in rows["1.2"].message
 
 
-def test_only_what_an_exercise_calls_is_blamed(tmp_path):
+def test_each_exercise_is_graded_on_its_own_code(tmp_path):
     """4.1 and 4.2 wrong; a 4.3 written without them (and wrong on its own) is told only its
-    own mistake, while a 6.3 that calls the wrong 4.1 is told to fix 4.1 first."""
+    own mistake; a 6.3 that calls the wrong 4.1 is graded with the grader's masks in their
+    place: it earns its points, and says that a model of the learner's parts will not
+    compute the right values until 4.1 is fixed."""
     parts = learner(tmp_path, [1, 2, 3, 4, 5, 6], {"ch04_masking.py": [
         ("return (tokens != pad_id)[:, None, None, :]  # [B, 1, 1, L]",
          "return (tokens == pad_id)[:, None, None, :]"),
@@ -86,8 +88,9 @@ def test_only_what_an_exercise_calls_is_blamed(tmp_path):
     rows = rows_of(parts, ["4.1", "4.3", "6.3"])
     assert rows["4.3"].mistake == "4.3/or-for-and", rows["4.3"].message
     assert "fix 4.1" not in rows["4.3"].message and "4.2" not in rows["4.3"].message
-    assert rows["6.3"].status == "failed"
-    assert rows["6.3"].message.startswith("6.3 uses your padding_mask (4.1)"), rows["6.3"].message
+    assert rows["6.3"].status == "passed" and rows["6.3"].points == rows["6.3"].max_points
+    assert rows["6.3"].message.startswith("Graded with the grader's padding_mask (4.1) and "
+                                          "target_mask (4.3) in place of yours"), rows["6.3"].message
 
 
 def test_what_the_code_calls_never_orders_more_tests(tmp_path):
@@ -123,19 +126,17 @@ def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_give
 
 
 def test_an_error_in_another_chapter_names_the_graded_line_that_led_there(tmp_path):
-    """5.5 calls cross-attention with its arguments in the wrong order, and the learner's own
-    2.2 refuses them with a message the size checks do not recognise: the row names the
-    line of chapter 2 that raised and the line of chapter 5 that called it."""
-    call = "self.cross_attn(y, memory, memory, src_mask)"
-    parts = learner(tmp_path, [1, 2, 3, 4, 5], {
-        "ch02_attention.py": [('raise ValueError(f"key and value must have the same length',
-                               'raise ValueError("bad inputs" or f"')],
-        "ch05_layers.py": [(call, "self.cross_attn(memory, memory, y, src_mask)")]})
-    row = rows_of(parts, ["5.5"])["5.5"]
-    line = next(n for n, text in enumerate((tmp_path / "ch05_layers.py").read_text()
-                                           .splitlines(), 1) if "cross_attn(memory," in text)
+    """8.3 calls the learner's own split_heads (3.1, which has no stand-in), and it raises:
+    the row names the line of chapter 3 that raised and the line of chapter 8 that called
+    it."""
+    parts = learner(tmp_path, [1, 2, 3, 8], {"ch03_multi_head.py": [
+        ("    # BEGIN SOLUTION 3.1\n", "    # BEGIN SOLUTION 3.1\n    raise ValueError(\"bad inputs\")\n")]})
+    row = rows_of(parts, ["8.3"])["8.3"]
+    line = next(n for n, text in enumerate((tmp_path / "ch08_generation.py").read_text()
+                                           .splitlines(), 1) if "split_heads(" in text)
     assert row.status == "error" and "ValueError: bad inputs" in row.message, row.message
-    assert f"called from ch05_layers.py:{line})" in row.message, row.message
+    assert "ch03_multi_head.py:" in row.message, row.message
+    assert f"called from ch08_generation.py:{line})" in row.message, row.message
 
 
 def test_a_cross_attention_on_x_with_the_memory_s_mask_is_told_it_ignores_the_memory(tmp_path):

@@ -582,8 +582,9 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
 
 
 def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
-    """A chapter 2 file that does not parse: chapter 2's exercises and those built on them
-    are errors naming the file and line; everything else is graded as usual."""
+    """A chapter 2 file that does not parse: chapter 2's exercises are errors naming the
+    file and line; everything else is graded as usual, 3.3 too (graded with the grader's
+    attention in place of the learner's)."""
     for path in stubs.SOLUTIONS_DIR.glob("ch0[1-4]_*.py"):
         shutil.copy(path, tmp_path)
     target = tmp_path / "ch02_attention.py"
@@ -591,11 +592,11 @@ def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
         "    total = exps.sum(dim=dim, keepdim=True)\n",
         "    total = exps.sum(dim=dim, keepdim=True\n", 1))
     rows = {r.id: r for r in engine.summarize(engine.run_tests([1, 2, 3, 4], str(tmp_path)))}
-    for exercise in ("2.1", "2.2", "2.3", "3.3"):
+    for exercise in ("2.1", "2.2", "2.3"):
         assert rows[exercise].status == "error", (exercise, rows[exercise].status)
         assert re.search(r"ch02_attention\.py,? line \d+", rows[exercise].message), (
             rows[exercise].message)
-    for exercise in ("1.1", "1.2", "1.3", "1.4", "3.1", "3.2", "4.1", "4.2", "4.3"):
+    for exercise in ("1.1", "1.2", "1.3", "1.4", "3.1", "3.2", "3.3", "4.1", "4.2", "4.3"):
         assert rows[exercise].status == "passed", (exercise, rows[exercise].message)
 
 

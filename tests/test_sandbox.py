@@ -231,6 +231,20 @@ def forks(x):
     return len(children)
 
 
+def hides_its_cpu(x):
+    import signal
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps them: no parent's cutime
+    while True:
+        child = os.posix_spawn("/bin/sh", ["sh", "-c", "i=0; while [ $i -lt 200000 ]; do "
+                                           "i=$((i+1)); done"], {})
+        while True:
+            __import__("time").sleep(0.01)
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+
+
 class _Placeholder(torch.nn.Parameter):
     """A result whose own methods compute the forbidden op, if anyone calls them."""
 
@@ -397,6 +411,16 @@ def pool():
 def fresh():
     """A pool of its own: what earlier tests taught it (a chapter that waits) is not there."""
     pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def fresh_tasks():
+    """A pool whose worker may start threads and processes: the bounds of the cgroup and of
+    the grader's count, tested alone (a grading worker never may)."""
+    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES,
+                      new_tasks=True)
     yield pool
     pool.close()
 
@@ -572,6 +596,30 @@ def test_no_process_starts_and_the_group_goes_with_the_worker(fresh, folder):
 
 
 @CGROUP
+def test_processes_are_bounded_and_die_with_the_worker(fresh_tasks, folder, monkeypatch):
+    monkeypatch.setattr(limits, "TASKS", 40)
+    started = learner(fresh_tasks, folder, cpu_seconds=60).run(call, name="forks", x=X)
+    assert 0 < started < 40
+    worker = fresh_tasks.workers[str(folder)]
+    group = worker.group.pids
+    fresh_tasks.discard(str(folder))
+    assert not group.exists() and not worker.meter.descendants()
+
+
+@CGROUP
+def test_the_cpu_of_children_reaped_without_a_wait_is_counted(fresh_tasks, folder):
+    """Children reaped by the kernel (SIGCHLD ignored) leave no trace in /proc; the group
+    counts them, so the code runs out of its CPU seconds instead of being called busy."""
+    group = limits.Cgroup.make()
+    counts = group.cpu_seconds() is not None
+    group.close()
+    if not counts:
+        pytest.skip("no group here counts CPU time (v1 without a writable cpuacct)")
+    with pytest.raises(WorkerTimeout, match="more than 3 CPU seconds"):
+        learner(fresh_tasks, folder, cpu_seconds=3).run(call, name="hides_its_cpu", x=X)
+
+
+@CGROUP
 def test_the_groups_of_a_grader_that_is_gone_are_removed():
     stale = [base / "grading-999999999-0" for base in dict.fromkeys(limits._bases())]
     for folder in stale:
@@ -618,6 +666,14 @@ def test_without_a_cgroup_no_process_starts_either(fresh, folder, monkeypatch):
     monkeypatch.setattr(limits.Cgroup, "make", classmethod(lambda cls: None))
     assert learner(fresh, folder, cpu_seconds=60).run(call, name="forks", x=X) == 0
     assert learner(fresh, folder).run(call, name="softmax", x=X).shape == X.shape
+
+
+def test_without_a_cgroup_the_grader_counts_the_processes(fresh_tasks, folder, monkeypatch):
+    monkeypatch.setattr(limits.Cgroup, "make", classmethod(lambda cls: None))
+    monkeypatch.setattr(limits, "TASKS", 40)
+    with pytest.raises(WorkerCrashed, match="more processes than the grader allows"):
+        learner(fresh_tasks, folder, cpu_seconds=60).run(call, name="forks", x=X)
+    assert learner(fresh_tasks, folder).run(call, name="softmax", x=X).shape == X.shape
 
 
 def test_printed_output_is_bounded(pool, folder):

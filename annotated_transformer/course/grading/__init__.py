@@ -18,7 +18,12 @@ Running (the trusted side)
   - :mod:`.submissions`: a submission read without trusting it: its exercise files
     copied out, everything else that could change a grade compared with the course's.
   - :mod:`.repositories`: a submission's repository at the commit to grade (branch,
-    deadline).
+    the deadline's snapshot), and the flags of what came after it.
+  - :mod:`.snapshot`: each repository's head seen at the deadline, signed (``regrade
+    snapshot``): git's own dates choose nothing.
+  - :mod:`.class_folder`: ``regrade``'s other commands over a class's folder (``merge``,
+    ``snapshot``, ``export``), its seed, and the identical-file flag.
+  - :mod:`.lms`: the roster, and the gradebook in the CSV that Canvas or Moodle imports.
   - :mod:`.gradebook`: the class's gradebook, its files, and how runs add up.
   - :mod:`.class_summary`: what a whole class got right and wrong, beside the gradebook.
   - :mod:`.manifest`: the sha256 of the files that decide a grade, and the integrity
@@ -42,6 +47,10 @@ The worker (where the learner's code runs)
   - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
   - :mod:`.allowed_ops`: the aten ops a guarded exercise's code may reach (an allow-list),
     refused at PyTorch's dispatcher whatever name reached the others.
+  - :mod:`.switches`: every other way to PyTorch's mode stacks taken out of reach, and no
+    new thread or process in the worker (seccomp).
+  - :mod:`.standins`: the grader's own versions of the exercises a later one builds on, so
+    that each is graded on its own code.
   - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``).
 
 Rules

@@ -253,8 +253,8 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
                unsure: dict[str, str] | None = None) -> ExerciseResult:
     """``row``, with what its earlier parts mean for it. Its tests ran with the grader's
     stand-ins for the earlier exercises that have one (:mod:`.standins`), so its points and
-    its named mistake are its own; where the learner's own version of one of those is wrong,
-    it says that it was graded without it and that, with it, it cannot work yet. For an
+    its named mistake are its own; where it passes and the learner's own version of one of
+    those is wrong, it says that a model of the learner's parts will not work yet. For an
     earlier part without a stand-in that it called and whose values are wrong, the message
     names that part (first, or after the learner's own mistake when its tests name one), and
     a mistake that some of its tests of values do not name is dropped there (the wrong part
@@ -264,7 +264,7 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     stood = standins.stand_ins_for(row.id, declared)
     wrong = [p for p in stood if right.get(p) is False]
     wrong = [p for p in wrong if not set(declared.closure(p)) & set(wrong)]
-    if wrong and row.status not in ("forbidden", "not implemented"):
+    if wrong and row.status == "passed":  # a failing one's message is about its own code
         note = alone(row.id, wrong, declared)
         message = f"{cut(row.message, MESSAGE_LIMIT - len(note) - 1)} {note}".strip()
         row = replace(row, message=message)

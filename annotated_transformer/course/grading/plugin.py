@@ -52,6 +52,7 @@ from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     ForbiddenCall,
+    LearnerNotImplemented,
     LearnerRaised,
     WorkerPool,
 )
@@ -170,6 +171,11 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     chapter: int = request.module.CHAPTER
     exercise = _exercise(request.node)
     if _learner_dir(parts) is not None:
+        untouched = _untouched(parts, chapter)
+        if untouched:  # nothing of it is written: no worker is started for it
+            raise LearnerNotImplemented(
+                f"Exercise {exercise} is not implemented yet ({untouched} is the release's "
+                f"stub, untouched)")
         found = _violations(parts)
         own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
         if own and outcomes.unreadable(own[0].message):
@@ -227,6 +233,22 @@ def _exercise(node: pytest.Item) -> str | None:
 
 
 # ---------------------------------------------------------------- the source rules' gate
+
+
+@cache
+def _untouched(parts: str, chapter: int) -> str | None:
+    """The name of the learner's chapter file when it is the release's stub exactly as
+    generated (:func:`~annotated_transformer.course.authoring.stubs.is_untouched`)."""
+    from annotated_transformer.course.authoring import stubs
+
+    folder = _learner_dir(parts)
+    for path in sorted(folder.glob(f"ch{chapter:02d}_*.py")) if folder else ():
+        try:
+            if stubs.is_untouched(path.read_text(encoding="utf-8")):
+                return path.name
+        except (OSError, UnicodeDecodeError):
+            return None
+    return None
 
 
 def _learner_dir(parts: str) -> Path | None:

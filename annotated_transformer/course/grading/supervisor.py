@@ -68,14 +68,13 @@ STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler print
 
 
 class WorkerProcess:
-    """One worker: a fresh interpreter in its own session, fed requests one at a time.
-
-    It is started at once and waited for at its first call, so that it imports PyTorch
-    while the tests are collected (which import it too)."""
+    """One worker: a fresh interpreter in its own session, fed requests one at a time,
+    started at once and waited for at its first call (it imports PyTorch meanwhile)."""
 
     def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
                  user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
-                 sandboxed: bool = True, probes: Path = GRADED_DIR) -> None:
+                 sandboxed: bool = True, probes: Path = GRADED_DIR,
+                 new_tasks: bool = False) -> None:
         self.home: tempfile.TemporaryDirectory[str] | None = None
         self.staged, self.renamed = None, None  # a private copy, and (its path, the folder's own)
         if sandboxed and learner_dir is not None:
@@ -85,7 +84,7 @@ class WorkerProcess:
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
                   "blocked": {str(c): why for c, why in blocked.items()},
                   "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
-                  "user": user, "memory_bytes": memory_bytes}
+                  "user": user, "memory_bytes": memory_bytes, "new_tasks": new_tasks}
         argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
@@ -319,8 +318,7 @@ class CodeUnderTest:
         self.printed = ""  # what the code under test printed in this test (its end)
         self.called: set[str] = set()  # the chapters' functions it entered (grading.calls)
         self.observe = False  # whether the worker notes them (an exercise that builds on others)
-        self.standins: tuple[str, ...] = ()  # earlier exercises run on the grader's stand-ins
-
+        self.standins: tuple[str, ...] = ()  # earlier exercises on the grader's stand-ins
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
 
@@ -379,8 +377,10 @@ class WorkerPool:
 
     def __init__(self, learner_dir_for: Callable[[str], Path | None],
                  blocked_for: Callable[[str], Mapping[int, str]], user: str | None = None,
-                 sandboxed: bool = True, probes: Path = GRADED_DIR) -> None:
+                 sandboxed: bool = True, probes: Path = GRADED_DIR,
+                 new_tasks: bool = False) -> None:
         self.learner_dir_for, self.blocked_for, self.probes = learner_dir_for, blocked_for, probes
+        self.new_tasks = new_tasks  # threads and processes allowed: the boundary's tests only
         self.user = user or ("nobody" if os.geteuid() == 0 else None)
         self.sandboxed = sandboxed
         self.workers: dict[str, WorkerProcess] = {}
@@ -411,7 +411,8 @@ class WorkerPool:
             learner_dir = self.learner_dir_for(source)
             worker = WorkerProcess("solutions" if key == "trusted" else source, learner_dir,
                                    self.blocked_for(source) if learner_dir else {}, self.user,
-                                   sandboxed=self.sandboxed, probes=self.probes)
+                                   sandboxed=self.sandboxed, probes=self.probes,
+                                   new_tasks=self.new_tasks)
             self.workers[key] = worker
         return worker
 

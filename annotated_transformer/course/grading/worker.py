@@ -345,7 +345,7 @@ def main() -> int:
         protocol.decode(protocol.encode({"ready": torch.zeros(1)}))  # load what replies need
         drop_privileges(config["user"])
     # No thread or process of its own from here on (the guard is per thread): grading.switches
-    refused = switches.forbid_new_tasks()
+    refused = None if config.get("new_tasks") else switches.forbid_new_tasks()
     if refused is not None:
         print(f"grading worker: {refused}; threads are not refused", file=sys.stderr)
     handle = worker.handle  # bound now: a learner's change to the class changes nothing
