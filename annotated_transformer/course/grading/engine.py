@@ -262,8 +262,7 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     from annotated_transformer.course.grading import dependencies, standins
 
     stood = standins.stand_ins_for(row.id, declared)
-    wrong = [p for p in stood if right.get(p) is False]
-    wrong = [p for p in wrong if not set(declared.closure(p)) & set(wrong)]
+    wrong = [p for p in stood if right.get(p) is False]  # each graded on its own: all of them
     if wrong and row.status == "passed":  # a failing one's message is about its own code
         note = alone(row.id, wrong, declared)
         message = f"{cut(row.message, MESSAGE_LIMIT - len(note) - 1)} {note}".strip()
