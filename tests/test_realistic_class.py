@@ -107,6 +107,28 @@ def the_class(tmp: Path) -> dict[str, Path]:
         "ivy": {c: reference(c).read_text() for c in (1, 2, 3, 4)} | {
             5: sim.learner_file(5, {"DecoderLayer": "SelfAttentionUnmasked"}),
             6: sim.learner_file(6, {"make_batch": "shift_reversed"})},
+        # The mistakes of the grader's first class of ten, each beside correct later work:
+        # LayerNorm's weight and bias swapped (5.5 right)
+        "jo": {c: reference(c).read_text() for c in (1, 2, 3, 4)} | {5: edited(
+            5, ("* self.weight + self.bias", "* self.bias + self.weight"))},
+        # a softmax with no maximum subtracted (2.2, 3.3 and 5.5 right)
+        "kim": {c: reference(c).read_text() for c in (1, 3, 4, 5)} | {2: edited(
+            2, ("maximum = torch.where(torch.isfinite(maximum), maximum, "
+                "torch.zeros_like(maximum))", "maximum = torch.zeros_like(maximum)"))},
+        # a LayerNorm without eps (an error of about 1e-5)
+        "lee": {c: reference(c).read_text() for c in (1, 2, 3, 4)} | {5: edited(
+            5, ("torch.sqrt(variance + self.eps)", "torch.sqrt(variance)"))},
+        # an inverted padding mask (4.3, which calls it, right)
+        "max": {c: reference(c).read_text() for c in (1, 2, 3)} | {4: edited(
+            4, ("return (tokens != pad_id)[:, None, None, :]  # [B, 1, 1, L]",
+                "return (tokens == pad_id)[:, None, None, :]"))},
+        # an attention_step without out_proj (3.3 right); a sample_next that draws at T = 0
+        "ned": {c: reference(c).read_text() for c in (1, 2, 3)} | {8: edited(
+            8, ("return attn.out_proj(parts.merge_heads(heads)), (k, v)",
+                "return parts.merge_heads(heads), (k, v)"),
+            ("    if temperature == 0:  # one-hot on the argmax, the arguments checked: "
+             "nothing to draw\n        return next_token_distribution(logits, 0.0, top_k, "
+             "top_p).argmax(dim=-1)\n", ""))},
         "nobody": {},
         "loop": {1: edited(1, (PE_BODY, "    while True:  # my loop\n        pass\n" + PE_BODY))},
         "loud": {1: edited(1, (PE_BODY, "    for _ in range(300):\n        print('debugging "
@@ -144,8 +166,10 @@ def the_class(tmp: Path) -> dict[str, Path]:
 # (chapters, learners): each learner graded on the chapters they need only
 RUNS = [((1,), ("complete", "eli", "nobody", "loop", "loud", "broken")),
         ((2, 3), ("complete", "dana", "broken")),
-        ((4,), ("fay",)),
-        ((5,), ("gus", "hal", "ivy")),
+        ((4,), ("fay", "max")),
+        ((2, 3, 5), ("kim",)),
+        ((5,), ("gus", "hal", "ivy", "jo", "lee")),
+        ((8,), ("ned",)),
         ((6,), ("ivy",))]
 
 
@@ -224,10 +248,10 @@ def test_chapters_5_and_6_name_the_mistake_each_learner_made(graded):
     assert gus["5.1"]["mistake"] == "5.1/statistics-over-positions", gus["5.1"]["message"]
     assert gus["5.2"]["status"] == "passed"  # calls no LayerNorm: nothing to blame
     assert hal["5.3"]["mistake"] == "5.3/placements-swapped", hal["5.3"]["message"]
-    # hal's 5.4 is right, but calls the swapped 5.3: blamed on it, no mistake of its own
-    assert hal["5.4"]["blocked_by"] == "5.3" and not hal["5.4"]["mistake"], hal["5.4"]
-    assert hal["5.4"]["message"].startswith("5.4 uses your ResidualConnection (5.3)")
-    assert "this is the post-LN" not in hal["5.4"]["message"]
+    # hal's 5.4 is right: graded with the grader's 5.3, it earns its points, and says that
+    # hal's own 5.3 would break the model
+    assert hal["5.4"]["status"] == "passed" and not hal["5.4"]["mistake"], hal["5.4"]
+    assert hal["5.4"]["message"].startswith("Graded with the grader's ResidualConnection (5.3)")
     assert ivy["5.5"]["mistake"] == "5.5/self-attention-unmasked", ivy["5.5"]["message"]
     assert ivy["6.3"]["mistake"] == "6.3/shift-reversed", ivy["6.3"]["message"]
     # the capstone is blamed on the decoder layer it trains, never on chapter 8's stub,
@@ -235,6 +259,31 @@ def test_chapters_5_and_6_name_the_mistake_each_learner_made(graded):
     assert ivy["6.5"]["blocked_by"] == "5.5", ivy["6.5"]
     assert {e for e, r in gus.items() if r["status"] == "passed"} >= {"5.2"}
     assert all(r["status"] == "passed" for e, r in ivy.items() if e in ("5.1", "5.2", "5.3"))
+
+
+def test_no_correct_exercise_pays_for_an_earlier_one(graded):
+    """The first class of ten's learners: each correct exercise earns every point and no
+    mistake name beside a wrong earlier one it builds on; the wrong one is named."""
+    jo, kim, lee, fella, ned = (mine(graded, n) for n in ("jo", "kim", "lee", "max", "ned"))
+    assert jo["5.1"]["status"] == "failed" and float(jo["5.1"]["points"]) == 0
+    assert kim["2.1"]["mistake"] == "2.1/no-maximum-subtracted", kim["2.1"]["message"]
+    assert lee["5.1"]["status"] == "failed"
+    for rows, right in ((jo, ("5.2", "5.3", "5.4", "5.5")), (lee, ("5.2", "5.3", "5.4", "5.5")),
+                        (kim, ("2.2", "2.3", "3.3", "5.1", "5.2", "5.3", "5.4", "5.5")),
+                        (fella, ("4.2", "4.3"))):
+        for exercise in right:
+            row = rows[exercise]
+            assert row["status"] == "passed" and not row["mistake"], row
+            assert float(row["points"]) == float(row["max_points"]), row
+    assert jo["5.5"]["message"].startswith("Graded with the grader's LayerNorm (5.1)")
+    assert "4.3/causal-only" not in {r["mistake"] for r in fella.values()}
+    # ned's 8.3 is wrong on its own (no out_proj): its failure names no earlier part
+    assert ned["8.3"]["status"] == "failed" and "fix 3.3" not in ned["8.3"]["message"]
+    assert not ned["8.3"]["blocked_by"]
+    assert ned["8.2"]["mistake"] == "8.2/draws-at-temperature-zero", ned["8.2"]
+    # the class summary counts only the mistakes made: nobody's correct 5.5 is named
+    summary = (graded / "class-summary.md").read_text()
+    assert "5.5/cross-attention-queries" not in summary and "5.5/memory-unused" not in summary
 
 
 def test_the_own_mistake_always_comes_before_the_blame(graded):

@@ -98,6 +98,27 @@ def _literal(node: ast.AST, names: dict[str, object]) -> object:
     raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
 
 
+def points_offered(files: Mapping[int, Path] | None = None) -> dict[str, float]:
+    """``{exercise: points}`` read from the graded test files without running them: each
+    test function's ``@pytest.mark.grade("N.M", points=P)`` (``points`` 1 when not given;
+    a function's points are shared by its parametrized cases, so they add up as they are)."""
+    offered: dict[str, float] = {}
+    for path in (files or chapter_test_files()).values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for decorator in node.decorator_list:
+                if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+                        and decorator.func.attr == "grade" and decorator.args
+                        and isinstance(decorator.args[0], ast.Constant)):
+                    exercise = str(decorator.args[0].value)
+                    points = next((k.value.value for k in decorator.keywords
+                                   if k.arg == "points" and isinstance(k.value, ast.Constant)),
+                                  1)
+                    offered[exercise] = offered.get(exercise, 0.0) + float(points)
+    return offered
+
+
 def read(files: Mapping[int, Path] | None = None) -> Declared:
     """``EXERCISES``, ``BUILDS_ON`` and ``INTEGRATION`` of every graded test file."""
     titles: dict[str, str] = {}
