@@ -99,3 +99,33 @@ def test_every_number_cited_in_the_prose_is_glued_and_every_glued_one_cited(path
     assert not glued - cited, (
         f"{path.name}: {sorted(glued - cited)} are glued but never cited in the prose "
         "({glue:text}`name`): cite them or stop gluing them")
+
+
+# Claims the book once made that were wrong, or numbers typed from runs nobody can repeat
+# from the page: each must stay out of every chapter's prose.
+REMOVED_CLAIMS = (
+    "points most nearly along the query",  # river's key wins by its length (Chapter 2)
+    "ended at 98.2%", "stalled near 82%", "about 20 seconds",
+    "a quarter of the decoding time", "a sixth less time",
+    "random logits are spread widely",  # the untrained model reads its own token (Chapter 8)
+    "Chapter 7 uses a GPU",  # Chapter 8 too
+    "on every token looks at the one before it",  # "." and "$" look further back
+    "Nadaraya and Watson, 1964",  # cited from references.bib instead
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_removed_claims_stay_out_of_the_prose(path):
+    prose = " ".join(" ".join("".join(cell["source"]).split())
+                     for cell in json.loads(path.read_text())["cells"]
+                     if cell["cell_type"] == "markdown")
+    found = [claim for claim in REMOVED_CLAIMS if claim in prose]
+    assert not found, f"{path.name} says again what was corrected: {found}"
+
+
+def test_the_capstone_s_held_out_progressions_are_never_trained_on():
+    from annotated_transformer.language_model import HELD_OUT, SEEN, progressions
+
+    assert len(HELD_OUT) == 20 and len(SEEN) == 80 and not set(HELD_OUT) & set(SEEN)
+    seen = {tuple(row.tolist()) for row in progressions()[list(SEEN)]}
+    assert not any(tuple(row.tolist()) in seen for row in progressions()[list(HELD_OUT)])
