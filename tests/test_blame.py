@@ -89,8 +89,9 @@ def test_each_exercise_is_graded_on_its_own_code(tmp_path):
     assert rows["4.3"].mistake == "4.3/or-for-and", rows["4.3"].message
     assert "fix 4.1" not in rows["4.3"].message and "4.2" not in rows["4.3"].message
     assert rows["6.3"].status == "passed" and rows["6.3"].points == rows["6.3"].max_points
-    assert rows["6.3"].message.startswith("Graded with the grader's padding_mask (4.1) and "
-                                          "target_mask (4.3) in place of yours"), rows["6.3"].message
+    assert rows["6.3"].message.startswith(
+        "Graded with the grader's padding_mask (4.1) and target_mask (4.3) in place of yours"), (
+        rows["6.3"].message)
 
 
 def test_what_the_code_calls_never_orders_more_tests(tmp_path):
@@ -130,7 +131,8 @@ def test_an_error_in_another_chapter_names_the_graded_line_that_led_there(tmp_pa
     the row names the line of chapter 3 that raised and the line of chapter 8 that called
     it."""
     parts = learner(tmp_path, [1, 2, 3, 8], {"ch03_multi_head.py": [
-        ("    # BEGIN SOLUTION 3.1\n", "    # BEGIN SOLUTION 3.1\n    raise ValueError(\"bad inputs\")\n")]})
+        ("    # BEGIN SOLUTION 3.1\n",
+         "    # BEGIN SOLUTION 3.1\n    raise ValueError(\"bad inputs\")\n")]})
     row = rows_of(parts, ["8.3"])["8.3"]
     line = next(n for n, text in enumerate((tmp_path / "ch08_generation.py").read_text()
                                            .splitlines(), 1) if "split_heads(" in text)

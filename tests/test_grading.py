@@ -634,6 +634,8 @@ def test_a_worker_that_cannot_start_is_one_line_naming_the_cause_and_credits_not
     shutil.copy(grade.ROOT / "pyproject.toml", course)
     worker = course / "annotated_transformer" / "course" / "grading" / "worker.py"
     head = "from __future__ import annotations\n"
+    started = course / "exercises" / "ch01_positional_encoding.py"  # not the untouched stub,
+    started.write_text(started.read_text() + "# started\n")  # which needs no worker
     worker.write_text(worker.read_text().replace(
         head, head + "raise ImportError('No module named torch (a broken installation)')\n", 1))
     done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter",

@@ -243,8 +243,9 @@ def test_names_urls_and_cells():
 
 
 @pytest.mark.parametrize("args, says", [
-    ([], "SUBMISSION"),
+    (["--out", "o"], "SUBMISSION"),
     (["x"], "--out"),
+    (["x", "--out", "o", "--roster", "r.csv"], "--roster names the submissions"),
     (["x", "--out", "o", "--chapter", "99"], "chapter"),
     (["x", "y", "--out", "o", "--names", "a"], "--names"),
     (["x", "--out", "o", "--seed", "-1"], "--seed"),

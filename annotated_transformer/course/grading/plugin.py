@@ -173,9 +173,12 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     if _learner_dir(parts) is not None:
         untouched = _untouched(parts, chapter)
         if untouched:  # nothing of it is written: no worker is started for it
-            raise LearnerNotImplemented(
-                f"Exercise {exercise} is not implemented yet ({untouched} is the release's "
-                f"stub, untouched)")
+            stub = f"not implemented yet ({untouched} is the release's stub, untouched)"
+            if exercise in _declared().integration:
+                first = _declared().exercises([chapter])[0]
+                raise LearnerNotImplemented(f"the capstone builds and trains a model from your "
+                                            f"parts; Exercise {first}: {stub}")
+            raise LearnerNotImplemented(f"Exercise {exercise}: {stub}")
         found = _violations(parts)
         own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
         if own and outcomes.unreadable(own[0].message):

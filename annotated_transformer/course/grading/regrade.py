@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             args.names = ",".join(e.learner for e in enrolled)
             branches = {e.learner: e.branch for e in enrolled if e.branch}
         if not args.submissions:
-            raise ValueError("give the submissions (folders or git URLs), or --roster FILE")
+            raise ValueError("give each SUBMISSION (a folder or a git URL), or --roster FILE")
         chapters = sorted(chapter_test_files(args.chapter))
         names = learner_names(args.submissions, args.names)
         expected = manifest.load(args.manifest)
