@@ -8,7 +8,15 @@ the package's modules (``python -m annotated_transformer.train``) would import i
 nothing, so it stops here with the command to run instead (:func:`_refuse_module_runs`).
 """
 
-from annotated_transformer.parts import Parts, active_parts, use_parts
+def __getattr__(name: str):
+    """``Parts``, ``active_parts`` and ``use_parts``, imported when first asked for (they
+    import PyTorch, which a command such as ``grade --points`` does not need)."""
+    if name in __all__:
+        from annotated_transformer import parts
+
+        return getattr(parts, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Parts", "active_parts", "use_parts"]
 __version__ = "0.1.0"

@@ -85,16 +85,20 @@ def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_C
 
 
 def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
-    """The points on offer per exercise, read from the graded tests without running them.
+    """The points on offer per exercise, read from the graded test files without running
+    or importing them (:func:`~.dependencies.points_offered`).
 
     One row an exercise, as :func:`summarize` gives, with ``points`` 0 and status
     ``"collected"``. The GitHub Classroom workflow takes its steps' points from here.
     """
-    records = run_tests(chapters, "exercises", extra_args=("--collect-only",))
-    problem = next((r for r in records if r.exercise is None), None)
-    if problem is not None:
-        raise RuntimeError(problem.message)
-    return summarize(records)
+    from annotated_transformer.course.grading import dependencies
+
+    files = chapter_test_files(chapters)
+    declared, offered = dependencies.read(files), dependencies.points_offered(files)
+    return [ExerciseResult(id=e, chapter=declared.chapter_of(e),
+                           title=declared.titles.get(e, e), points=0,
+                           max_points=round(offered[e], 2), status="collected", message="")
+            for e in sorted(offered, key=dependencies.order)]
 
 
 WITHHELD = ("the {points:g} point(s) of its other checks (shapes, devices, properties, a clear "
