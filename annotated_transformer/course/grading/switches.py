@@ -11,7 +11,8 @@ attempt and raises, so that the probe's reply is ``forbidden`` whatever the code
 the exception. :func:`forbid_new_tasks` then makes the kernel refuse every new thread and
 process of the worker (a seccomp filter), so no code runs outside the guard's thread.
 
-What this holds is stated in ``book/instructors.md`` ("What a grade rests on"): a switch
+What this holds is stated on the instructor page (``book/instructor.md``, "The allow-list at
+PyTorch's dispatcher, and what it cannot stop"): a switch
 reached through any Python name, private ones included, is refused; code that writes the
 process's memory directly (``ctypes``, which an exercise file cannot import) is not stopped
 by anything inside the process.
