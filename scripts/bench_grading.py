@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from annotated_transformer.layout import EXERCISES_DIR, ROOT
+
 COMMANDS = {
     "grade --points": ["grade", "--points"],
     "grade --exercise 6.2": ["grade", "--exercise", "6.2", "--no-cache"],
@@ -54,7 +55,7 @@ def main() -> int:
     args = parser.parse_args()
     stubs = Path(tempfile.mkdtemp(prefix="bench-stubs-"))
     os.chmod(stubs, 0o755)
-    for path in (ROOT / "exercises").glob("ch*.py"):
+    for path in EXERCISES_DIR.glob("ch*.py"):
         (stubs / path.name).write_text(path.read_text())
     spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
     for process in spinners:

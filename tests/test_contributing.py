@@ -144,7 +144,8 @@ MODULE_NAMED = re.compile(r"annotated_transformer(?:\.[A-Za-z_]\w*)+")
 
 def resolves(dotted: str) -> bool:
     """Whether ``dotted`` is a module of the package, or a name its module defines at the
-    top (then any attribute of that: ``model.Model.generate``), read without importing."""
+    top or exports in ``__all__`` (then any attribute of that: ``model.Model.generate``),
+    read without importing."""
     parts = dotted.split(".")
     for end in range(len(parts), 0, -1):
         path = ROOT.joinpath(*parts[:end])
@@ -167,6 +168,9 @@ def resolves(dotted: str) -> bool:
         else:
             defined.update(n.id for n in ast.walk(node)
                            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                 for t in node.targets)):
+            defined.update(ast.literal_eval(node.value))  # exported, imported when asked for
     return parts[end] in defined
 
 
