@@ -4,13 +4,14 @@ Each graded test file declares, next to its tests, ``BUILDS_ON = {"5.4": ("3.3",
 the learner's earlier exercises whose code an exercise's code uses (directly; what those use
 counts too). The files are read, never imported, as the grader reads ``FORBIDDEN``.
 
-A chapter is graded on the learner's own earlier chapters, so a later exercise can fail
-because of an earlier one. When an exercise does not pass, called an earlier one while its
-tests ran (observed, :mod:`.calls`; ``BUILDS_ON`` only says which ones to grade to know) and
-that one's values are wrong, its message says so: "5.4 uses your MultiHeadAttention (3.3),
-which does not pass yet: fix 3.3 first.", after the learner's own named mistake when the
-exercise's tests name one. A failed check of an error message or of a structure blocks
-nothing.
+An exercise is graded with the grader's stand-ins for the earlier exercises it builds on
+that have one (:mod:`.standins`, which ``BUILDS_ON`` chooses), and on the learner's own for
+the others, so a later exercise can still fail because of one of those. When an exercise
+does not pass, called such an earlier one while its tests ran (observed, :mod:`.calls`),
+and that one was graded in the same run with wrong values, its message says so: "8.3 uses
+your split_heads (3.1), which does not pass yet: fix 3.1 first.", after the learner's own
+named mistake when the exercise's tests name one. A failed check of an error message or of
+a structure blocks nothing.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def failing_roots(exercise: str, right: Mapping[str, bool],
 
 
 def blame(exercise: str, roots: list[str], declared: Declared) -> str:
-    """``"5.4 uses your MultiHeadAttention (3.3), which does not pass yet: fix 3.3 first."``"""
+    """``"8.3 uses your split_heads (3.1), which does not pass yet: fix 3.1 first."``"""
     named = [f"{declared.name(p)} ({p})" for p in roots[:SHOWN]]
     named += [f"{len(roots) - SHOWN} more"] if len(roots) > SHOWN else []
     if len(roots) == 1:
