@@ -255,18 +255,18 @@ def _graded(folder: Path, softmax: str, loss: str) -> dict:
 def test_forbidden_roads_score_only_the_honest_content_through_the_grader(tmp_path):
     """2.1 computed by nn.MultiheadAttention's fused kernel and 6.2's label smoothing passed
     to F.cross_entropy by position: names the static rules allow, results the allow-list
-    refuses. Each exercise is forbidden and earns what the same file earns without the
-    forbidden road (2.1 returning zeros, 6.2 a plain cross-entropy, right only without
-    smoothing): nothing for the road itself."""
+    refuses. Each exercise is forbidden and earns nothing, as the untouched release does,
+    although a plain cross-entropy (the control) is right without smoothing: an exercise
+    that reaches a forbidden op anywhere earns nothing."""
     assert "self.smoothing" not in PLAIN_CROSS_ENTROPY
     attack = _graded(tmp_path / "attack", MHA_SOFTMAX, POSITIONAL_SMOOTHING)
     control = _graded(tmp_path / "control", "    return torch.zeros_like(x)\n",
                       PLAIN_CROSS_ENTROPY)
+    assert control["6.2"].points > 0, control["6.2"]  # its smoothing-free cases are right
     for exercise in ("2.1", "6.2"):
         assert attack[exercise].status == "forbidden", attack[exercise]
         assert control[exercise].status in ("failed", "error"), control[exercise]
-        assert attack[exercise].points == control[exercise].points, (attack[exercise],
-                                                                     control[exercise])
+        assert attack[exercise].points == 0, attack[exercise]
     assert attack["2.1"].points == 0 and "aten." in attack["2.1"].message
     assert "label_smoothing" in attack["6.2"].message
     assert attack["2.3"].status == "passed" and attack["6.1"].status == "passed"

@@ -151,7 +151,8 @@ def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
     property, a clear error on bad input) pays only when every test of the exercise's values
     passed, and a test of a clear error (``errors=True``) only when every other test of its
     exercise passed: an exercise that raises one ``ValueError`` for everything, or a skeleton
-    that returns zeros of the right shape, earns nothing."""
+    that returns zeros of the right shape, earns nothing; nor does an exercise one of whose
+    tests reached a forbidden op."""
     by_exercise = _by_exercise(records)
     rows = []
     for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
@@ -161,12 +162,17 @@ def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
         # The worst outcome; among its tests, one that names a known mistake.
         worst = min(tests, key=lambda r: (PRIORITY.index(r.outcome), not r.mistake))
         behaves = all(r.outcome == "passed" for r in tests if not r.errors)
-        paid = [r for r in tests if r.outcome == "passed" and (
+        # An exercise whose code reached a forbidden op anywhere earns nothing: the op it was
+        # asked to write was not its own work, whatever its other tests gave.
+        forbidden = any(r.outcome == "forbidden" for r in tests)
+        paid = [] if forbidden else [r for r in tests if r.outcome == "passed" and (
             any(r is v for v in values) or (right and (behaves or not r.errors)))]
         withheld = sum(r.points for r in tests if r.outcome == "passed") - sum(
             r.points for r in paid)
         message = worst.message
-        if withheld > 1e-9:
+        if forbidden and withheld > 1e-9:
+            message = f"{message} (an exercise that reaches a forbidden op earns nothing)"
+        elif withheld > 1e-9:
             message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
         printed = (worst.printed if worst.outcome != "passed"
                    else "".join(r.printed for r in tests)[-2000:])
