@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import boundary, class_summary, engine
 from annotated_transformer.course.grading.results import TestRecord
@@ -94,6 +96,7 @@ def test_each_exercise_is_graded_on_its_own_code(tmp_path):
         rows["6.3"].message)
 
 
+@pytest.mark.slow  # a chapter graded
 def test_what_the_code_calls_never_orders_more_tests(tmp_path):
     """A chapter 2 whose 2.2 fails and calls a function it exports as ``Capstone`` (the
     name of 6.5's and 8.5's tests): only chapter 2's tests run, as for a learner who does

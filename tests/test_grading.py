@@ -429,6 +429,7 @@ def test_every_dependency_is_a_graded_exercise_of_an_earlier_or_the_same_chapter
     assert capstone == {1, 2, 3, 4, 5, 6}
 
 
+@pytest.mark.slow  # two chapters graded
 def test_a_broken_chapter_3_costs_chapter_5_nothing_and_says_so(tmp_path):
     """A chapter 3 without out_proj: 3.3 fails; 5.4 and 5.5, graded with the grader's
     attention in place of the learner's, earn their points, and say that a model of the
