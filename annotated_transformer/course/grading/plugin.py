@@ -56,7 +56,13 @@ from annotated_transformer.course.grading.supervisor import (
     LearnerRaised,
     WorkerPool,
 )
-from annotated_transformer.layout import PACKAGE_DIR, TESTS_DIR, VARIANTS_DIR, chapter_test_files
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    PACKAGE_DIR,
+    TESTS_DIR,
+    VARIANTS_DIR,
+    chapter_test_files,
+)
 from annotated_transformer.parts import has_reference
 from annotated_transformer.sources import Source
 
@@ -111,7 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.pluginmanager.register(GradeRecorder(spec.records), "grade-recorder")
     first = str(spec.parsed_sources()[0])
-    if not config.option.collectonly:
+    if not config.option.collectonly and not _all_untouched(first):
         try:
             pool.start("solutions" if first == "variants" else first)
         except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
@@ -252,6 +258,15 @@ def _untouched(parts: str, chapter: int) -> str | None:
         except (OSError, UnicodeDecodeError):
             return None
     return None
+
+
+def _all_untouched(parts: str) -> bool:
+    """Whether every chapter file of a learner's folder is the untouched stub: then no test
+    calls the worker, and it is not started ahead of them."""
+    folder = _learner_dir(parts)
+    chapters = [int(m["chapter"]) for p in (folder.glob("ch*.py") if folder else ())
+                if (m := CHAPTER_FILE.match(p.name))]
+    return bool(chapters) and all(_untouched(parts, c) for c in chapters)
 
 
 def _learner_dir(parts: str) -> Path | None:
