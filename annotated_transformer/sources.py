@@ -10,6 +10,7 @@ A *source* is one word of ``--parts``, with one meaning wherever it is used (``t
   :mod:`annotated_transformer.fast_parts`), never a folder named ``fast``;
 - ``variants``: every wrong and right variant of the graded tests (``tests/variants/``),
   for the course's own check of its tests: the graded tests only;
+- ``variant:NAME``: one of those variants (what a graded test runs on in that check);
 - anything else: a folder of ``chNN_*.py`` files (a submission elsewhere, fresh stubs). A
   folder whose name is one of the words above is written with its path: ``./fast``.
 
@@ -25,15 +26,24 @@ from pathlib import Path
 from annotated_transformer.layout import EXERCISES_DIR
 
 WORDS = ("solutions", "exercises", "fast", "variants")  # every other word is a folder
+VARIANT = "variant:"  # the prefix of one variant's name
 
 
 @dataclass(frozen=True)
 class Source:
-    """One source: ``word`` is one of :data:`WORDS`, or ``"folder"`` with ``folder`` set
-    (resolved)."""
+    """One source: ``word`` is one of :data:`WORDS`, ``"folder"`` with ``folder`` set
+    (resolved), or ``"variant"`` with ``variant`` its name."""
 
     word: str
     folder: Path | None = None
+    variant: str | None = None
+
+    @classmethod
+    def of_variant(cls, name: str) -> Source:
+        """The source of one variant of the graded tests (``tests/variants``)."""
+        if not name.isidentifier():
+            raise ValueError(f"a variant's name is a Python name, got {name!r}")
+        return cls("variant", variant=name)
 
     @classmethod
     def parse(cls, text: str) -> Source:
@@ -42,6 +52,8 @@ class Source:
         text = text.strip()
         if text in WORDS:
             return cls(text)
+        if text.startswith(VARIANT):
+            return cls.of_variant(text.removeprefix(VARIANT))
         if not text:
             raise ValueError("a parts source is empty (write solutions, exercises, fast, "
                              "variants or a folder)")
@@ -54,7 +66,19 @@ class Source:
 
     def __str__(self) -> str:
         """The word again, a folder as its absolute path: parsed again, the same source."""
+        if self.variant is not None:
+            return f"{VARIANT}{self.variant}"
         return str(self.folder) if self.folder is not None else self.word
+
+    @property
+    def label(self) -> str:
+        """A short name for a test's id: the word, a folder's name, a variant's text."""
+        return self.folder.name if self.folder is not None else str(self)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether it is the course's own code (the reference, the fast parts, a variant)."""
+        return self.word in ("solutions", "fast", "variant")
 
     @property
     def learner_folder(self) -> Path | None:

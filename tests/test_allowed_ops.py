@@ -19,6 +19,7 @@ from probes.worker_probes import call
 
 from annotated_transformer.course.grading import allowed_ops
 from annotated_transformer.course.grading.supervisor import CodeUnderTest, ForbiddenCall, WorkerPool
+from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parent / "probes"
 SOFTMAX = ("_softmax", "_log_softmax", "logsumexp")  # 2.1's own forbidden ops, in part
@@ -110,13 +111,13 @@ def folder():
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
 
 def learner(pool, folder, forbid_ops, exercise="2.1"):
-    return CodeUnderTest(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0,
+    return CodeUnderTest(pool, Source.parse(str(folder)), 2, exercise, tuple(forbid_ops), seed=0,
                          cpu_seconds=30.0)
 
 
@@ -149,7 +150,7 @@ def test_a_fused_or_unlisted_op_is_refused_whatever_name_reached_it(pool, folder
 def test_the_guard_cannot_be_replaced_by_the_code_it_guards(folder):
     """The file replaces every name of the grader it can reach, then calls torch.softmax:
     refused, and so is every later call (the guard was built before any learner code)."""
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     try:
         _replaced(pool, folder)
     finally:

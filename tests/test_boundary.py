@@ -23,6 +23,7 @@ from probes.worker_probes import call
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.supervisor import CodeUnderTest, LearnerRaised, WorkerPool
 from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
+from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parent / "probes"
 
@@ -115,14 +116,14 @@ def folder():
 @pytest.fixture
 def pool():
     # The boundary alone: the worker may start processes here (grading never lets it).
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES,
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES,
                       new_tasks=True)
     yield pool
     pool.close()
 
 
 def run(pool, folder, name, x):
-    return CodeUnderTest(pool, str(folder), 2, "2.1", (), seed=0, cpu_seconds=30).run(
+    return CodeUnderTest(pool, Source.parse(str(folder)), 2, "2.1", (), seed=0, cpu_seconds=30).run(
         call, name=name, x=x)
 
 
@@ -144,7 +145,7 @@ def test_nothing_it_starts_outlives_it(pool, folder):
     token = f"outlives-{os.getpid()}-{time.monotonic_ns()}"
     assert run(pool, folder, "daemon", token) == "started"
     assert _wait_for(lambda: _processes_with(token)), "the daemon should run with its worker"
-    pool.discard(str(folder))
+    pool.discard(Source.parse(str(folder)))
     assert _wait_for(lambda: not _processes_with(token)), "a process of the worker outlived it"
 
 

@@ -20,8 +20,9 @@ GRADED = Path(__file__).resolve().parent / "graded"
 def test_a_run_reads_back_what_was_written(tmp_path):
     spec = RunSpec.new(f"solutions,{tmp_path}", seed=7, cpu_seconds=2.5, sandbox="none",
                        exercises=["2.1", "6.5"])
-    assert spec.sources == f"solutions,{tmp_path.resolve()}", "parsed once, folders resolved"
-    assert spec.parsed_sources() == (Source("solutions"), Source("folder", tmp_path.resolve()))
+    assert spec.sources == (Source("solutions"), Source("folder", tmp_path.resolve()))
+    assert spec.parts == f"solutions,{tmp_path.resolve()}", "written as --parts, resolved"
+    assert spec.exercises == ("2.1", "6.5")
     spec.write(tmp_path / "run.json")
     assert RunSpec.read(tmp_path / "run.json") == spec
 

@@ -33,6 +33,7 @@ from annotated_transformer.course.grading.supervisor import (
     WorkerPool,
     WorkerTimeout,
 )
+from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parent / "probes"
 
@@ -402,7 +403,7 @@ def folder():
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
@@ -410,7 +411,7 @@ def pool():
 @pytest.fixture
 def fresh():
     """A pool of its own: what earlier tests taught it (a chapter that waits) is not there."""
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
@@ -419,14 +420,14 @@ def fresh():
 def fresh_tasks():
     """A pool whose worker may start threads and processes: the bounds of the cgroup and of
     the grader's count, tested alone (a grading worker never may)."""
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES,
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES,
                       new_tasks=True)
     yield pool
     pool.close()
 
 
 def learner(pool, folder, forbid_ops=(), cpu_seconds=30.0, exercise="2.1"):
-    return CodeUnderTest(pool, str(folder), 2, exercise, tuple(forbid_ops), seed=0,
+    return CodeUnderTest(pool, Source.parse(str(folder)), 2, exercise, tuple(forbid_ops), seed=0,
                    cpu_seconds=cpu_seconds)
 
 
@@ -782,7 +783,7 @@ def test_without_the_boundary_as_nobody_the_course_is_read_only(folder):
     target = Path(tempfile.mkdtemp(prefix="course-"))
     (target / "grade.json").write_text("{}")
     os.chmod(target, 0o755)
-    pool = WorkerPool(lambda source: Path(source), lambda source: {}, probes=PROBES, user="nobody",
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES, user="nobody",
                       sandboxed=False)
     try:
         with pytest.raises(LearnerRaised, match="PermissionError"):

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import tomllib
 
+from annotated_transformer.course.grading.exercise_id import ExerciseId, order
+
 HINTS_FILE = Path(__file__).with_name("hints.toml")
 SEEN_FILE = ".hints-seen.json"
 LEVELS = ("idea", "approach", "tricky")
@@ -36,18 +38,15 @@ class Hint:
 
     @property
     def chapter(self) -> int:
-        return int(self.exercise.split(".")[0])
+        return ExerciseId(self.exercise).chapter
 
-
-def _order(exercise: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in exercise.split("."))
 
 
 def load_hints(path: Path = HINTS_FILE) -> dict[str, Hint]:
     """``{exercise id: Hint}`` in the course's order; a missing level is an error naming it."""
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     hints = {}
-    for exercise in sorted(data, key=_order):
+    for exercise in sorted(data, key=order):
         entry = data[exercise]
         missing = [key for key in ("title", *LEVELS) if not str(entry.get(key, "")).strip()]
         if missing:

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from annotated_transformer.course.grading import manifest
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.layout import (
     CHAPTER_FILE,
@@ -33,7 +34,7 @@ from annotated_transformer.layout import (
 )
 from annotated_transformer.sources import parse_sources
 
-KEPT = ("passed", "failed")  # the verdicts worth keeping
+KEPT = (Outcome.PASSED, Outcome.FAILED)  # the verdicts worth keeping
 ENTRIES = 20  # the most results kept; the oldest go first
 
 def default_dir() -> Path | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.layout import CHAPTER_FILE
 
 LIMIT = 200  # names one reply may carry
@@ -54,7 +55,7 @@ def exercises(names: Iterable[object], titles: dict[str, str]) -> set[str]:
     """The exercises of ``titles`` (``{"3.3": "MultiHeadAttention: ..."}``) whose code the
     observed ``names`` entered: a name of the exercise's chapter file whose qualified name
     starts with the exercise's own (``MultiHeadAttention.forward`` is 3.3's)."""
-    by_name = {(int(e.split(".")[0]), t.split(":")[0].strip()): e for e, t in titles.items()}
+    by_name = {(ExerciseId(e).chapter, t.split(":")[0].strip()): e for e, t in titles.items()}
     found = set()
     for name in names:
         if not isinstance(name, str) or ":" not in name:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from annotated_transformer.course.grading import dependencies
 from annotated_transformer.course.grading.messages import markdown_code
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.report import write_report
 from annotated_transformer.course.grading.results import ExerciseResult
 
@@ -44,12 +45,12 @@ def summarize(rows: Iterable[ExerciseResult]) -> list[ExerciseSummary]:
         entry = found.setdefault(row.id, ExerciseSummary(row.id, row.title))
         entry.learners += 1
         mistake = row.mistake
-        if row.status == "passed":
+        if row.status == Outcome.PASSED:
             entry.passed += 1
         elif mistake:
             entry.mistakes[mistake] += 1
             entry.example.setdefault(mistake, row.message)
-        elif row.status == "not implemented":
+        elif row.status == Outcome.NOT_IMPLEMENTED:
             entry.not_started += 1
         elif row.blocked_by:  # the grader's record, never the message's text
             entry.blocked += 1

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.layout import chapter_test_files
 
 SHOWN = 3  # the most parts a message names
@@ -35,7 +36,7 @@ class Declared:
     integration: frozenset[str] = frozenset()  # graded by a whole-course test (the capstone)
 
     def chapter_of(self, exercise: str) -> int:
-        return int(exercise.split(".")[0])
+        return ExerciseId(exercise).chapter
 
     def exercises(self, chapters: Iterable[int] | None = None) -> list[str]:
         """Every declared exercise, or those of ``chapters``, in course order."""
@@ -60,9 +61,9 @@ class Declared:
         return self.titles.get(exercise, exercise).split(":")[0].strip()
 
 
-def order(exercise: str) -> tuple[int, ...]:
+def order(exercise: str) -> tuple[int, int]:
     """Course order: 2.10 after 2.9."""
-    return tuple(int(n) for n in exercise.split("."))
+    return ExerciseId(exercise).order
 
 
 def constants(tree: ast.Module) -> dict[str, object]:

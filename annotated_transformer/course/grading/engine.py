@@ -21,15 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from annotated_transformer.course.grading import boundary
+from annotated_transformer.course.grading.exercise_id import ExerciseId, order
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
-
-# The worst outcome of an exercise's tests names its status.
-PRIORITY = ("grader error", "busy", "forbidden", "not implemented", "error", "timeout", "failed",
-            "skipped", "passed", "collected")
 
 
 def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -> list[str]:
@@ -58,7 +56,7 @@ def run(spec: RunSpec, chapters: list[int] | None = None,
     else those of ``chapters`` (None: every chapter).
     """
     if spec.exercises is not None:
-        chapters = sorted({int(e.split(".")[0]) for e in spec.exercises})
+        chapters = sorted({ExerciseId(e).chapter for e in spec.exercises})
     files = chapter_test_files(chapters)
     with tempfile.TemporaryDirectory() as tmp:
         report, described = Path(tmp) / "report.json", Path(tmp) / "run.json"
@@ -97,7 +95,7 @@ def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
     declared, offered = dependencies.read(files), dependencies.points_offered(files)
     return [ExerciseResult(id=e, chapter=declared.chapter_of(e),
                            title=declared.titles.get(e, e), points=0,
-                           max_points=round(offered[e], 2), status="collected", message="")
+                           max_points=round(offered[e], 2), status=Outcome.COLLECTED, message="")
             for e in sorted(offered, key=dependencies.order)]
 
 
@@ -117,8 +115,8 @@ def values_right(records: list[TestRecord]) -> dict[str, bool | None]:
     calls it can rely on (a failed check of an error message or of a structure is not).
     ``None`` for the release's stub, which is never to blame: code that called it and still
     ran caught its ``NotImplementedError`` (the package's own fallbacks do)."""
-    return {e: None if all(r.outcome == "not implemented" for r in tests)
-            else all(r.outcome == "passed" for r in value_tests(tests))
+    return {e: None if all(r.outcome == Outcome.NOT_IMPLEMENTED for r in tests)
+            else all(r.outcome == Outcome.PASSED for r in value_tests(tests))
             for e, tests in _by_exercise(records).items()}
 
 
@@ -129,7 +127,7 @@ def unsure_names(records: list[TestRecord]) -> dict[str, str]:
     part computes what a mistake of its own would, on some inputs only)."""
     unsure = {}
     for exercise, tests in _by_exercise(records).items():
-        failed = [r for r in value_tests(tests) if r.outcome != "passed"]
+        failed = [r for r in value_tests(tests) if r.outcome != Outcome.PASSED]
         if len({r.mistake for r in failed}) > 1:
             unsure[exercise] = next((r.message for r in failed if not r.mistake), "")
     return unsure
@@ -155,26 +153,26 @@ def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
     tests reached a forbidden op."""
     by_exercise = _by_exercise(records)
     rows = []
-    for exercise in sorted(by_exercise, key=lambda e: tuple(map(int, e.split(".")))):
+    for exercise in sorted(by_exercise, key=order):
         tests = by_exercise[exercise]
         values = value_tests(tests)
-        right = all(r.outcome == "passed" for r in values)
+        right = all(r.outcome == Outcome.PASSED for r in values)
         # The worst outcome; among its tests, one that names a known mistake.
-        worst = min(tests, key=lambda r: (PRIORITY.index(r.outcome), not r.mistake))
-        behaves = all(r.outcome == "passed" for r in tests if not r.errors)
+        worst = min(tests, key=lambda r: (r.outcome.priority, not r.mistake))
+        behaves = all(r.outcome == Outcome.PASSED for r in tests if not r.errors)
         # An exercise whose code reached a forbidden op anywhere earns nothing: the op it was
         # asked to write was not its own work, whatever its other tests gave.
-        forbidden = any(r.outcome == "forbidden" for r in tests)
-        paid = [] if forbidden else [r for r in tests if r.outcome == "passed" and (
+        forbidden = any(r.outcome == Outcome.FORBIDDEN for r in tests)
+        paid = [] if forbidden else [r for r in tests if r.outcome == Outcome.PASSED and (
             any(r is v for v in values) or (right and (behaves or not r.errors)))]
-        withheld = sum(r.points for r in tests if r.outcome == "passed") - sum(
+        withheld = sum(r.points for r in tests if r.outcome == Outcome.PASSED) - sum(
             r.points for r in paid)
         message = worst.message
         if forbidden and withheld > 1e-9:
             message = f"{message} (an exercise that reaches a forbidden op earns nothing)"
         elif withheld > 1e-9:
             message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
-        printed = (worst.printed if worst.outcome != "passed"
+        printed = (worst.printed if worst.outcome != Outcome.PASSED
                    else "".join(r.printed for r in tests)[-2000:])
         rows.append(ExerciseResult(
             id=exercise, chapter=tests[0].chapter, title=tests[0].title,
@@ -204,7 +202,7 @@ def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | No
     if unknown:
         raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
                          f"{', '.join(declared.exercises())}")
-    kept, keys = _reused(wanted, spec.sources, declared, cache_dir)
+    kept, keys = _reused(wanted, spec.parts, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
     records = run(replace(spec, exercises=tuple(to_run))) if to_run else []
     for exercise, entry in keys.items():
@@ -273,12 +271,12 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
 
     stood = standins.stand_ins_for(row.id, declared)
     wrong = [p for p in stood if right.get(p) is False]  # each graded on its own: all of them
-    if wrong and row.status == "passed":  # a failing one's message is about its own code
+    if wrong and row.status == Outcome.PASSED:  # a failing one's message is about its own code
         note = alone(row.id, wrong, declared)
         message = f"{cut(row.message, MESSAGE_LIMIT - len(note) - 1)} {note}".strip()
         row = replace(row, message=message)
     # A stub's own message already names the exercise that is not written yet.
-    if row.status in ("passed", "forbidden", "not implemented"):
+    if row.status in (Outcome.PASSED, Outcome.FORBIDDEN, Outcome.NOT_IMPLEMENTED):
         return row
     roots = [p for p in dependencies.failing_roots(row.id, right, called) if p not in stood]
     if not roots:

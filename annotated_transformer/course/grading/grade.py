@@ -41,6 +41,8 @@ import sys
 from pathlib import Path
 
 from annotated_transformer.course.grading import boundary, cache, engine, manifest
+from annotated_transformer.course.grading.exercise_id import ExerciseId
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Report,
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the graded tests and report points per exercise.")
     parser.add_argument("--chapter", type=int, action="append",
                         help="grade this chapter only (repeatable; default: every chapter)")
-    parser.add_argument("--exercise", action="append", metavar="ID",
+    parser.add_argument("--exercise", action="append", metavar="ID", type=exercise_id,
                         help="grade this exercise only, e.g. 2.1 (repeatable): only its tests "
                         "run (and, when it does not pass, those of the parts it builds on)")
     parser.add_argument("--parts", default="exercises",
@@ -157,10 +159,18 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     if args.from_report and args.junit:
         parser.error("--junit needs the graded tests; a report read with --from-report "
                      "has only the exercises")
-    from_exercises = {int(e.split(".")[0]) for e in args.exercise or []}
+    from_exercises = {ExerciseId(e).chapter for e in args.exercise or []}
     if args.chapter or from_exercises:
         return sorted(set(args.chapter or []) | from_exercises)
     return None
+
+
+def exercise_id(text: str) -> ExerciseId:
+    """``--exercise``'s value; argparse names the flag and says what is wrong."""
+    try:
+        return ExerciseId(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _list_points(args: argparse.Namespace, chapters: list[int] | None,
@@ -212,7 +222,7 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
                                      cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
-    faults = [r for r in records if r.outcome == "grader error"]
+    faults = [r for r in records if r.outcome == Outcome.GRADER_ERROR]
     if faults:  # no learner code ran: nothing to credit or blame
         raise SystemExit(f"grade: {faults[0].message}")
     if args.exercise:

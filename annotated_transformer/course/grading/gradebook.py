@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading import dependencies
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
 from annotated_transformer.course.grading.results import ExerciseResult, csv_text, to_csv
@@ -229,16 +230,16 @@ def wide_csv(book: Gradebook) -> str:
     LMS imports such as Canvas's read)."""
     rows = book.effective_rows()
     exercises = sorted({r.id for r in rows if r.id}, key=dependencies.order)
-    chapters = sorted({int(e.split(".")[0]) for e in exercises})
+    chapters = sorted({ExerciseId(e).chapter for e in exercises})
     possible = {r.id: r.max_points for r in rows if r.id}
     header = ["learner", *exercises, *(f"chapter {c}" for c in chapters), "total"]
     chapter_possible = [round(sum(p for e, p in possible.items()
-                                  if e.split(".")[0] == str(c)), 2) for c in chapters]
+                                  if ExerciseId(e).chapter == c), 2) for c in chapters]
     lines = [["Points Possible", *(possible[e] for e in exercises), *chapter_possible,
               round(sum(possible.values()), 2)]]
     for name in sorted(book.learners):
         mine = {r.id: r.points for r in rows if r.learner == name and r.id}
-        per_chapter = [round(sum(p for e, p in mine.items() if e.split(".")[0] == str(c)), 2)
+        per_chapter = [round(sum(p for e, p in mine.items() if ExerciseId(e).chapter == c), 2)
                        for c in chapters]
         lines.append([name, *(mine.get(e, 0) for e in exercises), *per_chapter,
                       round(sum(mine.values()), 2)])

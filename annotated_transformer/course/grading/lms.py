@@ -27,6 +27,8 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from annotated_transformer.course.grading.exercise_id import ExerciseId, order
+
 ROSTER_COLUMNS = ("learner", "repository", "branch", "lms_id", "section")
 FORMATS = ("canvas", "moodle", "csv")
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -70,9 +72,11 @@ def assignments(totals: dict[str, dict[str, float]], possible: dict[str, float],
     course``), each learner's points in them and their possible points. ``totals``:
     ``{learner: {exercise: points}}``; ``possible``: ``{exercise: points}``."""
     def column(exercise: str) -> str:
-        return "Transformer course" if columns == "total" else f"Chapter {exercise.split('.')[0]}"
+        if columns == "total":
+            return "Transformer course"
+        return f"Chapter {ExerciseId(exercise).chapter}"
 
-    names = list(dict.fromkeys(column(e) for e in sorted(possible, key=_order)))
+    names = list(dict.fromkeys(column(e) for e in sorted(possible, key=order)))
     points = {who: {name: 0.0 for name in names} for who in totals}
     for who, earned in totals.items():
         for exercise, value in earned.items():
@@ -82,9 +86,6 @@ def assignments(totals: dict[str, dict[str, float]], possible: dict[str, float],
         out_of[column(exercise)] = round(out_of[column(exercise)] + value, 2)
     return names, points, out_of
 
-
-def _order(exercise: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in exercise.split("."))
 
 
 def export(format_: str, totals: dict[str, dict[str, float]], possible: dict[str, float],

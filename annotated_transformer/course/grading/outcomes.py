@@ -4,16 +4,47 @@ fault each one is."""
 
 from __future__ import annotations
 
+from enum import Enum
+
 from annotated_transformer.course.grading import watch
+
+
+class Outcome(str, Enum):
+    """How a graded test ended, and an exercise's status (its worst test's outcome). The
+    order is the priority: an exercise's status is the first of its tests' outcomes in it.
+    The value is the word the reports write (and read back)."""
+
+    GRADER_ERROR = "grader error"  # no learner code ran: the grader's fault
+    BUSY = "busy"  # the machine was too busy to finish a call: no one's fault
+    FORBIDDEN = "forbidden"
+    NOT_IMPLEMENTED = "not implemented"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    PASSED = "passed"
+    COLLECTED = "collected"  # listed, not run (the points on offer)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def priority(self) -> int:
+        """Its place in the order: lower is worse."""
+        return list(Outcome).index(self)
 
 
 class LearnerNotImplemented(NotImplementedError):
     """The code under test reached a stub that is still ``raise NotImplementedError``."""
 
+    outcome = Outcome.NOT_IMPLEMENTED
+
 
 class LearnerRaised(RuntimeError):
     """The code under test raised; ``types`` names the exception's classes (most derived
     first), ``message`` its text, ``where`` the learner's ``file:line``."""
+
+    outcome = Outcome.ERROR
 
     def __init__(self, types: list[str], message: str, where: str) -> None:
         self.types, self.message, self.where = types, message, where
@@ -25,12 +56,16 @@ class ForbiddenCall(RuntimeError):
     """The code under test broke a rule of what an exercise may do (a forbidden op, a
     forbidden name, PyTorch or the course replaced)."""
 
+    outcome = Outcome.FORBIDDEN
+
 
 class WorkerTimeout(RuntimeError):
     """The code under test used more CPU time than its test allows, waited without
     computing, or did not finish its reply (the worker was stopped): ``reason`` is
     ``cpu``, ``waited`` or ``reply`` (:mod:`.watch`); ``where`` the learner's ``file:line``
     it was running, when known; ``at_import`` whether that was the chapter file's import."""
+
+    outcome = Outcome.TIMEOUT
 
     def __init__(self, message: str, where: str = "", reason: str = "cpu",
                  at_import: bool = False) -> None:
@@ -42,14 +77,25 @@ class MachineBusy(RuntimeError):
     """The wall-clock backstop ran out while the code under test was still within its CPU
     budget: the machine was too busy to grade, which is no fault of the learner's code."""
 
+    outcome = Outcome.BUSY
+
 
 class GraderFault(RuntimeError):
     """The worker could not start before any learner code ran: a fault of the grader or of
     its installation, never of the code under test."""
 
+    outcome = Outcome.GRADER_ERROR
+
 
 class WorkerCrashed(RuntimeError):
     """The worker ended while it ran the code under test (``os._exit``, a crash, memory)."""
+
+    outcome = Outcome.ERROR
+
+
+# What the code under test's call ends with, as the graded tests see it; each says its outcome.
+RAISED = (LearnerNotImplemented, LearnerRaised, ForbiddenCall, WorkerTimeout, MachineBusy,
+          GraderFault, WorkerCrashed)
 
 
 def imported(module: object) -> None:

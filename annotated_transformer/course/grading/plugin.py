@@ -46,7 +46,9 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.grading import boundary, outcomes
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.supervisor import (
@@ -116,10 +118,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not spec.records:
         return
     config.pluginmanager.register(GradeRecorder(spec.records), "grade-recorder")
-    first = str(spec.parsed_sources()[0])
+    first = spec.sources[0]
     if not config.option.collectonly and not _all_untouched(first):
         try:
-            pool.start("solutions" if first == "variants" else first)
+            pool.start(Source("solutions") if first.word == "variants" else first)
         except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
             pass
 
@@ -151,29 +153,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "learner" not in metafunc.fixturenames:
         return
     exercise = _exercise(metafunc.definition)
-    chosen: list[str] = []
-    ids: list[str] = []
-    for source in run_spec(metafunc.config).parsed_sources():
+    chosen: list[Source] = []
+    for source in run_spec(metafunc.config).sources:
         if source.word == "variants":
             if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its
                 sys.path.append(str(VARIANTS_DIR.parent))  # tests; not in a release
             import variants
 
-            named = [f"variant:{v.name}" for v in variants.for_chapter(metafunc.module.CHAPTER)
-                     if v.exercise == exercise]
-            chosen += named
-            ids += named
+            chosen += [Source.of_variant(v.name)
+                       for v in variants.for_chapter(metafunc.module.CHAPTER)
+                       if v.exercise == exercise]
         else:
-            chosen.append(str(source))
-            ids.append(source.folder.name if source.folder else source.word)
-    metafunc.parametrize("learner", chosen, ids=ids, indirect=True)
+            chosen.append(source)
+    metafunc.parametrize("learner", chosen, ids=[s.label for s in chosen], indirect=True)
 
 
 @pytest.fixture
 def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     """The code under test of the test's chapter, from the source it runs against; a file
     that breaks a source rule for its exercise ends the test before anything runs."""
-    parts: str = request.param
+    parts: Source = request.param
     chapter: int = request.module.CHAPTER
     exercise = _exercise(request.node)
     if _learner_dir(parts) is not None:
@@ -245,7 +244,7 @@ def _exercise(node: pytest.Item) -> str | None:
 
 
 @cache
-def _untouched(parts: str, chapter: int) -> str | None:
+def _untouched(parts: Source, chapter: int) -> str | None:
     """The name of the learner's chapter file when it is the release's stub exactly as
     generated (:func:`~annotated_transformer.course.authoring.stubs.is_untouched`)."""
     from annotated_transformer.course.authoring import stubs
@@ -260,7 +259,7 @@ def _untouched(parts: str, chapter: int) -> str | None:
     return None
 
 
-def _all_untouched(parts: str) -> bool:
+def _all_untouched(parts: Source) -> bool:
     """Whether every chapter file of a learner's folder is the untouched stub: then no test
     calls the worker, and it is not started ahead of them."""
     folder = _learner_dir(parts)
@@ -269,9 +268,9 @@ def _all_untouched(parts: str) -> bool:
     return bool(chapters) and all(_untouched(parts, c) for c in chapters)
 
 
-def _learner_dir(parts: str) -> Path | None:
+def _learner_dir(parts: Source) -> Path | None:
     """The folder of a learner's parts, None for the course's own code (a variant too)."""
-    return None if parts.startswith("variant:") else Source.parse(parts).learner_folder
+    return parts.learner_folder
 
 
 @cache
@@ -285,13 +284,13 @@ def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
 
 
 @cache
-def _violations(parts: str) -> Mapping[int, list]:
+def _violations(parts: Source) -> Mapping[int, list]:
     from annotated_transformer.course.grading import source_rules
 
     return source_rules.check_folder(_learner_dir(parts), _forbidden_names())
 
 
-def _blocked(parts: str) -> Mapping[int, str]:
+def _blocked(parts: Source) -> Mapping[int, str]:
     """Chapter files that break a rule for every exercise: never imported in the worker."""
     general = {c: [v for v in found if v.exercise is None]
                for c, found in _violations(parts).items()}
@@ -328,38 +327,32 @@ def _learner_location(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
     return where
 
 
-# The outcome of a test that raised one of these (by class name): the learner's doing but
-# for "busy" (the machine's) and "grader error" (the grader's).
-RAISED = {"ForbiddenCall": "forbidden", "WorkerTimeout": "timeout", "MachineBusy": "busy",
-          "GraderFault": "grader error", "LearnerRaised": "error", "WorkerCrashed": "error"}
-
-
-def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[str, str]:
+def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[Outcome, str]:
     """``(outcome, message)`` for a test that raised ``excinfo`` (None: it passed)."""
     if excinfo is None:
-        return "passed", ""
+        return Outcome.PASSED, ""
     error = excinfo.value
     message = _first_message(error)
     if isinstance(error, NotImplementedError):
-        return "not implemented", message
-    if excinfo.typename in RAISED:
-        return RAISED[excinfo.typename], message
+        return Outcome.NOT_IMPLEMENTED, message
+    if isinstance(error, outcomes.RAISED):  # the worker's answer, as the grader's exception
+        return error.outcome, message
     if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):
-        return ("timeout" if message.startswith("Timeout") else "failed"), message
+        return (Outcome.TIMEOUT if message.startswith("Timeout") else Outcome.FAILED), message
     if excinfo.typename == "Skipped":
-        return "skipped", message
+        return Outcome.SKIPPED, message
     if isinstance(error.__cause__, NotImplementedError):
-        return "not implemented", _first_message(error.__cause__)
+        return Outcome.NOT_IMPLEMENTED, _first_message(error.__cause__)
     where = _learner_location(excinfo)
     suffix = f" (at {where})" if where else ""
-    return "error", f"{type(error).__name__}: {message}{suffix}"
+    return Outcome.ERROR, f"{type(error).__name__}: {message}{suffix}"
 
 
 def _parts_of(item: pytest.Item) -> str | None:
-    """The parts (``--parts``) a test ran against."""
+    """The source a test ran against, as text (a record's ``parts``)."""
     callspec = getattr(item, "callspec", None)
     parts = callspec.params.get("learner") if callspec else None
-    return parts if isinstance(parts, str) else None  # an empty parameter set gives a sentinel
+    return str(parts) if isinstance(parts, Source) else None  # an empty set gives a sentinel
 
 
 def _function(item: pytest.Item) -> tuple[str, str, str | None]:
@@ -384,17 +377,17 @@ class GradeRecorder:
         collected = config.option.collectonly
         for item in items:
             if _exercise(item) is not None:
-                self._record(item, "collected" if collected else "error",
+                self._record(item, Outcome.COLLECTED if collected else Outcome.ERROR,
                              "" if collected else NOT_RUN)
         self._write()
 
-    def _record(self, item: pytest.Item, outcome: str, message: str,
+    def _record(self, item: pytest.Item, outcome: Outcome, message: str,
                 learner: CodeUnderTest | None = None) -> None:
         marker = item.get_closest_marker("grade")
         exercise = marker.args[0]
         message, mistake = unseal(message)  # only the grader's own sealed tag names a mistake
         self.records[item.nodeid] = TestRecord(
-            item.nodeid, exercise, int(exercise.split(".")[0]),
+            item.nodeid, exercise, ExerciseId(exercise).chapter,
             getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
             marker.kwargs.get("points", 1) / (self.cases[_function(item)] or 1), outcome,
             message, values=bool(marker.kwargs.get("values", False)),
@@ -417,7 +410,7 @@ class GradeRecorder:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.records[report.nodeid] = TestRecord(
-                report.nodeid, None, None, None, 0, "error",
+                report.nodeid, None, None, None, 0, Outcome.ERROR,
                 f"the tests could not be collected: {report.longreprtext[-600:]}")
 
     def _write(self) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import os
 import struct
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, BinaryIO
 
 import torch
@@ -25,6 +27,60 @@ HEADER = struct.Struct(">Q")
 
 class ProtocolError(RuntimeError):
     """A frame that is not a well-formed message (the worker died or misbehaved)."""
+
+
+class Ended(str, Enum):
+    """How a call the worker answered without a value ended."""
+
+    RAISED = "raised"  # the code under test raised (its types, message, place)
+    BLOCKED = "blocked"  # its chapter file may not be imported (a source rule)
+    FORBIDDEN = "forbidden"  # it reached what an exercise may not use
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The worker's answer to one call, the one shape both sides use: the worker builds it
+    and sends :meth:`to_wire`; the grader reads what arrived with :meth:`from_wire`, which
+    trusts nothing (a wrong type is a :class:`ProtocolError`; text is cut to its limits).
+
+    ``value``: the probe's result (plain data) when ``ended`` is None; else ``message``,
+    and for :attr:`Ended.RAISED` the exception's ``types`` (most derived first), ``where``
+    (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``).
+    ``called``: the chapters' functions its code entered (:mod:`.calls`)."""
+
+    ended: Ended | None = None
+    value: Any = None
+    message: str = ""
+    types: tuple[str, ...] = ()
+    where: str = ""
+    stub: bool = False
+    called: tuple[str, ...] = ()
+
+    MESSAGE = 4000  # characters of a message kept; 200 of a place or a name
+    NAMES = 200  # names (types, functions called) kept
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"ended": None if self.ended is None else self.ended.value, "value": self.value,
+                "message": self.message, "types": list(self.types), "where": self.where,
+                "stub": self.stub, "called": list(self.called)}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Reply:
+        """The reply a frame holds."""
+        if not isinstance(data, dict) or set(data) != set(cls().to_wire()):
+            raise ProtocolError("something that is not a reply")
+        try:
+            ended = None if data["ended"] is None else Ended(data["ended"])
+        except (ValueError, TypeError):
+            raise ProtocolError("a reply that ends in no known way") from None
+        lists = all(type(data[k]) is list for k in ("types", "called"))
+        texts = [data["message"], data["where"], *data["types"], *data["called"]] if lists else []
+        if not lists or not all(type(t) is str for t in texts) or type(data["stub"]) is not bool:
+            raise ProtocolError("a reply whose fields are not of their types")
+        return cls(ended, data["value"] if ended is None else None,
+                   data["message"][:cls.MESSAGE], tuple(data["types"][:20]),
+                   data["where"][:cls.NAMES], data["stub"],
+                   tuple(name[:cls.NAMES] for name in data["called"][:cls.NAMES]))
 
 
 def encode(message: Any) -> bytes:

@@ -70,6 +70,7 @@ from annotated_transformer.course.grading.class_folder import (
     write_all,
 )
 from annotated_transformer.course.grading.gradebook import Learner
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.repositories import SubmissionError, without_credentials
 from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.grading.runspec import RunSpec
@@ -165,7 +166,7 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
         collect_exercises(root, run.chapters, impl, who)
         spec = RunSpec.new(str(impl), seed=run.seed, sandbox=run.sandbox)
         rows = engine.grade(spec, run.chapters)[1]
-        fault = next((r for r in rows if r.status == "grader error"), None)
+        fault = next((r for r in rows if r.status == Outcome.GRADER_ERROR), None)
         if fault is not None:  # not the learner's doing: no row of points from this run
             raise RuntimeError(fault.message)
         return rows
@@ -183,7 +184,7 @@ def rows_for(who: Learner, results: list[ExerciseResult]) -> list[ExerciseResult
 def error_row(who: Learner, error: BaseException, possible: float) -> ExerciseResult:
     """The one row of a submission that could not be graded: 0 points."""
     who.status, who.points, who.max_points = "error", 0, possible
-    return ExerciseResult("", 0, "", 0, possible, "error",
+    return ExerciseResult("", 0, "", 0, possible, Outcome.ERROR,
                           f"not graded: {type(error).__name__}: {error}",
                           learner=who.learner, flags=";".join(sorted(who.flags)),
                           seed=who.seed, graded_at=who.graded_at)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading.messages import CONTROL, cut, markdown_code
+from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 
 # Characters that XML 1.0 cannot hold (JUnit).
@@ -162,10 +163,10 @@ class Report:
         for row in self.rows:
             score = f"{_points(row.points)}/{_points(row.max_points)}"
             lines.append(f"{row.id:<5} {row.title:<{width}} {score:>7}  {row.status}")
-            if row.status != "passed" or row.message:
+            if row.status != Outcome.PASSED or row.message:
                 named = f" [mistake {row.mistake}]" if row.mistake else ""
                 lines.append(f"{'':<5} -> {_first_line(row.message)}{named}")
-            if row.printed and (row.status != "passed" or self.show_output):
+            if row.printed and (row.status != Outcome.PASSED or self.show_output):
                 lines += [f"{'':<5}    your code printed: {line}"
                           for line in _last_lines(row.printed)]
         lines += ["", f"Total: {_points(self.points)}/{_points(self.max_points)} points "
@@ -274,12 +275,12 @@ class Report:
                 ET.SubElement(properties, "property", name="mistake", value=record.mistake)
             if record.printed:  # what the code under test printed in this test
                 ET.SubElement(case, "system-out").text = _NOT_XML.sub("\ufffd", record.printed)
-            if record.outcome == "skipped":
+            if record.outcome == Outcome.SKIPPED:
                 ET.SubElement(case, "skipped", message=message)
-            elif record.outcome == "error":
-                ET.SubElement(case, "error", message=message, type=record.outcome)
-            elif record.outcome != "passed":
-                ET.SubElement(case, "failure", message=message, type=record.outcome)
+            elif record.outcome == Outcome.ERROR:
+                ET.SubElement(case, "error", message=message, type=record.outcome.value)
+            elif record.outcome != Outcome.PASSED:
+                ET.SubElement(case, "failure", message=message, type=record.outcome.value)
         integrity, workflow = self.integrity, self.workflow
         if integrity is not None or workflow is not None:
             suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")

@@ -16,7 +16,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.messages import CONTROL, cut
+from annotated_transformer.course.grading.outcomes import Outcome
 
 # The gradebook's line, in order (its CSV's header, its JSON rows' keys).
 COLUMNS = ("learner", "exercise", "title", "points", "max_points", "status", "message", "flags",
@@ -40,7 +42,7 @@ class TestRecord:
     chapter: int | None
     title: str | None
     points: float  # its share of its test function's points
-    outcome: str  # passed, failed, ... (engine.PRIORITY), "collected" (nothing ran)
+    outcome: Outcome
     message: str = ""  # the first message a learner should read
     values: bool = False  # it compares the values the code computes with the right ones
     errors: bool = False  # it checks a clear error on bad input
@@ -50,6 +52,7 @@ class TestRecord:
     printed: str = ""  # the end of what the code under test printed in it
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))  # a ValueError if none
         object.__setattr__(self, "message", cut(self.message))
         object.__setattr__(self, "calls", tuple(self.calls))
 
@@ -71,7 +74,7 @@ class ExerciseResult:
     title: str
     points: float
     max_points: float
-    status: str  # passed, failed, not implemented, forbidden, error, timeout, ... (plugin)
+    status: Outcome  # its worst test's outcome
     message: str
     printed: str = ""  # what the code under test printed in the test that names the status
     mistake: str = ""  # the id of the known mistake the message names (tests/graded/mistakes.py)
@@ -85,6 +88,7 @@ class ExerciseResult:
     override: str = ""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Outcome(self.status))  # a ValueError if none
         object.__setattr__(self, "message", cut(self.message))
 
     def to_json(self) -> dict[str, Any]:
@@ -108,7 +112,7 @@ class ExerciseResult:
         a column an older gradebook lacks is empty."""
         exercise = row["exercise"] or ""
         seed = row.get("seed")
-        return cls(exercise, int(exercise.split(".")[0]) if exercise else 0,
+        return cls(exercise, ExerciseId(exercise).chapter if exercise else 0,
                    row["title"] or "", _number(row["points"]), _number(row["max_points"]),
                    row["status"], row["message"] or "", mistake=row.get("mistake") or "",
                    blocked_by=row.get("blocked_by") or "", learner=row["learner"],

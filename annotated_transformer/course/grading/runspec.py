@@ -15,6 +15,7 @@ import secrets
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.sources import Source, graded_sources
 
@@ -28,27 +29,30 @@ def draw_seed() -> int:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What one grading run is: ``sources`` (the ``--parts`` list, each word as
-    :mod:`annotated_transformer.sources` writes it), ``seed`` (every test starts from it),
+    """What one grading run is: ``sources`` (the ``--parts`` list, parsed:
+    :mod:`annotated_transformer.sources`), ``seed`` (every test starts from it),
     ``cpu_seconds`` (one call of the code under test; a test's ``cpu_seconds`` marker may
     give more), ``sandbox`` (``bubblewrap`` or ``none``, decided), ``exercises`` (only their
     graded tests run; None: every test) and ``records`` (the file the plugin writes one
     record a test to; None: no records)."""
 
-    sources: str
+    sources: tuple[Source, ...]
     seed: int = 0
     cpu_seconds: float = DEFAULT_CPU_SECONDS
     sandbox: str = "bubblewrap"
-    exercises: tuple[str, ...] | None = None
+    exercises: tuple[ExerciseId, ...] | None = None
     records: str | None = None
 
     def __post_init__(self) -> None:
+        if not self.sources or not all(isinstance(s, Source) for s in self.sources):
+            raise ValueError(f"a run's sources are Source values, got {self.sources!r}")
+        object.__setattr__(self, "sources", tuple(self.sources))
         if self.sandbox not in SANDBOXES:
             raise ValueError(f"a run's sandbox is one of {SANDBOXES}, got {self.sandbox!r}")
         if not self.cpu_seconds > 0:
             raise ValueError(f"a run's CPU seconds must be positive, got {self.cpu_seconds}")
-        if self.exercises is not None:
-            object.__setattr__(self, "exercises", tuple(self.exercises))
+        if self.exercises is not None:  # a ValueError names an id that is none
+            object.__setattr__(self, "exercises", tuple(map(ExerciseId, self.exercises)))
 
     @classmethod
     def new(cls, parts: str, *, seed: int | None = None,
@@ -56,15 +60,17 @@ class RunSpec:
             exercises: list[str] | tuple[str, ...] | None = None) -> RunSpec:
         """A run of ``parts`` (parsed here, once: a ``ValueError`` names a wrong word); a
         fresh seed unless ``seed`` is given."""
-        sources = ",".join(map(str, graded_sources(parts)))
-        return cls(sources, draw_seed() if seed is None else seed, cpu_seconds, sandbox,
-                   None if exercises is None else tuple(exercises))
+        return cls(graded_sources(parts), draw_seed() if seed is None else seed, cpu_seconds,
+                   sandbox, None if exercises is None else tuple(exercises))
 
-    def parsed_sources(self) -> tuple[Source, ...]:
-        return graded_sources(self.sources)
+    @property
+    def parts(self) -> str:
+        """The sources as ``--parts`` writes them (parsed again, the same sources)."""
+        return ",".join(map(str, self.sources))
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        """The run as JSON: the sources as text, written here and read by :meth:`read`."""
+        path.write_text(json.dumps({**asdict(self), "sources": self.parts}, indent=1) + "\n")
 
     @classmethod
     def read(cls, path: Path) -> RunSpec:
@@ -76,4 +82,4 @@ class RunSpec:
         known = {f.name for f in fields(cls)}
         if not isinstance(data, dict) or set(data) - known or "sources" not in data:
             raise ValueError(f"{path} is not a grading run (its keys: {sorted(known)})")
-        return cls(**data)
+        return cls(**{**data, "sources": graded_sources(str(data["sources"]))})

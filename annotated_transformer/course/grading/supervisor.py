@@ -13,6 +13,7 @@ its memory and processes are bounded together (:mod:`.limits`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import boundary, calls, limits, outcomes, watch
+from annotated_transformer.course.grading import boundary, limits, outcomes, watch
 from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the tests' names
     ForbiddenCall,
     GraderFault,
@@ -39,6 +40,7 @@ from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the 
     WorkerTimeout,
 )
 from annotated_transformer.course.grading.output import PrintedOutput
+from annotated_transformer.course.grading.protocol import Ended, Reply
 from annotated_transformer.layout import (
     FAST_PARTS_DIR,
     GRADED_DIR,
@@ -47,6 +49,7 @@ from annotated_transformer.layout import (
     SOLUTIONS_DIR,
     VARIANTS_DIR,
 )
+from annotated_transformer.sources import Source
 
 OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
 DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
@@ -132,7 +135,7 @@ class WorkerProcess:
         return [FAST_PARTS_DIR] if learner_dir is not None and FAST_PARTS_DIR.is_dir() else []
 
     def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
-             wait_seconds: float = watch.WAIT_SECONDS) -> dict[str, Any]:
+             wait_seconds: float = watch.WAIT_SECONDS) -> Reply:
         """Send ``request``; its reply, once the worker has used at most ``cpu_seconds`` of
         CPU time on it (all its processes together) and waited without computing at most
         ``wait_seconds`` (:mod:`.watch`). ``locate``: when it is stopped, name the line it
@@ -146,7 +149,10 @@ class WorkerProcess:
         calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds,
                                 processes=None if self.group else limits.TASKS)
         try:
-            reply = self._exchange(protocol.frame(request), calls.look)
+            try:
+                reply = Reply.from_wire(self._exchange(protocol.frame(request), calls.look))
+            except protocol.ProtocolError as error:
+                raise EOFError(f"it answered {error}") from None
         except EOFError as error:
             raise WorkerCrashed(self._ended(str(error))) from None
         except watch.Stop as stop:
@@ -154,8 +160,8 @@ class WorkerProcess:
         finally:  # (CPU seconds, seconds waited) of this call; a stopped worker's last look
             self.spent = (max(self.meter.seconds(), calls.cpu_last) - calls.cpu_start,
                           calls.waited)
-        if self.renamed and isinstance(reply.get("message"), str):  # as the learner named it
-            reply["message"] = reply["message"].replace(*self.renamed)
+        if self.renamed:  # as the learner named it
+            reply = dataclasses.replace(reply, message=reply.message.replace(*self.renamed))
         return reply
 
     def printed(self) -> str:
@@ -311,7 +317,7 @@ class CodeUnderTest:
     exercise of the test (its forbidden ops are refused while the probe runs).
     """
 
-    def __init__(self, pool: WorkerPool, source: str, chapter: int, exercise: str | None,
+    def __init__(self, pool: WorkerPool, source: Source, chapter: int, exercise: str | None,
                  forbid_ops: tuple[str, ...], seed: int, cpu_seconds: float) -> None:
         self.pool, self.source, self.chapter, self.exercise = pool, source, chapter, exercise
         self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
@@ -334,20 +340,17 @@ class CodeUnderTest:
             reply = self.pool.call(self.source, request, self.cpu_seconds)
         finally:
             self.printed = (self.printed + self.pool.printed(self.source))[-OUTPUT_LIMIT:]
-        called = reply.get("called")
-        if isinstance(called, list):
-            self.called.update(str(name)[:200] for name in called[:calls.LIMIT])
-        if reply.get("ok"):
-            return reply.get("value")
-        outcome, message = reply.get("outcome"), str(reply.get("message", ""))[:4000]
-        if outcome == "blocked" and outcomes.unreadable(message):  # a file that does not parse
+        self.called.update(reply.called)
+        if reply.ended is None:
+            return reply.value
+        message = reply.message
+        if reply.ended is Ended.BLOCKED and outcomes.unreadable(message):  # it does not parse
             raise LearnerRaised(["SyntaxError"], message, "")
-        if outcome in ("forbidden", "blocked"):
+        if reply.ended in (Ended.FORBIDDEN, Ended.BLOCKED):
             raise ForbiddenCall(message)
-        types = [str(t) for t in reply.get("types", [])][:20]
-        if reply.get("stub") and "NotImplementedError" in types:
+        if reply.stub and "NotImplementedError" in reply.types:
             raise LearnerNotImplemented(message)
-        raise LearnerRaised(types, message, str(reply.get("where", ""))[:200])
+        raise LearnerRaised(list(reply.types), message, reply.where)
 
     def raises(self, expected: str | tuple[str, ...], probe: Callable[..., Any], /,
                **kwargs: Any) -> str:
@@ -375,8 +378,8 @@ class WorkerPool:
     boundary`). ``user``: the user the worker becomes before any learner code runs; a
     grader running as root always makes it ``nobody`` at least."""
 
-    def __init__(self, learner_dir_for: Callable[[str], Path | None],
-                 blocked_for: Callable[[str], Mapping[int, str]], user: str | None = None,
+    def __init__(self, learner_dir_for: Callable[[Source], Path | None],
+                 blocked_for: Callable[[Source], Mapping[int, str]], user: str | None = None,
                  sandboxed: bool = True, probes: Path = GRADED_DIR,
                  new_tasks: bool = False) -> None:
         self.learner_dir_for, self.blocked_for, self.probes = learner_dir_for, blocked_for, probes
@@ -397,11 +400,11 @@ class WorkerPool:
         self.unstartable: dict[str, str] = {}
         self.allowance = outcomes.Allowance()  # what each worker's calls used together
 
-    def _key(self, source: str) -> str:
+    def _key(self, source: Source) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
-        return "trusted" if source == "solutions" or source.startswith("variant:") else source
+        return "trusted" if source.trusted else str(source)
 
-    def start(self, source: str) -> WorkerProcess:
+    def start(self, source: Source) -> WorkerProcess:
         """The worker of ``source``, started now when it is not running."""
         key = self._key(source)
         worker = self.workers.get(key)
@@ -409,14 +412,14 @@ class WorkerPool:
             if worker is not None:
                 worker.close()
             learner_dir = self.learner_dir_for(source)
-            worker = WorkerProcess("solutions" if key == "trusted" else source, learner_dir,
+            worker = WorkerProcess("solutions" if key == "trusted" else key, learner_dir,
                                    self.blocked_for(source) if learner_dir else {}, self.user,
                                    sandboxed=self.sandboxed, probes=self.probes,
                                    new_tasks=self.new_tasks)
             self.workers[key] = worker
         return worker
 
-    def call(self, source: str, request: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
+    def call(self, source: Source, request: dict[str, Any], cpu_seconds: float) -> Reply:
         key, chapter, exercise = self._key(source), request.get("chapter"), request.get("exercise")
         if key in self.unstartable:
             self.last_printed[key] = ""
@@ -429,7 +432,7 @@ class WorkerPool:
                 self.last_printed[key] = ""
                 raise self.blocks[blocked]()
         worker = self.start(source)
-        request = {**request, "source": source}
+        request = {**request, "source": str(source)}
         spent = (key, request.get("exercise")) in self.timed_out
         waits = watch.WAIT_AFTER_SECONDS if (key, chapter) in self.waited else watch.WAIT_SECONDS
         try:
@@ -483,12 +486,12 @@ class WorkerPool:
             raise WorkerCrashed(message) from None
         self.imports.add((key, request.get("chapter")))
 
-    def printed(self, source: str) -> str:
+    def printed(self, source: Source) -> str:
         """What the code under test printed during the last call to ``source``'s worker
         (kept after the worker was stopped)."""
         return self.last_printed.pop(self._key(source), "")
 
-    def discard(self, source: str) -> None:
+    def discard(self, source: Source) -> None:
         """Stop the worker of ``source``; the next call starts a fresh one."""
         worker = self.workers.pop(self._key(source), None)
         if worker is not None:

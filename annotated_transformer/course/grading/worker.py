@@ -26,6 +26,7 @@ every thread on SIGUSR1 (the supervisor asks for it to name the line of an endle
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import random
@@ -40,6 +41,7 @@ from typing import Any
 
 from annotated_transformer.course.grading import allowed_ops, calls, standins, switches
 from annotated_transformer.course.grading.messages import cut
+from annotated_transformer.course.grading.protocol import Ended, Reply
 
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
 PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
@@ -189,44 +191,38 @@ class Worker:
                 with use_parts(built), seen:
                     value = probe(module, **request["kwargs"])
                 try:
-                    reply: dict[str, Any] = {"ok": True, "value": self._plain(value)}
+                    reply = Reply(value=self._plain(value))
                 except TypeError as error:
-                    reply = {"ok": False, "outcome": "raised", "types": ["TypeError"],
-                             "where": "", "stub": False,
-                             "message": f"the result could not be sent back to the grader: "
-                                        f"{_text(error)}"}
+                    reply = unsendable(error)
             except BlockedChapter as error:
-                reply = {"ok": False, "outcome": "blocked", "message": _text(error)}
+                reply = Reply(Ended.BLOCKED, message=_text(error))
             except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
-                reply = {"ok": False, "outcome": "raised",
-                         **self.describe(error, request.get("chapter"))}
+                reply = self.describe(error, request.get("chapter"))
             finally:
                 module_dict = module.__dict__ if patched else {}
                 module_dict.update(patched)
             called = seen.names()
         own = request["exercise"] in self.stood_in[ran:]
         del self.stood_in[ran:]
+        forbidden = ""
         if len(self.attempts) > switched:
-            reply = {"ok": False, "outcome": "forbidden",
-                     "message": f"your code reached {self.attempts[switched]}, which turns the "
-                                f"grader's check of PyTorch's ops off; an answer never needs it"}
+            forbidden = (f"your code reached {self.attempts[switched]}, which turns the "
+                         f"grader's check of PyTorch's ops off; an answer never needs it")
         elif own:
-            reply = {"ok": False, "outcome": "forbidden",
-                     "message": f"your code ran the grader's stand-in for exercise "
-                                f"{request['exercise']} while that exercise was graded; "
-                                f"write it yourself"}
+            forbidden = (f"your code ran the grader's stand-in for exercise "
+                         f"{request['exercise']} while that exercise was graded; write it "
+                         f"yourself")
         elif hits and hits[0] == allowed_ops.TAMPERED:
-            reply = {"ok": False, "outcome": "forbidden",
-                     "message": f"your code reached {hits[0]}; an answer never needs them"}
+            forbidden = f"your code reached {hits[0]}; an answer never needs them"
         elif hits:
-            reply = {"ok": False, "outcome": "forbidden",
-                     "message": f"Exercise {request['exercise']} may not use PyTorch's "
-                                f"{hits[0]}: write it yourself with elementary tensor "
-                                f"operations (see the docstring)"}
-        reply["called"] = called
-        return reply
+            forbidden = (f"Exercise {request['exercise']} may not use PyTorch's {hits[0]}: "
+                         f"write it yourself with elementary tensor operations (see the "
+                         f"docstring)")
+        if forbidden:
+            reply = Reply(Ended.FORBIDDEN, message=forbidden)
+        return dataclasses.replace(reply, called=tuple(called))
 
-    def describe(self, error: BaseException, chapter: int | None = None) -> dict[str, Any]:
+    def describe(self, error: BaseException, chapter: int | None = None) -> Reply:
         """What the grader needs to tell the learner about an exception: its types, its
         message, whether it is an untouched stub's, and where: the innermost line of the
         learner's files, and, when that is in another chapter's file, the line of chapter
@@ -248,8 +244,14 @@ class Worker:
         stub = (isinstance(error, NotImplementedError) and last is not None
                 and _text(error).startswith("Exercise ") and "is not implemented yet" in
                 _text(error) and Path(last.filename).name.startswith("ch"))
-        return {"types": [cls.__name__ for cls in type(error).__mro__],
-                "message": _text(error), "where": where, "stub": bool(stub)}
+        return Reply(Ended.RAISED, message=_text(error), where=where, stub=bool(stub),
+                     types=tuple(cls.__name__ for cls in type(error).__mro__))
+
+
+def unsendable(error: BaseException) -> Reply:
+    """The reply for a result that is not plain data."""
+    return Reply(Ended.RAISED, message=f"the result could not be sent back to the grader: "
+                                       f"{_text(error)}", types=("TypeError",))
 
 
 def isolated(built: Any, stand_ins: dict[str, Any]) -> Any:
@@ -362,12 +364,9 @@ def main() -> int:
             except Exception:  # noqa: BLE001 - a learner may have replaced or closed them
                 pass
         try:
-            protocol.write_frame(replies, reply)
+            protocol.write_frame(replies, reply.to_wire())
         except Exception as error:  # noqa: BLE001 - e.g. a value that is not plain data
-            protocol.write_frame(replies, {
-                "ok": False, "outcome": "raised", "types": ["TypeError"], "where": "",
-                "stub": False, "message": f"the result could not be sent back to the grader: "
-                                          f"{_text(error)}"})
+            protocol.write_frame(replies, unsendable(error).to_wire())
 
 
 if __name__ == "__main__":
