@@ -34,9 +34,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import boundary, engine
+from annotated_transformer.course.grading import boundary
 from annotated_transformer.layout import ROOT
 
 pytestmark = [pytest.mark.slow,
@@ -231,7 +232,7 @@ def honest_grade(tmp_path_factory):
 
     @functools.cache
     def graded(seed: int) -> dict[str, tuple[float, str]]:
-        rows = engine.summarize(engine.run_tests([2], str(folder), seed=seed))
+        rows = grade_run([2], str(folder), seed=seed).rows()
         found = {r.id: (r.points, r.status) for r in rows}
         assert found["2.1"] == (0, "forbidden") and found["2.3"][0] == 4, found  # the control
         return found

@@ -7,11 +7,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import boundary, class_summary, engine
+from annotated_transformer.course.grading import class_summary, engine
 from annotated_transformer.course.grading.results import TestRecord
-from annotated_transformer.course.grading.runspec import RunSpec
 
 
 def learner(tmp_path, chapters, edits):
@@ -29,9 +29,7 @@ def learner(tmp_path, chapters, edits):
 
 
 def rows_of(parts, exercises):
-    _, rows = engine.grade(RunSpec.new(parts, seed=0, exercises=exercises,
-                                           sandbox=boundary.decide("auto")))
-    return {r.id: r for r in rows}
+    return {r.id: r for r in grade_run(None, parts, exercises=exercises).rows()}
 
 
 def test_a_cosmetic_failure_of_2_2_does_not_hide_the_own_mistake_of_3_3(tmp_path):
@@ -105,8 +103,8 @@ def test_what_the_code_calls_never_orders_more_tests(tmp_path):
         ("    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
          "    Capstone()\n    scores = query @ key.transpose(-2, -1)"),
         ("\ndef softmax_jacobian", "\nclass Capstone:\n    pass\n\n\ndef softmax_jacobian")]})
-    records, rows = engine.grade(RunSpec.new(parts, seed=0, sandbox=boundary.decide("auto")),
-                                 [2])
+    run = grade_run([2], parts)
+    records, rows = run.records, run.rows()
     assert {r.chapter for r in records} == {2}
     assert {r.id for r in rows} == {"2.1", "2.2", "2.3"} and rows[1].status == "failed"
     assert "6.5" not in rows[1].message and "8.5" not in rows[1].message

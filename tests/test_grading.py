@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 import pytest
+from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import (
@@ -28,6 +29,7 @@ from annotated_transformer.course.grading.report import ExerciseResult, Integrit
 from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.layout import GRADED_DIR, chapter_test_files
+from annotated_transformer.sources import Source
 
 import variants
 
@@ -52,7 +54,7 @@ def test_the_reference_passes_every_graded_test_on_a_busy_machine(tmp_path, busy
     point while two other processes keep the cores busy: limits count CPU seconds."""
     for path in stubs.SOLUTIONS_DIR.glob("ch*.py"):
         shutil.copy(path, tmp_path / path.name)
-    rows = engine.summarize(engine.run_tests(None, str(tmp_path)))
+    rows = grade_run(None, str(tmp_path)).rows()
     assert {r.chapter for r in rows} == set(CHAPTERS)
     failing = [f"{r.id}: {r.status}: {r.message}" for r in rows if r.status != "passed"]
     assert not failing, failing
@@ -61,7 +63,7 @@ def test_the_reference_passes_every_graded_test_on_a_busy_machine(tmp_path, busy
 
 def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
     stubs.write_stubs(tmp_path)
-    rows = engine.summarize(engine.run_tests(None, str(tmp_path)))
+    rows = grade_run(None, str(tmp_path)).rows()
     assert rows
     # The points on offer, read without running anything, are the points that grading gives.
     offered = {r.id: r.max_points for r in engine.exercise_points()}
@@ -78,7 +80,7 @@ def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
 
 @pytest.mark.slow  # every variant of every chapter graded: minutes
 def test_wrong_variants_fail_and_right_variants_pass():
-    records = engine.run_tests(None, "variants")
+    records = grade_run(None, "variants").records
     by_variant: dict[str, list[TestRecord]] = defaultdict(list)
     for record in records:
         if record.parts:  # tests no variant stands for (the capstone) have no implementation
@@ -111,12 +113,12 @@ EARN_NOTHING = {"only_first_key": "4.1", "allows_every_key": "4.1", "identity_ma
 
 @pytest.mark.slow  # four exercises' variants graded
 def test_answers_right_only_in_shape_and_properties_earn_nothing():
-    records = engine.run_tests(None, "variants", exercises=sorted(set(EARN_NOTHING.values())))
+    run = grade_run(None, ",".join(f"variant:{name}" for name in EARN_NOTHING))
     for name, exercise in EARN_NOTHING.items():
-        mine = [r for r in records if r.parts == f"variant:{name}"]
+        mine = [r for r in run.records if r.parts == f"variant:{name}"]
         assert {r.exercise for r in mine} == {exercise}, name
         assert any(r.outcome == "passed" for r in mine), f"{name} passes no check at all"
-        [row] = engine.summarize(mine)
+        [row] = run.rows(Source.of_variant(name))
         assert row.points == 0, f"{name}: {row.points} points for a wrong answer"
         assert "count once the tests on good input pass" in row.message, row.message
 
@@ -147,7 +149,7 @@ def test_an_unimportable_file_is_an_error_naming_the_line(tmp_path):
     stubs.write_stubs(tmp_path)
     target = next(tmp_path.glob("ch01_*.py"))
     target.write_text(target.read_text() + "\ndef broken(:\n")
-    rows = engine.summarize(engine.run_tests([1], str(tmp_path)))
+    rows = grade_run([1], str(tmp_path)).rows()
     assert {r.status for r in rows} == {"error"}
     assert all("SyntaxError" in r.message and "line" in r.message for r in rows)
     assert all(r.message.count(target.name) == 1 for r in rows), rows[0].message  # named once
@@ -160,7 +162,7 @@ def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
         'raise NotImplementedError("Exercise 1.1: positional_encoding is not implemented yet")',
         "return torch.ones(2, 3) @ torch.ones(2, 3)")
     target.write_text(text)
-    rows = {r.id: r for r in engine.summarize(engine.run_tests([1], str(tmp_path)))}
+    rows = {r.id: r for r in grade_run([1], str(tmp_path)).rows()}
     assert rows["1.1"].status == "error"
     assert "RuntimeError" in rows["1.1"].message and target.name in rows["1.1"].message
     assert rows["1.2"].status == "not implemented"
@@ -213,8 +215,8 @@ def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
     target.write_text(target.read_text().replace(
         'raise NotImplementedError("Exercise 1.4: relative_position_matrix is not implemented '
         'yet")', "while True:\n        pass"))
-    records = engine.run_tests([1], str(tmp_path), timeout=3)
-    rows = {r.id: r for r in engine.summarize(records)}
+    run = grade_run([1], str(tmp_path), timeout=3)
+    records, rows = run.records, {r.id: r for r in run.rows()}
     assert rows["1.4"].status == "timeout", (rows["1.4"].status, rows["1.4"].message)
     assert rows["1.1"].status == "not implemented"
     # The first call has its budget and names the looping line (the exercise's message);
@@ -234,7 +236,7 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
     end = text.index("    # END SOLUTION", start)
     (tmp_path / reference.name).write_text(
         text[:start] + "    return torch.softmax(x, dim=dim).nan_to_num(0.0)\n" + text[end:])
-    rows = {r.id: r for r in engine.summarize(engine.run_tests([2], str(tmp_path)))}
+    rows = {r.id: r for r in grade_run([2], str(tmp_path)).rows()}
     assert rows["2.1"].status == "forbidden" and rows["2.1"].points == 0
     assert "softmax" in rows["2.1"].message and "line" in rows["2.1"].message
     # 2.2 builds on that softmax: torch.softmax anywhere in the file is forbidden there too.
@@ -256,7 +258,7 @@ def test_a_namespace_merged_by_update_wrapper_is_refused(tmp_path):
     body = ("    os.environ.get('HOME')\n"
             "    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)\n")
     (tmp_path / reference.name).write_text(text[:start] + body + text[end:] + attack)
-    rows = {r.id: r for r in engine.summarize(engine.run_tests([2], str(tmp_path)))}
+    rows = {r.id: r for r in grade_run([2], str(tmp_path)).rows()}
     assert {r.status for r in rows.values()} == {"forbidden"}, rows
     assert all(r.points == 0 for r in rows.values())
     assert "update_wrapper" in rows["2.1"].message or "`os`" in rows["2.1"].message
@@ -295,7 +297,7 @@ def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_pat
     target.write_text(text[:start] + '    reference = __import__("importlib").import_module('
                       '"solutions.ch02_attention")\n    return reference.softmax(x, dim=dim)\n'
                       + text[end:])
-    rows = {r.id: r for r in engine.summarize(engine.run_tests([1, 2, 6], str(tmp_path)))}
+    rows = {r.id: r for r in grade_run([1, 2, 6], str(tmp_path)).rows()}
     for exercise in ("2.1", "2.2", "2.3"):
         assert rows[exercise].status == "forbidden" and rows[exercise].points == 0
         assert "ch02_attention.py" in rows[exercise].message, rows[exercise].message
@@ -404,8 +406,7 @@ def test_a_memorized_answer_cannot_be_kept_between_runs(tmp_path):
     reference = (stubs.SOLUTIONS_DIR / "ch03_multi_head.py").read_text()
     replay = reference + "\n\nANSWERS = torch.load('answers.pt')\n"
     (tmp_path / "ch03_multi_head.py").write_text(replay)
-    records = engine.run_tests([3], str(tmp_path), extra_args=("-k", "merge"), seed=12)
-    row = next(r for r in engine.summarize(records) if r.id == "3.2")
+    row = next(r for r in grade_run([3], str(tmp_path), exercises=["3.2"], seed=12).rows())
     assert row.status == "forbidden" and "load" in row.message, (row.status, row.message)
 
 
@@ -413,7 +414,7 @@ def test_a_memorized_answer_cannot_be_kept_between_runs(tmp_path):
 
 
 def test_one_exercise_runs_only_its_tests():
-    records = engine.run_tests(None, "solutions", exercises=["6.2", "1.4"])
+    records = grade_run(None, "solutions", exercises=["6.2", "1.4"]).records
     assert {r.exercise for r in records} == {"6.2", "1.4"}, "the capstone did not run"
     assert {r.outcome for r in records} == {"passed"}
 
@@ -465,15 +466,11 @@ def test_each_named_mistake_gets_its_message():
     unknown = sorted({v.mistake for v in named if v.mistake} - set(MISTAKES))
     assert not unknown, f"ids the table does not hold: {unknown}"
     assert all(v.mistake.startswith(f"{v.exercise}/") for v in named if v.mistake)
-    records = engine.run_tests(None, "variants", exercises=sorted({v.exercise for v in named}),
-                              extra_args=("-k", " or ".join(v.name for v in named)))
-    by_variant: dict[str, list[TestRecord]] = defaultdict(list)
-    for record in records:
-        if record.parts:
-            by_variant[record.parts.removeprefix("variant:")].append(record)
+    run = grade_run(None, ",".join(f"variant:{v.name}" for v in named),
+                    exercises=sorted({v.exercise for v in named}))
     problems = []
     for variant in named:
-        rows = engine.summarize(by_variant[variant.name])
+        rows = [r for r in run.rows(Source.of_variant(variant.name)) if r.id == variant.exercise]
         row = rows[0] if rows else None
         if variant.says:  # a refused road: its message names what was refused
             if row is None or row.status == "passed" or variant.says not in row.message:
@@ -557,15 +554,16 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     assert not cache.store(folder, "6.5", key, [replace(record, outcome="timeout")])
     runs = []
 
-    def run(spec, chapters=None, extra_args=()):  # the capstone's run, without its training
+    def run(spec):  # the capstone's run, without its training
         runs.append(list(spec.exercises))
         return [record]
 
-    monkeypatch.setattr(engine, "run", run)
+    monkeypatch.setattr(engine, "_run", run)
     spec = RunSpec.new(str(tmp_path), seed=0, exercises=["6.5"])
-    records, rows = engine.grade(spec, cache_dir=folder)
+    rows = engine.grade(spec, cache_dir=folder).rows()
     assert runs == [["6.5"]] and rows[0].message == ""
-    records, rows = engine.grade(spec, cache_dir=folder)
+    run_again = engine.grade(spec, cache_dir=folder)
+    records, rows = run_again.records, run_again.rows()
     assert runs == [["6.5"]], "the second time nothing runs"
     assert [r.status for r in rows] == ["passed"] and len(records) == 1
     assert rows[0].message.startswith("(result reused: files unchanged since ")
@@ -592,7 +590,7 @@ def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
     target.write_text(target.read_text().replace(
         "    total = exps.sum(dim=dim, keepdim=True)\n",
         "    total = exps.sum(dim=dim, keepdim=True\n", 1))
-    rows = {r.id: r for r in engine.summarize(engine.run_tests([1, 2, 3, 4], str(tmp_path)))}
+    rows = {r.id: r for r in grade_run([1, 2, 3, 4], str(tmp_path)).rows()}
     for exercise in ("2.1", "2.2", "2.3"):
         assert rows[exercise].status == "error", (exercise, rows[exercise].status)
         assert re.search(r"ch02_attention\.py,? line \d+", rows[exercise].message), (
@@ -611,10 +609,11 @@ def test_a_constant_error_earns_no_points(tmp_path):
                       f"raise ValueError({words!r})", path.read_text())
         path.write_text(text)
     graded = ["1.1", "1.2", "2.2", "3.1", "3.3", "7.1"]
-    records = engine.run_tests(None, str(tmp_path), exercises=graded)
+    run = grade_run(None, str(tmp_path), exercises=graded)
+    records = run.records
     assert {r.exercise for r in records if r.errors} == set(graded)
     assert any(r.outcome == "passed" for r in records if r.errors)
-    rows = engine.summarize(records)
+    rows = run.rows()
     assert {r.id for r in rows} == set(graded)
     for row in rows:
         assert row.points == 0, f"{row.id}: {row.points} points for a constant ValueError"

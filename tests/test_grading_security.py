@@ -21,9 +21,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import engine, grade
+from annotated_transformer.course.grading import grade
 from annotated_transformer.course.grading.results import TestRecord
 
 REFERENCE = (stubs.SOLUTIONS_DIR / "ch02_attention.py").read_text()
@@ -136,7 +137,7 @@ def graded(tmp_path_factory) -> dict[str, dict[str, list[TestRecord]]]:
                "honest, latin-1 cookie": submission(root, "latin", LATIN_1)}
     for name, (text, _, _) in {**CHEATS, **BROKEN}.items():
         folders[name] = submission(root, name, text)
-    records = engine.run_tests([2], ",".join(str(f) for f in folders.values()), timeout=120)
+    records = grade_run([2], ",".join(str(f) for f in folders.values()), timeout=120).records
     by_folder: dict[str, dict[str, list[TestRecord]]] = defaultdict(lambda: defaultdict(list))
     names = {str(folder): name for name, folder in folders.items()}
     for record in records:
@@ -224,8 +225,8 @@ def test_the_workflow_step_credits_what_the_local_grader_does(tmp_path_factory):
         assert rows["2.1"]["status"] == "forbidden" and rows["2.1"]["points"] == 0
         assert report["points"] == sum(row["points"] for row in rows.values()) < 155
         assert report["workflow"]["changed"] is False
-        local = engine.summarize(engine.run_tests([2], str(workspace / "exercises"),
-                                                seed=report["seed"]))
+        local = grade_run([2], str(workspace / "exercises"),
+                                                seed=report["seed"]).rows()
         assert {r.id: (r.points, r.status) for r in local} == {
             i: (rows[i]["points"], rows[i]["status"]) for i in ("2.1", "2.2", "2.3")}
     finally:

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.distribution import release
@@ -201,7 +202,6 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
     none)."""
     from test_grading_security import CHEATS, HONEST
 
-    from annotated_transformer.course.grading import engine
 
     verdicts = {}
     for name, text in (("honest", HONEST), ("alias", CHEATS["alias outside the function"][0]),
@@ -209,7 +209,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
         folder = tmp_path / name
         stubs.write_stubs(folder)
         (folder / "ch02_attention.py").write_text(text)
-        course = engine.summarize(engine.run_tests([2], str(folder), seed=5))
+        course = grade_run([2], str(folder), seed=5).rows()
         done = run(python, out, "-m", "annotated_transformer", "grade", "--parts", str(folder),
                    "--chapter", "2", "--seed", "5", "--json", str(tmp_path / f"{name}.json"))
         assert done.returncode == 0, done.stdout + done.stderr

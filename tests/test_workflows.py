@@ -30,6 +30,7 @@ from annotated_transformer.course.grading.report import (
     WorkflowCheck,
 )
 from annotated_transformer.course.grading.results import TestRecord
+from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.layout import WORKFLOWS_DIR
 
 WORKFLOWS = sorted(WORKFLOWS_DIR.glob("*.yml"))
@@ -608,7 +609,7 @@ def test_a_classroom_step_gives_points_only_from_a_finished_grading(tmp_path):
 def test_a_huge_message_gives_small_reports():
     message = "x" * 50_000_000 + "\x00\x1b[2J"
     records = [TestRecord("test_a", "1.1", 1, "first", 7, "failed", message, parts="exercises")]
-    rows = engine.summarize(records)
+    rows = engine.Graded(RunSpec.new("exercises", seed=0), records).rows()
     assert len(rows[0].message) <= MESSAGE_LIMIT and "[... cut: " in rows[0].message
     junit = Report([], "exercises", seed=1, records=records).junit()
     data = json.dumps(Report(rows, "exercises", seed=1).to_json())

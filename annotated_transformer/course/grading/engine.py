@@ -3,11 +3,12 @@ points per exercise.
 
 ``grade`` and ``regrade`` are commands over it (:mod:`.grade`, :mod:`.regrade`), and the
 GitHub Classroom workflow takes its points from :func:`exercise_points`. One grading run:
-:func:`grade` picks the exercises (reusing the capstone's result through :mod:`.cache`),
-:func:`run_tests` runs their graded tests in a fresh interpreter under the grading plugin
-(:mod:`.plugin`), which writes one :class:`~.results.TestRecord` a test, :func:`summarize`
-turns the records into one :class:`~.results.ExerciseResult` an exercise, and the blame of
-:mod:`.dependencies` names the parts it called whose values are wrong.
+:func:`grade`, the one entry, picks the exercises (reusing the capstone's result through
+:mod:`.cache`) and runs their graded tests in a fresh interpreter under the grading plugin
+(:mod:`.plugin`), which writes one :class:`~.results.TestRecord` a test; its
+:class:`Graded` turns the records of a source into one :class:`~.results.ExerciseResult` an
+exercise, and the blame of :mod:`.dependencies` names the parts it called whose values are
+wrong.
 """
 
 from __future__ import annotations
@@ -17,20 +18,19 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.exercise_id import ExerciseId, order
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
-from annotated_transformer.course.grading.outcomes import Outcome
+from annotated_transformer.course.grading.outcomes import GraderFault, Outcome
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files
+from annotated_transformer.sources import Source
 
 
-def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -> list[str]:
+def _pytest_command(files: list[Path], run: Path) -> list[str]:
     # Only the course's settings and plugins: pyproject.toml's section (not a pytest.ini),
     # tests/graded/conftest.py, which loads the grading plugin (not a conftest.py above it),
     # pytest-timeout (not whatever else is installed).
@@ -40,28 +40,24 @@ def _pytest_command(files: list[Path], run: Path, extra_args: tuple[str, ...]) -
         "--confcutdir", str(GRADED_DIR), "-p", "pytest_timeout",
         # No wall-clock limit on a test: each call of the code under test has its CPU budget
         # and its own backstop (grading.supervisor).
-        "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *extra_args,
+        "--timeout=0", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
     ]
 
 
-def run(spec: RunSpec, chapters: list[int] | None = None,
-        extra_args: tuple[str, ...] = ()) -> list[TestRecord]:
+def _run(spec: RunSpec) -> list[TestRecord]:
     """Run the graded tests of ``spec`` in a fresh interpreter; one record a test (written
     by grading.plugin).
 
     The tests run in that interpreter, reading ``spec`` from one file (``--grade-run``); the
     code under test only in the grading worker it starts (in ``spec.sandbox``; as the user
-    nobody when the grader runs as root). With ``spec.exercises``, only the graded tests of
-    those exercises run (the files of their chapters are collected, nothing else runs);
-    else those of ``chapters`` (None: every chapter).
+    nobody when the grader runs as root). Only the graded tests of ``spec.exercises`` run
+    (the files of their chapters are collected, nothing else runs).
     """
-    if spec.exercises is not None:
-        chapters = sorted({ExerciseId(e).chapter for e in spec.exercises})
-    files = chapter_test_files(chapters)
+    files = chapter_test_files(sorted({ExerciseId(e).chapter for e in spec.exercises or ()}))
     with tempfile.TemporaryDirectory() as tmp:
         report, described = Path(tmp) / "report.json", Path(tmp) / "run.json"
         replace(spec, records=str(report)).write(described)
-        command = _pytest_command(list(files.values()), described, extra_args)
+        command = _pytest_command(list(files.values()), described)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -69,17 +65,6 @@ def run(spec: RunSpec, chapters: list[int] | None = None,
             raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
                                f"{process.stderr[-3000:]}")
         return [TestRecord.from_json(r) for r in json.loads(report.read_text())]
-
-
-def run_tests(chapters: list[int] | None, parts: str, timeout: float = DEFAULT_CPU_SECONDS,
-              extra_args: tuple[str, ...] = (), seed: int = 0, sandbox: str = "auto",
-              exercises: list[str] | None = None) -> list[TestRecord]:
-    """:func:`run` of the run these describe: ``parts`` (the ``--parts`` language),
-    ``timeout`` CPU seconds a call, ``seed`` (0, as in the course's own test suite),
-    ``sandbox`` (``auto``, ``bubblewrap`` or ``none``: see ``boundary.decide``)."""
-    spec = RunSpec.new(parts, seed=seed, cpu_seconds=timeout, sandbox=boundary.decide(sandbox),
-                       exercises=exercises)
-    return run(spec, chapters, extra_args)
 
 
 def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
@@ -141,7 +126,7 @@ def _by_exercise(records: list[TestRecord]) -> dict[str, list[TestRecord]]:
     return by_exercise
 
 
-def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
+def _summarize(records: list[TestRecord]) -> list[ExerciseResult]:
     """One row an exercise: points earned, status from its worst test, that test's message
     and the known mistake it names (a test of that outcome that names one first).
 
@@ -183,20 +168,46 @@ def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
     return rows
 
 
-def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | None = None,
-          ) -> tuple[list[TestRecord], list[ExerciseResult]]:
+@dataclass(frozen=True)
+class Graded:
+    """One grading run's result: every graded test's record, and :meth:`rows`."""
+
+    spec: RunSpec
+    records: list[TestRecord]
+
+    def rows(self, source: Source | None = None) -> list[ExerciseResult]:
+        """One row an exercise graded on ``source`` (None: the run's only source), with
+        what its earlier parts mean for it: an exercise that does not pass and called a
+        part whose values are wrong (in the same source, in this run) says so."""
+        if source is None:
+            if len(self.spec.sources) != 1:
+                raise ValueError("a run of several sources has rows for each: name one")
+            source = self.spec.sources[0]
+        mine = [r for r in self.records if r.parts in (None, str(source))]
+        declared = _declared()
+        # Blame names only parts graded in this run: what the learner's code calls (any
+        # name it exports) never orders more tests.
+        right, called = values_right(mine), calls_of(mine, declared)
+        unsure = unsure_names(mine)
+        return [_explained(r, right, called, declared, unsure) for r in _summarize(mine)]
+
+
+def grade(spec: RunSpec, chapters: list[int] | None = None,
+          cache_dir: Path | None = None) -> Graded:
     """Grade the exercises ``spec`` asks for (its ``exercises``, else those of ``chapters``,
-    else all): their records and rows.
+    else all): the one way a grade is made (``grade``, ``regrade``, the workflows and the
+    course's tests all come here).
 
     Only their graded tests run. A whole-course exercise (the capstone) whose files are
     unchanged since it last passed or failed is not run again when ``cache_dir`` is given
-    (see :mod:`annotated_transformer.course.grading.cache`). An exercise that does not pass and
-    called a part of this run whose values are wrong says so.
+    (see :mod:`annotated_transformer.course.grading.cache`). A ``ValueError`` names an
+    exercise or chapter that has no graded tests; :class:`~.outcomes.GraderFault` says why
+    the grader could not grade (no learner code ran: nothing to credit or blame).
     """
     from annotated_transformer.course.grading import dependencies
 
     chapter_test_files(chapters)  # a chapter without graded tests is a ValueError
-    declared = dependencies.read()
+    declared = _declared()
     wanted = list(spec.exercises) if spec.exercises else declared.exercises(chapters)
     unknown = sorted(set(wanted) - set(declared.titles), key=dependencies.order)
     if unknown:
@@ -204,18 +215,22 @@ def grade(spec: RunSpec, chapters: list[int] | None = None, cache_dir: Path | No
                          f"{', '.join(declared.exercises())}")
     kept, keys = _reused(wanted, spec.parts, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
-    records = run(replace(spec, exercises=tuple(to_run))) if to_run else []
+    records = _run(replace(spec, exercises=tuple(to_run))) if to_run else []
     for exercise, entry in keys.items():
         if cache_dir is not None and exercise not in kept:
             _cache_store(cache_dir, exercise, entry, records)
     records += [r for exercise in wanted for r in kept.get(exercise, [])]
     records.sort(key=lambda r: r.chapter or 0)
-    rows = summarize(records)
-    # Blame names only parts graded in this run: what the learner's code calls (any name it
-    # exports) never orders more tests.
-    right, called = values_right(records), calls_of(records, declared)
-    unsure = unsure_names(records)
-    return records, [_explained(r, right, called, declared, unsure) for r in rows]
+    fault = next((r for r in records if r.outcome is Outcome.GRADER_ERROR), None)
+    if fault is not None:
+        raise GraderFault(fault.message)
+    return Graded(spec, records)
+
+
+def _declared():
+    from annotated_transformer.course.grading import dependencies
+
+    return dependencies.read()
 
 
 def calls_of(records: list[TestRecord], declared) -> dict[str, set[str]]:

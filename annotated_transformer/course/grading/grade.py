@@ -42,7 +42,7 @@ from pathlib import Path
 
 from annotated_transformer.course.grading import boundary, cache, engine, manifest
 from annotated_transformer.course.grading.exercise_id import ExerciseId
-from annotated_transformer.course.grading.outcomes import Outcome
+from annotated_transformer.course.grading.outcomes import GraderFault
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Report,
@@ -218,18 +218,14 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
     try:
         spec = RunSpec.new(args.parts, seed=args.seed, cpu_seconds=args.timeout,
                            sandbox=sandbox, exercises=args.exercise)
-        records, rows = engine.grade(spec, chapters,
-                                     cache_dir=None if args.no_cache else cache.default_dir())
+        graded = engine.grade(spec, chapters,
+                              cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
-    faults = [r for r in records if r.outcome == Outcome.GRADER_ERROR]
-    if faults:  # no learner code ran: nothing to credit or blame
-        raise SystemExit(f"grade: {faults[0].message}")
-    if args.exercise:
-        records = [r for r in records if r.exercise in args.exercise]
-    return Report(_only(rows, args.exercise, parser), args.parts, integrity, spec.seed,
-                  workflow, records, boundary.describe(spec.sandbox == "bubblewrap"),
-                  args.show_output)
+    except GraderFault as fault:  # no learner code ran: nothing to credit or blame
+        raise SystemExit(f"grade: {fault}") from None
+    return Report(graded.rows(), args.parts, integrity, spec.seed, workflow, graded.records,
+                  boundary.describe(spec.sandbox == "bubblewrap"), args.show_output)
 
 
 def _write(found: Report, args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ The records. A grading run's tests each write one :class:`~.results.TestRecord` 
 ``records`` file, anew after every test. A test of the values the code computes says
 ``values=True`` on its ``grade`` marker, one of a clear error on bad input ``errors=True``:
 the others (shapes, devices, properties a wrong answer can also have) pay only when the
-values are right (:func:`.engine.summarize`).
+values are right (:class:`.engine.Graded`).
 """
 
 from __future__ import annotations
@@ -156,16 +156,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     chosen: list[Source] = []
     for source in run_spec(metafunc.config).sources:
         if source.word == "variants":
-            if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its
-                sys.path.append(str(VARIANTS_DIR.parent))  # tests; not in a release
+            _variants_importable()
             import variants
 
             chosen += [Source.of_variant(v.name)
                        for v in variants.for_chapter(metafunc.module.CHAPTER)
                        if v.exercise == exercise]
+        elif source.word == "variant":  # one variant: the tests of its own exercise only
+            _variants_importable()
+            import variants
+
+            mine = variants.for_chapter(metafunc.module.CHAPTER)
+            if any(v.name == source.variant and v.exercise == exercise for v in mine):
+                chosen.append(source)
         else:
             chosen.append(source)
     metafunc.parametrize("learner", chosen, ids=[s.label for s in chosen], indirect=True)
+
+
+def _variants_importable() -> None:
+    if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its tests;
+        sys.path.append(str(VARIANTS_DIR.parent))  # not in a release
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from typing import Any
 from annotated_transformer.course.grading import allowed_ops, calls, standins, switches
 from annotated_transformer.course.grading.messages import cut
 from annotated_transformer.course.grading.protocol import Ended, Reply
+from annotated_transformer.sources import VARIANT
 
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
 PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
@@ -131,10 +132,10 @@ class Worker:
         """The chapter module under test and the parts its code builds with: those of
         other chapters named in ``stand_ins`` (``{name: stand-in}``) are the stand-ins."""
         parts = self.parts
-        if source.startswith("variant:") and self.learner_dir is None:
+        if source.startswith(VARIANT) and self.learner_dir is None:  # Source's text of one
             import variants
 
-            module = variants.load(chapter, source.removeprefix("variant:"))
+            module = variants.load(chapter, source.removeprefix(VARIANT))
             return module, isolated(parts.Parts("solutions", {chapter: "solutions"}),
                                     stand_ins)
         if self.learner_dir is not None:
