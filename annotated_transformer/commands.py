@@ -53,7 +53,7 @@ COURSE_COMMANDS = (
     Command("classroom", "write the GitHub Classroom workflow, one step per exercise",
             "annotated_transformer.course.distribution.classroom:main"),
     Command("regrade", "re-grade many submissions into one gradebook (for instructors)",
-            "annotated_transformer.course.grading.regrade:main"),
+            "annotated_transformer.course.instructor.regrade:main"),
     Command("hint", "the next hint for an exercise: the idea, the approach, the tricky line",
             "annotated_transformer.course.hints:main"),
     Command("bench", "how fast the course's Transformer trains, beside PyTorch's own",

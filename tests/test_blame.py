@@ -10,8 +10,9 @@ import pytest
 from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import class_summary, engine
+from annotated_transformer.course.grading import engine
 from annotated_transformer.course.grading.results import TestRecord
+from annotated_transformer.course.instructor import class_summary
 
 
 def learner(tmp_path, chapters, edits):

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from test_regrade import FULL, course_copy, solve_chapter_1
 
-from annotated_transformer.course.grading import manifest, regrade
+from annotated_transformer.course.grading import manifest
+from annotated_transformer.course.instructor import regrade
 
 
 def rows(folder: Path) -> list[tuple]:

@@ -90,7 +90,7 @@ def test_the_old_grade_module_still_answers():
     assert old.returncode == 0 and old.stdout == run("grade", "--help").stdout
 
 
-@pytest.mark.parametrize("module", ["train", "bench", "model", "course.grading.regrade"])
+@pytest.mark.parametrize("module", ["train", "bench", "model", "course.instructor.regrade"])
 def test_running_a_module_names_the_command_instead_of_doing_nothing(module):
     """One launch form: ``python -m annotated_transformer.train`` would import the module
     and exit 0 having done nothing; it stops with status 2 and the command to run."""

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.grading import (
+from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.instructor import (
     gradebook,
     regrade,
     repositories,
     snapshot,
     submissions,
 )
-from annotated_transformer.course.grading.gradebook import Gradebook, Learner, Override
-from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.instructor.gradebook import Gradebook, Learner, Override
 from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
 
 
@@ -246,7 +246,7 @@ def test_a_deadline_without_its_zone_is_refused(text, says):
 def test_overrides_added_later_update_every_output_without_grading(tmp_path, capsys):
     """``regrade merge --out DIR --overrides FILE``: the adjustments reach the wide CSV and
     the feedback; a bad file is one ``error:`` line, exit status 2."""
-    from annotated_transformer.course.grading import regrade
+    from annotated_transformer.course.instructor import regrade
 
     gradebook.write(tmp_path, book_of(("ann", (2, 0, 2))), {"seed": 1})
     overrides = tmp_path / "overrides.csv"
@@ -291,7 +291,7 @@ def test_a_second_run_into_a_folder_in_use_stops_with_a_clear_error(tmp_path, ca
     the other's: while one holds the folder, ``regrade`` (another process) and ``regrade
     merge`` stop at once (one ``error:`` line, exit status 2) and change nothing; once it is
     done, they run."""
-    from annotated_transformer.course.grading import regrade
+    from annotated_transformer.course.instructor import regrade
 
     gradebook.write(tmp_path, book_of(("ann", (2, 0, 2))), {"seed": 1})
     before = (tmp_path / "gradebook.json").read_text()
@@ -315,7 +315,7 @@ def test_a_second_run_into_a_folder_in_use_stops_with_a_clear_error(tmp_path, ca
 def test_the_class_summary_agrees_with_the_merged_gradebook(tmp_path):
     """Two shards merged by ``regrade merge``: the class summary is rebuilt from the whole
     gradebook, and its passes, named mistakes and other failures are the gradebook's."""
-    from annotated_transformer.course.grading import regrade
+    from annotated_transformer.course.instructor import regrade
 
     shards = [book_of(("ann", (2, 2, 2)), ("ben", (0, 1, 2))), book_of(("cy", (0, 2, 1)))]
     for k, book in enumerate(shards, 1):

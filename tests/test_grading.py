@@ -113,12 +113,13 @@ EARN_NOTHING = {"only_first_key": "4.1", "allows_every_key": "4.1", "identity_ma
 
 @pytest.mark.slow  # four exercises' variants graded
 def test_answers_right_only_in_shape_and_properties_earn_nothing():
-    run = grade_run(None, ",".join(f"variant:{name}" for name in EARN_NOTHING))
+    run = grade_run(None, ",".join(f"variant:{name}" for name in EARN_NOTHING),
+                    exercises=sorted(set(EARN_NOTHING.values())))
     for name, exercise in EARN_NOTHING.items():
         mine = [r for r in run.records if r.parts == f"variant:{name}"]
         assert {r.exercise for r in mine} == {exercise}, name
         assert any(r.outcome == "passed" for r in mine), f"{name} passes no check at all"
-        [row] = run.rows(Source.of_variant(name))
+        [row] = [r for r in run.rows(Source.of_variant(name)) if r.id == exercise]
         assert row.points == 0, f"{name}: {row.points} points for a wrong answer"
         assert "count once the tests on good input pass" in row.message, row.message
 

@@ -53,8 +53,10 @@ LAYERS = {
     "annotated_transformer.course.authoring": 4,  # the stubs
     "annotated_transformer.course.hints": 4,  # hints in three levels, for the command and the book
     "annotated_transformer.course.grading.source_rules": 4,  # what an exercise file may do
-    "annotated_transformer.course.grading": 5,  # the grader, its worker and the re-grade
+    "annotated_transformer.course.grading.exercise_id": 4,  # an exercise's id, read once
+    "annotated_transformer.course.grading": 5,  # the grader and its worker
     "annotated_transformer.course.distribution": 6,  # the release and the Classroom workflow
+    "annotated_transformer.course.instructor": 6,  # regrade: a class graded, its gradebook
     "annotated_transformer.grade": 6,  # python -m annotated_transformer.grade, for old workflows
 }
 PACKAGE_NAME = "annotated_transformer"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.course.grading import manifest, regrade, submissions
-from annotated_transformer.course.grading.gradebook import Learner
+from annotated_transformer.course.grading import manifest
 from annotated_transformer.course.grading.results import COLUMNS, ExerciseResult, spreadsheet_safe
+from annotated_transformer.course.instructor import regrade, submissions
+from annotated_transformer.course.instructor.gradebook import Learner
 from annotated_transformer.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
 
 CH01 = "ch01_positional_encoding.py"
@@ -268,7 +269,7 @@ def test_bad_arguments_exit_2_with_one_error_line(tmp_path, args, says):
 
 def test_the_class_summary_counts_learners_per_mistake_most_common_first():
     """Rows of three learners: a learner counts once per mistake; the most common first."""
-    from annotated_transformer.course.grading import class_summary
+    from annotated_transformer.course.instructor import class_summary
 
     def row(who, exercise, status, mistake="", message="", blocked_by=""):
         return ExerciseResult(exercise, 4, f"title {exercise}", 0, 1, status,

@@ -11,11 +11,12 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from annotated_transformer.course.grading import gradebook, results
-from annotated_transformer.course.grading.gradebook import Gradebook, Learner
+from annotated_transformer.course.grading import results
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT
 from annotated_transformer.course.grading.report import Report
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
+from annotated_transformer.course.instructor import gradebook
+from annotated_transformer.course.instructor.gradebook import Gradebook, Learner
 
 # Text a learner's code can put in a message: formulas, quotes, separators, line breaks,
 # control characters, markup, a forged mistake tag, other scripts.

@@ -68,11 +68,3 @@ def test_one_seed_draw_one_sandbox_decision_one_default_of_cpu_seconds():
     assert _sources_of(r"boundary\.unavailable\(\)|\bunavailable\(\) if") == ["boundary.py"]
     assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["supervisor.py"]
     assert _sources_of(r"--grade-(seed|sandbox|cpu-seconds|exercises|report)") == []
-
-
-def test_one_parser_of_the_parts_language():
-    """Nothing but annotated_transformer.sources splits a --parts list, and the words are
-    compared with a text only there and in the parts registry (its packages by name)."""
-    assert _sources_of(r"""(parts|source|impl)\w*(\)|\.\w+)*\.split\(["'],""") == []
-    assert _sources_of(r"""(parts|source)\w* (not )?in \(["'](solutions|exercises)""") == []
-    assert _sources_of(r"""getoption\(["']--parts["']\)\.""") == []

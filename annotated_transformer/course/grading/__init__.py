@@ -1,31 +1,23 @@
 """Grading: run the graded tests (``tests/graded/``) on a learner's parts, report points.
 
+These are the files that decide a grade (the grading manifest holds them); the
+instructor's tools over many learners are :mod:`annotated_transformer.course.instructor`.
+
 Running (the trusted side)
   - :mod:`.grade`: ``python -m annotated_transformer grade``: the command over the engine.
-  - :mod:`.engine`: runs pytest on the graded tests in a fresh interpreter and turns its
-    records into points per exercise (``grade``, ``regrade`` and ``classroom`` use it).
+  - :mod:`.engine`: the one entry, ``engine.grade``: runs pytest on the graded tests in a
+    fresh interpreter and turns its records into points per exercise (``grade``, the
+    instructor's ``regrade`` and the course's own tests all go through it).
+  - :mod:`.exercise_id`: an exercise's id (``5.3``), read once.
   - :mod:`.runspec`: one grading run described once (sources, seed, CPU seconds, sandbox,
     exercises, where the records go), handed to the graded tests as one file.
   - :mod:`.plugin`: the graded tests' pytest plugin (their ``conftest.py`` loads it): the
     run, the code under test (``learner``), the source rules' gate, seeding, the records.
-  - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
-    one gradebook, each checked for changed grading files first (for instructors).
   - :mod:`.results`: a graded test's record (JSON), and an exercise's result, the one shape
     the report, the gradebook and the class's summary share, and its formats (JSON, the
     gradebook's line and CSV).
   - :mod:`.report`: a run's :class:`~.report.Report` and its formats (terminal, JSON,
     Markdown, JUnit).
-  - :mod:`.submissions`: a submission read without trusting it: its exercise files
-    copied out, everything else that could change a grade compared with the course's.
-  - :mod:`.repositories`: a submission's repository at the commit to grade (branch,
-    the deadline's snapshot), and the flags of what came after it.
-  - :mod:`.snapshot`: each repository's head seen at the deadline, signed (``regrade
-    snapshot``): git's own dates choose nothing.
-  - :mod:`.class_folder`: ``regrade``'s other commands over a class's folder (``merge``,
-    ``snapshot``, ``export``), its seed, and the identical-file flag.
-  - :mod:`.lms`: the roster, and the gradebook in the CSV that Canvas or Moodle imports.
-  - :mod:`.gradebook`: the class's gradebook, its files, and how runs add up.
-  - :mod:`.class_summary`: what a whole class got right and wrong, beside the gradebook.
   - :mod:`.manifest`: the sha256 of the files that decide a grade, and the integrity
     checks (a submission's grading files and workflows against the course's).
   - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
@@ -40,7 +32,8 @@ The worker (where the learner's code runs)
   - :mod:`.boundary`: the operating-system boundary around the worker (bubblewrap) and
     its CPU meter.
   - :mod:`.watch`: the deadlines of a call (CPU seconds, waiting without computing, a reply).
-  - :mod:`.outcomes`: what a call can end with besides its value, and whose fault it is.
+  - :mod:`.outcomes`: how a test ends (:class:`~.outcomes.Outcome`, ordered by priority),
+    what a call can end with besides its value, and whose fault it is.
   - :mod:`.limits`: a cgroup per worker (its memory and processes together), or why not.
   - :mod:`.output`: what the worker prints, drained as it comes and kept bounded.
   - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
@@ -51,7 +44,8 @@ The worker (where the learner's code runs)
     new thread or process in the worker (seccomp).
   - :mod:`.standins`: the grader's own versions of the exercises a later one builds on, so
     that each is graded on its own code.
-  - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``).
+  - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``) and the
+    worker's :class:`~.protocol.Reply`, checked on arrival.
 
 Rules
   - :mod:`.source_rules`: what an exercise file may not do, read without running it.

@@ -142,15 +142,15 @@ def command(argv: list[str], *, read_only: Iterable[Path], hidden: Iterable[Path
     # The private /tmp first: what is shown inside it (a learner's folder there) goes on top.
     binds += ["--perms", "1777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/tmp")}
-    for path in shown:
-        for parent in reversed(path.parents):  # bwrap makes missing folders 0700: say 0755
+    for folder in shown:
+        for parent in reversed(folder.parents):  # bwrap makes missing folders 0700: say 0755
             if parent not in made and not _under_system(parent):
                 binds += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
-        binds += ["--ro-bind", str(path), str(path)]
-        made.add(path)
-    for path in hidden:
-        binds += ["--perms", "0555", "--tmpfs", str(Path(path).resolve())]
+        binds += ["--ro-bind", str(folder), str(folder)]
+        made.add(folder)
+    for empty in hidden:
+        binds += ["--perms", "0555", "--tmpfs", str(Path(empty).resolve())]
     environment = ["--clearenv"]
     for key, value in env.items():
         environment += ["--setenv", key, value]

@@ -34,5 +34,5 @@ class Confinement(parts.SourcePolicy):
     def check(self, chapter: int | None) -> None:
         if chapter is None and self.blocked:  # a name of a chapter file that was not read
             raise BlockedChapter(next(iter(self.blocked.values())))
-        if chapter in self.blocked:
+        if chapter is not None and chapter in self.blocked:
             raise BlockedChapter(self.blocked[chapter])

@@ -20,6 +20,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.layout import chapter_test_files
@@ -66,10 +67,10 @@ def order(exercise: str) -> tuple[int, int]:
     return ExerciseId(exercise).order
 
 
-def constants(tree: ast.Module) -> dict[str, object]:
+def constants(tree: ast.Module) -> dict[str, Any]:
     """The module's top-level names bound to literals: constants, tuples, lists, sets and
     dicts of them, names bound so earlier, ``*`` unpacking (``(*SOFTMAX_NAMES, "x")``)."""
-    found: dict[str, object] = {}
+    found: dict[str, Any] = {}
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)):
@@ -134,7 +135,7 @@ def read(files: Mapping[int, Path] | None = None) -> Declared:
     return Declared(titles, builds_on, frozenset(integration))
 
 
-def failing_roots(exercise: str, right: Mapping[str, bool],
+def failing_roots(exercise: str, right: Mapping[str, bool | None],
                   called: Mapping[str, set[str]]) -> list[str]:
     """The exercises ``exercise`` called (``called``: observed while its tests ran,
     :mod:`.calls`) whose values are wrong (``right``: the tests of their values failed) and

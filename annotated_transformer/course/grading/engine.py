@@ -1,7 +1,8 @@
 """The grading engine: run the graded tests on some parts and turn their records into
 points per exercise.
 
-``grade`` and ``regrade`` are commands over it (:mod:`.grade`, :mod:`.regrade`), and the
+``grade`` and ``regrade`` are commands over it (:mod:`.grade`,
+:mod:`annotated_transformer.course.instructor.regrade`), and the
 GitHub Classroom workflow takes its points from :func:`exercise_points`. One grading run:
 :func:`grade`, the one entry, picks the exercises (reusing the capstone's result through
 :mod:`.cache`) and runs their graded tests in a fresh interpreter under the grading plugin
@@ -160,7 +161,7 @@ def _summarize(records: list[TestRecord]) -> list[ExerciseResult]:
         printed = (worst.printed if worst.outcome != Outcome.PASSED
                    else "".join(r.printed for r in tests)[-2000:])
         rows.append(ExerciseResult(
-            id=exercise, chapter=tests[0].chapter, title=tests[0].title,
+            id=exercise, chapter=ExerciseId(exercise).chapter, title=tests[0].title or exercise,
             points=round(sum(r.points for r in paid), 2),
             max_points=round(sum(r.points for r in tests), 2),
             status=worst.outcome, message=message, printed=printed, mistake=worst.mistake,
@@ -208,7 +209,7 @@ def grade(spec: RunSpec, chapters: list[int] | None = None,
 
     chapter_test_files(chapters)  # a chapter without graded tests is a ValueError
     declared = _declared()
-    wanted = list(spec.exercises) if spec.exercises else declared.exercises(chapters)
+    wanted = list(spec.exercises or map(ExerciseId, declared.exercises(chapters)))
     unknown = sorted(set(wanted) - set(declared.titles), key=dependencies.order)
     if unknown:
         raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
@@ -241,7 +242,7 @@ def calls_of(records: list[TestRecord], declared) -> dict[str, set[str]]:
             for e, tests in _by_exercise(records).items()}
 
 
-def _reused(wanted: list[str], parts: str, declared, cache_dir: Path | None):
+def _reused(wanted: list[ExerciseId], parts: str, declared, cache_dir: Path | None):
     """``({exercise: kept records}, {exercise: cache key})`` for the whole-course exercises
     asked for (nothing without ``cache_dir``)."""
     from annotated_transformer.course.grading import cache
@@ -297,7 +298,7 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     if not roots:
         return row
     blame = dependencies.blame(row.id, roots, declared)
-    if row.mistake and row.id in (unsure or {}):
+    if row.mistake and unsure and row.id in unsure:
         row = replace(row, mistake="", message=cut(unsure[row.id]) or row.message)
     if row.mistake:  # the learner's own mistake first, whole; the blame after it
         message = f"{cut(row.message, MESSAGE_LIMIT - len(blame) - 1)} {blame}"

@@ -138,7 +138,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wanted = run_spec(config).exercises
     if wanted is None:
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         exercise = _exercise(item)
         (kept if exercise is not None and exercise in wanted else dropped).append(item)
@@ -298,7 +299,8 @@ def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
 def _violations(parts: Source) -> Mapping[int, list]:
     from annotated_transformer.course.grading import source_rules
 
-    return source_rules.check_folder(_learner_dir(parts), _forbidden_names())
+    folder = _learner_dir(parts)
+    return source_rules.check_folder(folder, _forbidden_names()) if folder else {}
 
 
 def _blocked(parts: Source) -> Mapping[int, str]:

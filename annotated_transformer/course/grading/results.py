@@ -2,9 +2,9 @@
 pair. :class:`TestRecord`: what the grading plugin (:mod:`.plugin`) writes of one test and
 the engine (:mod:`.engine`) reads back (JSON). :class:`ExerciseResult`: what the engine makes
 of an exercise's records, the one shape the report (:mod:`.report`), the class's gradebook
-(:mod:`.gradebook`) and its summary (:mod:`.class_summary`) share: JSON (the report's row),
-the gradebook's line (its JSON and CSV: all but what the code printed) and CSV, whose learner
-text never runs as a formula.
+and its summary (:mod:`annotated_transformer.course.instructor`) share: JSON (the report's
+row), the gradebook's line (its JSON and CSV: all but what the code printed) and CSV, whose
+learner text never runs as a formula.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class ExerciseResult:
                    row["status"], row["message"] or "", mistake=row.get("mistake") or "",
                    blocked_by=row.get("blocked_by") or "", learner=row["learner"],
                    flags=row.get("flags") or "",
-                   seed=None if seed in (None, "") else int(seed),
+                   seed=None if seed is None or seed == "" else int(seed),
                    graded_at=row.get("graded_at") or "", override=row.get("override") or "")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -57,11 +58,11 @@ class RunSpec:
     @classmethod
     def new(cls, parts: str, *, seed: int | None = None,
             cpu_seconds: float = DEFAULT_CPU_SECONDS, sandbox: str = "bubblewrap",
-            exercises: list[str] | tuple[str, ...] | None = None) -> RunSpec:
+            exercises: Iterable[str] | None = None) -> RunSpec:
         """A run of ``parts`` (parsed here, once: a ``ValueError`` names a wrong word); a
         fresh seed unless ``seed`` is given."""
         return cls(graded_sources(parts), draw_seed() if seed is None else seed, cpu_seconds,
-                   sandbox, None if exercises is None else tuple(exercises))
+                   sandbox, None if exercises is None else tuple(map(ExerciseId, exercises)))
 
     @property
     def parts(self) -> str:

@@ -239,7 +239,7 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
     found: dict[str, Any] = {}
     functions = {"2.1": softmax, "2.2": scaled_dot_product_attention, "4.1": padding_mask,
                  "4.2": causal_mask, "4.3": target_mask}
-    found.update({e: noted(e, f) for e, f in functions.items()})
+    found.update({e: noted(e, f) for e, f in functions.items()})  # type: ignore[arg-type]
     found.update({"3.3": MultiHeadAttention, "5.1": LayerNorm, "5.2": PositionwiseFeedForward,
                   "5.3": ResidualConnection, "6.2": LabelSmoothingLoss})
     return found

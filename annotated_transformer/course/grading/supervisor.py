@@ -56,10 +56,9 @@ DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps 
 START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the tests
 POLL = 0.25  # seconds between two looks at the worker (its CPU time, its threads)
 DEFAULT_CPU_SECONDS = 10.0  # CPU seconds a call may use (the reference's largest: under 1)
-# Once a call of an exercise has run out of CPU time, each later call of that exercise (from
-# the same source) may use this many: an endless loop costs its full budget once, not once
-# a test, and a correct answer still passes the other inputs (the reference's largest call,
-# the capstone aside, uses under 1 CPU second).
+# Once a call of an exercise has run out of CPU time, each later call of that exercise (same
+# source) may use this many: an endless loop costs its full budget once, not once a test
+# (the reference's largest call, the capstone aside, uses under 1 CPU second).
 AFTER_TIMEOUT_CPU_SECONDS = 1.0
 STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call "
                         r"first\):")  # faulthandler's stack, asked for by the grader
@@ -149,12 +148,10 @@ class WorkerProcess:
         calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds,
                                 processes=None if self.group else limits.TASKS)
         try:
-            try:
-                reply = Reply.from_wire(self._exchange(protocol.frame(request), calls.look))
-            except protocol.ProtocolError as error:
-                raise EOFError(f"it answered {error}") from None
-        except EOFError as error:
-            raise WorkerCrashed(self._ended(str(error))) from None
+            reply = Reply.from_wire(self._exchange(protocol.frame(request), calls.look))
+        except (EOFError, protocol.ProtocolError) as error:
+            said = f"it answered {error}" if isinstance(error, protocol.ProtocolError) else error
+            raise WorkerCrashed(self._ended(str(said))) from None
         except watch.Stop as stop:
             raise self._stopped(stop, cpu_seconds, locate) from None
         finally:  # (CPU seconds, seconds waited) of this call; a stopped worker's last look
@@ -389,12 +386,12 @@ class WorkerPool:
         self.workers: dict[str, WorkerProcess] = {}
         self.last_printed: dict[str, str] = {}
         self.timed_out: set[tuple[str, str | None]] = set()  # (worker, exercise) past its CPU
-        self.waited: set[tuple[str, int]] = set()  # (worker, chapter) stopped for waiting
+        self.waited: set[tuple[str, int | None]] = set()  # (worker, chapter) that waited
         # (worker, chapter) whose import waited or crashed, (worker, exercise) whose code
         # waited: the error each of their calls ends with, without running
         self.blocks: dict[tuple[str, int | str | None], Callable[[], Exception]] = {}
-        self.crashed: set[tuple[str, int]] = set()  # (worker, chapter): a call of it crashed
-        self.imports: set[tuple[str, int]] = set()  # (worker, chapter): imported without one
+        self.crashed: set[tuple[str, int | None]] = set()  # (worker, chapter): a call crashed
+        self.imports: set[tuple[str, int | None]] = set()  # (worker, chapter): imported without one
         # worker -> why it could not start: the grader's fault, the same for every later test
         # (each would cost a start of PyTorch), so they end with it at once
         self.unstartable: dict[str, str] = {}

@@ -55,7 +55,7 @@ class CallWatch:
         self.start = self.last = self.sampled = clock()
         self.cpu_start = self.cpu_last = meter.seconds()
         self.backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
-        self.waited, self.reply_start = 0.0, None
+        self.waited, self.reply_start = 0.0, None  # type: float, float | None
 
     def look(self, moved: bool, reply_started: bool) -> None:
         """Raise :class:`Stop` when a deadline has passed. ``moved``: bytes of the request or

@@ -158,7 +158,7 @@ class Worker:
             target = getattr(target, part)
         return target
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle(self, request: dict[str, Any]) -> Reply:
         import torch
 
         from annotated_transformer.course.grading.confinement import BlockedChapter

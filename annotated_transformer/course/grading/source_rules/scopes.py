@@ -39,10 +39,11 @@ class Scopes:
         if isinstance(node, _FUNCTIONS):
             outer = [*getattr(node, "decorator_list", []), *getattr(node, "type_params", []),
                      node.args]
-            if getattr(node, "returns", None) is not None:
-                outer.append(node.returns)
+            returns = getattr(node, "returns", None)
+            if returns is not None:
+                outer.append(returns)
             yield from ((child, scope) for child in outer)
-            body = node.body if isinstance(node.body, list) else [node.body]
+            body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else [*node.body]
             yield from ((child, node) for child in body)
             self._bind_arguments(node)
         elif isinstance(node, ast.ClassDef):
@@ -60,7 +61,8 @@ class Scopes:
         else:
             yield from ((child, scope) for child in ast.iter_child_nodes(node))
 
-    def _bind_arguments(self, function: ast.AST) -> None:
+    def _bind_arguments(self, function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+                        ) -> None:
         """A function's parameters are its locals."""
         args = function.args
         every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]

@@ -16,15 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import (
+from annotated_transformer.course.grading.runspec import draw_seed
+from annotated_transformer.course.instructor import (
     class_summary,
     gradebook,
     lms,
     repositories,
     snapshot,
 )
-from annotated_transformer.course.grading.runspec import draw_seed
-from annotated_transformer.course.grading.submissions import same_files
+from annotated_transformer.course.instructor.submissions import same_files
 
 
 def is_git_url(text: str) -> bool:

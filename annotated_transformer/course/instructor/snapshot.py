@@ -68,7 +68,7 @@ def now() -> str:
 def head(source: str, branch: str | None) -> str:
     """The commit ``source``'s branch (default: its HEAD) points at now, read with
     ``git ls-remote``; a :class:`~.repositories.SubmissionError` when it cannot be read."""
-    from annotated_transformer.course.grading import repositories
+    from annotated_transformer.course.instructor import repositories
 
     ref = f"refs/heads/{branch}" if branch else "HEAD"
     shown = repositories.without_credentials(source)
@@ -86,7 +86,7 @@ def head(source: str, branch: str | None) -> str:
 def take(sources: list[str], names: list[str], branch: str | None, folder: Path,
          deadline: datetime | None = None) -> Path:
     """Record each repository's head now into ``folder/snapshot-TIME.json``, signed."""
-    from annotated_transformer.course.grading import repositories
+    from annotated_transformer.course.instructor import repositories
 
     taken_at = now()
     seen = []

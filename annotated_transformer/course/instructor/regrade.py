@@ -16,7 +16,8 @@ chapter it lacks, and its tests, grader, workflows and committed reports are onl
 with the course's, each difference a flag (:mod:`.submissions`, ``FLAGS``): a reason to
 look, not a verdict. Every submission is graded by the course's tests and grader with the
 same seed (drawn once, unless ``--seed``), ``--jobs`` at a time, its code inside
-bubblewrap (:mod:`.boundary`; where bubblewrap cannot start, ``--unsafe`` is needed).
+bubblewrap (:mod:`annotated_transformer.course.grading.boundary`; where bubblewrap cannot
+start, ``--unsafe`` is needed).
 
 The class's folder (``--out``) holds one gradebook however many runs fill it
 (:mod:`.gradebook`): each learner's rows are written as soon as they are graded, replacing
@@ -48,16 +49,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading import (
-    boundary,
-    engine,
-    gradebook,
-    lms,
-    manifest,
-    repositories,
-    snapshot,
-)
-from annotated_transformer.course.grading.class_folder import (
+from annotated_transformer.course.grading import boundary, engine, manifest
+from annotated_transformer.course.grading.outcomes import Outcome
+from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.grading.runspec import RunSpec
+from annotated_transformer.course.instructor import gradebook, lms, repositories, snapshot
+from annotated_transformer.course.instructor.class_folder import (
     _Parser,
     class_seed,
     export_main,
@@ -69,12 +66,12 @@ from annotated_transformer.course.grading.class_folder import (
     warn_unmatched,
     write_all,
 )
-from annotated_transformer.course.grading.gradebook import Learner
-from annotated_transformer.course.grading.outcomes import Outcome
-from annotated_transformer.course.grading.repositories import SubmissionError, without_credentials
-from annotated_transformer.course.grading.results import ExerciseResult
-from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.submissions import (
+from annotated_transformer.course.instructor.gradebook import Learner
+from annotated_transformer.course.instructor.repositories import (
+    SubmissionError,
+    without_credentials,
+)
+from annotated_transformer.course.instructor.submissions import (
     check_reports,
     check_tests,
     check_workflows,

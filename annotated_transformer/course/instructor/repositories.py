@@ -184,8 +184,13 @@ def check_size(clone_dir: Path, commit: str) -> None:
     over, late = False, threading.Event()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           env=_env()) as process:
-        timer = threading.Timer(GIT_TIMEOUT, lambda: (late.set(), process.kill()))
+        def stop() -> None:
+            late.set()
+            process.kill()
+
+        timer = threading.Timer(GIT_TIMEOUT, stop)
         timer.start()
+        assert process.stdout is not None
         try:
             for line in process.stdout:  # "mode type object size\tpath"
                 fields = line.split(b"\t", 1)[0].split()

@@ -13,8 +13,8 @@ from typing import Any
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import manifest
-from annotated_transformer.course.grading.gradebook import Learner
 from annotated_transformer.course.grading.messages import cut
+from annotated_transformer.course.instructor.gradebook import Learner
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     EXERCISES_DIR,
@@ -99,7 +99,8 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
                 continue
             (dest / entry.name).write_bytes(data)
             copied.add(entry.name)
-            graded = int(CHAPTER_FILE.match(entry.name)["chapter"]) in chapters
+            named = CHAPTER_FILE.match(entry.name)
+            graded = named is not None and int(named["chapter"]) in chapters
             digest = fingerprint(data) if graded else None
             if digest is not None and digest != fingerprint(pristine_stub(entry.name).encode()):
                 who.fingerprints[entry.name] = digest
