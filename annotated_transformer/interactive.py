@@ -1,11 +1,18 @@
 """Figures to play with: plotly figures of the book's tables, curves and attention maps.
 
-Each figure is shown as a small HTML block, data and a call of ``Plotly.newPlot`` with no
-library inside: the web book draws it with the plotly.js that it serves once, from its own
-``_static`` folder (``book/_ext/interactive_figures.py``; nothing is fetched from
-elsewhere). Without plotly.js (a notebook in Jupyter, a reader without JavaScript) the
-block says where to see the figure, and the notebooks keep a static matplotlib image of
-each figure beside it; in a notebook, ``.figure.show()`` draws the plotly figure itself.
+A figure goes to a notebook as two outputs (:meth:`InteractiveFigure._repr_mimebundle_`),
+and each place draws the one it can:
+
+- the web book: a small HTML block, data and a call of ``Plotly.newPlot`` with no library
+  inside, drawn with the plotly.js that the book serves once, from its own ``_static``
+  folder (``book/_ext/interactive_figures.py``; nothing is fetched from elsewhere);
+- JupyterLab, Jupyter Notebook 7 and VS Code: plotly's own JSON output
+  (``application/vnd.plotly.v1+json``), drawn by the plotly renderer that the ``plotly``
+  package installs there;
+- Colab, which draws neither: plotly's own HTML, which loads plotly.js from plotly's CDN.
+
+Without plotly.js at all (a reader without JavaScript) the block says where to see the
+figure, and the notebooks keep a static matplotlib image of each figure beside it.
 
 Every figure names its own HTML id (``interactive-<name>``), so that re-executing a notebook
 gives the same page. Plotly is an optional dependency (the ``book`` extra): importing this
@@ -15,8 +22,11 @@ module without it says so.
 from __future__ import annotations
 
 import html
+import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,12 +43,13 @@ from annotated_transformer.inspect_attention import AttentionMaps
 MARKER = "interactive-figure"  # the class of every figure's HTML block (the book looks for it)
 CONFIG = {"displaylogo": False, "responsive": True,
           "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
-FALLBACK = ("An interactive figure, drawn in the web book (bash scripts/book.sh); in a "
-            "notebook, call .figure.show() on it.")
+FALLBACK = ("An interactive figure, drawn in the web book (bash scripts/book.sh), in "
+            "JupyterLab, VS Code and Colab.")
 # A notebook cell tagged so holds the static image of the figure in the next cell: in the
 # web book (myst-nb writes a cell's tags as classes "tag_<tag>") the figure hides that
 # image once it is drawn, so that the page shows it once; without JavaScript it stays.
 TWIN = "static-twin"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"  # what JupyterLab's plotly renderer draws
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
@@ -83,6 +94,17 @@ class InteractiveFigure:
 
     def _repr_html_(self) -> str:
         return self.to_html()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None
+                          ) -> dict[str, Any]:
+        """What a notebook shows: the book's HTML block and plotly's JSON (JupyterLab and
+        VS Code prefer the JSON, the web book the HTML); in Colab, plotly's own HTML."""
+        if "google.colab" in sys.modules:
+            return {"text/html": self.figure.to_html(include_plotlyjs="cdn", full_html=False,
+                                                     config=CONFIG, div_id=self.element_id)}
+        spec = json.loads(pio.to_json(self.figure, validate=False))
+        return {"text/html": self.to_html(), PLOTLY_MIME: {**spec, "config": CONFIG},
+                "text/plain": repr(self)}
 
 
 def _rounded(values: Tensor, digits: int) -> list:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import types
 
 import pytest
 import torch
 
 from annotated_transformer.inspect_attention import AttentionMaps
 from annotated_transformer.interactive import (
+    PLOTLY_MIME,
     attention_figure,
     learning_rate_figure,
     positional_encoding_figure,
@@ -83,3 +86,22 @@ def test_positional_encoding_and_learning_rate_hover():
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_jupyterlab_and_vs_code_get_plotly_s_own_output_and_the_book_its_block():
+    figure = attention_figure(fake_maps(), name="demo")
+    bundle = figure._repr_mimebundle_()
+    assert bundle["text/html"] == figure.to_html(), "the web book keeps its block"
+    drawn = bundle[PLOTLY_MIME]  # what plotly's JupyterLab renderer draws
+    assert drawn["data"] == json.loads(json.dumps(spec_of(figure.to_html())["data"]))
+    assert drawn["layout"]["sliders"] and drawn["config"]["displaylogo"] is False
+    json.dumps(bundle)  # a notebook stores it as JSON
+
+
+def test_colab_gets_plotly_s_html_that_loads_plotly_js(monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    bundle = attention_figure(fake_maps(), name="demo")._repr_mimebundle_()
+    assert set(bundle) == {"text/html"}, "Colab draws HTML only"
+    page = bundle["text/html"]
+    assert 'src="https://cdn.plot.ly/' in page and "Plotly.newPlot" in page
+    assert 'id="interactive-demo"' in page
