@@ -17,14 +17,11 @@ device until they are logged.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -39,6 +36,13 @@ from annotated_transformer.model import EncoderDecoder, Model, TransformerConfig
 from annotated_transformer.parts import Parts
 from annotated_transformer.teacher_forcing import LabelledInputs
 from annotated_transformer.time_budget import BudgetSchedule, Planner, format_duration
+from annotated_transformer.training_runtime import (  # noqa: F401 - where callers look
+    Metrics,
+    Runtime,
+    autocast,
+    compile_model,
+    eager,
+)
 
 
 @dataclass
@@ -81,28 +85,6 @@ class TrainConfig:
             raise ValueError(f"decay must be 'linear' or 'noam', got {self.decay!r}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-
-
-@dataclass
-class Runtime:
-    """How a run executes (the device is the model's own; none of this changes what is learned)."""
-
-    precision: str = "fp32"  # or "bf16": autocast to bfloat16
-    compile: bool = False  # torch.compile the model's layers for training (compile_model)
-    compile_backend: str = "inductor"  # or "aot_eager": trace, but run PyTorch's kernels
-    out: Path | None = None  # checkpoint.pt and metrics.jsonl go here
-    resume: bool = False  # continue from out/checkpoint.pt
-    progress: bool = False  # a tqdm progress bar
-    log_every: int = 10  # steps between metrics lines
-    keep_last: int = 0  # also keep the last N checkpoints as checkpoint-STEP.pt (averaging)
-    started: float | None = None  # time.perf_counter() when the command started (a budget's
-    # clock; default: when `train` starts)
-
-    def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
-        if self.resume and self.out is None:
-            raise ValueError("resume needs the run's folder (out)")
 
 
 @dataclass
@@ -209,48 +191,6 @@ def train_step(model: Model, batch: LabelledInputs, loss_fn: nn.Module,
     return loss.detach().double() * weight
 
 
-def compile_model(model: Model, backend: str = "inductor") -> Model:
-    """Compile ``model``'s layers in place with ``torch.compile(dynamic=True)``; returns it.
-
-    - **The layers, not the whole model** ("regional" compilation): every encoder and
-      decoder layer of a model has the same code and shapes, so one compiled graph serves
-      all of them, and compiling takes the time of one layer instead of ``N``. The
-      embeddings and the generator stay eager (a few large operations each);
-      :func:`train` compiles the loss as well.
-    - **``dynamic=True``**: batches change shape from step to step (sampled sequences
-      differ in length, and a batch by token budget also in rows), and every size is
-      traced as a symbol from the first step, so the layers compile once for every
-      ``[B, L]`` instead of once per shape. Padding lengths to a few buckets would
-      compile a few times and compute on the padding at every step. Sizes 0 and 1 are
-      still specialised (a batch of one row compiles once more).
-    - ``backend``: ``"inductor"`` generates kernels (C++ on a CPU, Triton on a GPU);
-      ``"aot_eager"`` traces forward and backward the same way but runs PyTorch's own
-      kernels: a quicker check, without a C++ compiler, that the model compiles.
-
-    Parameters, state dict and checkpoints are unchanged. :func:`evaluate` runs the
-    layers eagerly (decoding grows its input one token at a time).
-    """
-    parts = model.parts
-    layers = tuple(getattr(parts, name) for name in ("EncoderLayer", "DecoderLayer"))
-    for module in model.modules():
-        if isinstance(module, layers):
-            module.compile(dynamic=True, backend=backend)
-    return model
-
-
-def eager():
-    """Run compiled code eagerly inside this block (PyTorch 2.6 and later; before, nothing)."""
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    return set_stance("force_eager") if set_stance else contextlib.nullcontext()
-
-
-def autocast(device: torch.device, precision: str):
-    """bf16 autocast when asked for, otherwise nothing."""
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 @torch.no_grad()
 def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
              precision: str = "fp32", batch_size: int = 500) -> tuple[float, float]:
@@ -282,25 +222,6 @@ def trim(ids: Tensor) -> Tensor:
     return ids[:, :max(width, 1)]
 
 
-class Metrics:
-    """Metrics as JSON lines in ``out/metrics.jsonl`` (nothing when ``out`` is None)."""
-
-    def __init__(self, out: Path | None, append: bool) -> None:
-        self.file = None
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            self.file = open(out / "metrics.jsonl", "a" if append else "w", encoding="utf-8")
-
-    def write(self, **record) -> None:
-        if self.file:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file:
-            self.file.close()
-
-
 def training_batches(task: Task, config: TrainConfig, generator: torch.Generator,
                      start_step: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
     """The run's global batches ``(src [B, Ls], tgt [B, Lt])`` on the host, from step
@@ -316,153 +237,209 @@ def train(model: Model, task: Task, config: TrainConfig,
           log: Callable[[str], None] | None = None, runtime: Runtime | None = None) -> History:
     """Train ``model`` (on the device it is on) on ``task``; evaluate on held-out
     examples every ``eval_every`` steps; checkpoint and write metrics when ``runtime.out``
-    is set; resume from the checkpoint when ``runtime.resume``."""
-    runtime = runtime or Runtime()
-    clock_start = time.perf_counter() if runtime.started is None else runtime.started
-    device = next(model.parameters()).device
-    rank, world = distributed.rank(), distributed.world_size()
-    if config.time_budget is not None and (runtime.resume or world > 1):
-        raise ValueError("a run to a time budget trains in one process from its start (its "
-                         "schedule ends at its deadline): give a number of steps instead to "
-                         + ("resume" if runtime.resume else "train with several processes"))
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
-    optimizer, scheduler = make_optimizer(model, config)
-    history, start_step = History(), 0
-    if runtime.resume:
-        state = checkpoint.load(runtime.out / checkpoint.FILE_NAME, map_location=device)
-        checkpoint.check_compatible(state, model, task)
-        check_same_schedule(state, config, model)
-        start_step = checkpoint.restore_training(state, model, optimizer, scheduler, generator)
-        history = History(**state.get("history", {}))
-    held_out = [x.to(device) for x in task.held_out_set(config.eval_size)]
-    history.eval_examples = held_out[0].size(0)
-    if runtime.compile:
-        compile_model(model, runtime.compile_backend)
-        # the loss too: over a large vocabulary its elementwise work is a step's largest
-        loss_fn.compile(dynamic=True, backend=runtime.compile_backend)
-    net = distributed.wrap(model, device)
-    metrics = Metrics(runtime.out if rank == 0 else None, append=runtime.resume)
-    planner = None if config.time_budget is None else Planner(
-        config.time_budget, clock_start, config.eval_every, config.warmup_steps, config.steps,
-        average_checkpoints=runtime.keep_last)
-    total = config.steps if planner is None else 10**9  # a budget's total: once planned
-    bar = tqdm(total=config.steps if planner is None else None, initial=start_step,
-               disable=not runtime.progress or rank, unit="step", dynamic_ncols=True)
-    say = log if log is None or not runtime.progress else tqdm.write
-    started, tokens_since, since = time.perf_counter(), 0, time.perf_counter()
-    seconds_before = history.seconds
-    batches = training_batches(task, config, generator, start_step)
-    pending: list[Tensor] = []  # the steps' losses, on the device until they are logged
+    is set; resume from the checkpoint when ``runtime.resume`` (:class:`TrainingRun`)."""
+    return TrainingRun(model, task, config, log, runtime).run()
 
-    def read_losses() -> float:
+
+class TrainingRun:
+    """One run of :func:`train`, as one object: what its steps share (the model and its DDP
+    wrapper, the optimizer and its schedule, the held-out set, the metrics, the progress
+    bar, and with a time budget its :class:`~annotated_transformer.time_budget.Planner`),
+    and the hooks :meth:`run` calls in turn: :meth:`step` (chapter 6's ``train_step`` on
+    this process's rows of the global batch), :meth:`log` every ``log_every`` steps,
+    :meth:`evaluate_and_save` every ``eval_every``, and, to a budget, :meth:`budget` after
+    each step (time it, re-plan, stop in time)."""
+
+    def __init__(self, model: Model, task: Task, config: TrainConfig,
+                 log: Callable[[str], None] | None = None,
+                 runtime: Runtime | None = None) -> None:
+        runtime = runtime or Runtime()
+        clock_start = time.perf_counter() if runtime.started is None else runtime.started
+        self.model, self.config, self.runtime = model, config, runtime
+        self.device = next(model.parameters()).device
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        if config.time_budget is not None and (runtime.resume or self.world > 1):
+            raise ValueError("a run to a time budget trains in one process from its start "
+                             "(its schedule ends at its deadline): give a number of steps "
+                             "instead to " + ("resume" if runtime.resume
+                                              else "train with several processes"))
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.loss_fn = model.parts.LabelSmoothingLoss(config.label_smoothing, ignore_index=PAD)
+        self.optimizer, self.scheduler = make_optimizer(model, config)
+        self.history, self.start_step = History(), 0
+        if runtime.resume:
+            state = checkpoint.load(runtime.out / checkpoint.FILE_NAME, map_location=self.device)
+            checkpoint.check_compatible(state, model, task)
+            check_same_schedule(state, config, model)
+            self.start_step = checkpoint.restore_training(state, model, self.optimizer,
+                                                          self.scheduler, self.generator)
+            self.history = History(**state.get("history", {}))
+        self.task = task
+        self.held_out = [x.to(self.device) for x in task.held_out_set(config.eval_size)]
+        self.history.eval_examples = self.held_out[0].size(0)
+        if runtime.compile:
+            compile_model(model, runtime.compile_backend)
+            # the loss too: over a large vocabulary its elementwise work is a step's largest
+            self.loss_fn.compile(dynamic=True, backend=runtime.compile_backend)
+        self.net = distributed.wrap(model, self.device)
+        self.metrics = Metrics(runtime.out if self.rank == 0 else None, append=runtime.resume)
+        self.planner = None if config.time_budget is None else Planner(
+            config.time_budget, clock_start, config.eval_every, config.warmup_steps,
+            config.steps, average_checkpoints=runtime.keep_last)
+        # A budget's total is known once planned.
+        self.total = config.steps if self.planner is None else 10**9
+        self.bar = tqdm(total=config.steps if self.planner is None else None,
+                        initial=self.start_step, disable=not runtime.progress or self.rank,
+                        unit="step", dynamic_ncols=True)
+        self.say = log if log is None or not runtime.progress else tqdm.write
+        self.started = self.since = time.perf_counter()
+        self.tokens_since = 0
+        self.seconds_before = self.history.seconds
+        self.batches = training_batches(task, config, self.generator, self.start_step)
+        self.pending: list[Tensor] = []  # the steps' losses, on the device until logged
+        self.mark, self.evaluating = time.perf_counter(), 0.0  # a budget's step timing
+
+    def read_losses(self) -> float:
         """The losses of the steps since the last call, summed over processes: the only
         place where the training loop waits for the device."""
-        if pending:
-            history.loss.extend(distributed.all_sum(torch.stack(pending), device).tolist())
-            pending.clear()
-        return history.loss[-1]
+        if self.pending:
+            self.history.loss.extend(
+                distributed.all_sum(torch.stack(self.pending), self.device).tolist())
+            self.pending.clear()
+        return self.history.loss[-1]
 
-    def evaluate_and_save(step: int) -> None:
+    def step(self, step: int) -> float:
+        """Train step ``step`` on this process's rows of the global batch (made on the host
+        with its masks and token counts; each process weighted by its share of the scored
+        tokens); its learning rate."""
+        lr = self.scheduler.get_last_lr()[0]
+        batch = self.model.teacher_forcing(*next(self.batches))
+        batch_tokens = batch.num_tokens()
+        mine = batch.rows(self.rank, self.world)
+        weight = mine.num_tokens() / max(batch_tokens, 1)
+        self.pending.append(train_step(
+            self.model, mine.to(self.device), self.loss_fn, self.optimizer, self.scheduler,
+            self.config.clip_norm, self.net, self.runtime.precision, weight))
+        self.history.step.append(step)
+        self.history.lr.append(lr)
+        self.history.tokens += batch_tokens
+        self.tokens_since += batch_tokens
+        self.bar.update(1)
+        return lr
+
+    def evaluate_and_save(self, step: int) -> None:
         """Evaluate on the held-out set, log it and save the checkpoint (rank 0); with a
         budget, time both for the planner."""
-        loss = read_losses()
-        if rank == 0:
+        loss = self.read_losses()
+        if self.rank == 0:
             began = time.perf_counter()
-            eval_loss, accuracy = evaluate(model, *held_out, loss_fn, runtime.precision)
+            eval_loss, accuracy = evaluate(self.model, *self.held_out, self.loss_fn,
+                                           self.runtime.precision)
+            history = self.history
             history.eval_step.append(step)
             history.eval_loss.append(eval_loss)
             history.exact_match.append(accuracy)
-            metrics.write(step=step, eval_loss=round(eval_loss, 5),
-                          exact_match=accuracy, num_examples=held_out[0].size(0))
-            if say:
-                say(f"step {step:5d}  train loss {loss:.3f}  held-out loss "
-                    f"{eval_loss:.3f}  exact match {accuracy:.1%}")
-            history.seconds = seconds_before + time.perf_counter() - started
+            self.metrics.write(step=step, eval_loss=round(eval_loss, 5), exact_match=accuracy,
+                               num_examples=self.held_out[0].size(0))
+            if self.say:
+                self.say(f"step {step:5d}  train loss {loss:.3f}  held-out loss "
+                         f"{eval_loss:.3f}  exact match {accuracy:.1%}")
+            history.seconds = self.seconds_before + time.perf_counter() - self.started
             saving = time.perf_counter()
-            if runtime.out is not None:
-                saved = config
-                if planner is not None:
-                    history.budget = planner.record()
-                    schedule = scheduler.lr_lambdas[0]
-                    saved = dataclasses.replace(config, steps=min(total, schedule.total),
-                                                warmup_steps=schedule.warmup)
-                checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, model, task,
-                                         saved, step, optimizer, scheduler, generator, history)
-                if runtime.keep_last:  # copies for `average` (average.py)
-                    from annotated_transformer.average import keep_copy
-                    keep_copy(runtime.out, step, runtime.keep_last)
-            if planner is not None:
+            self.save(step)
+            if self.planner is not None:
                 now = time.perf_counter()
-                planner.eval_done(now - began, now - saving)
-                evaluating[0] += now - began  # not a step's time
+                self.planner.eval_done(now - began, now - saving)
+                self.evaluating += now - began  # not a step's time
         distributed.barrier()
 
-    def replan(step: int) -> int:
+    def save(self, step: int) -> None:
+        """The checkpoint (with a budget: the schedule as planned), and the copies that
+        ``average`` reads."""
+        runtime = self.runtime
+        if runtime.out is None:
+            return
+        saved = self.config
+        if self.planner is not None:
+            self.history.budget = self.planner.record()
+            schedule = self.scheduler.lr_lambdas[0]
+            saved = dataclasses.replace(self.config, steps=min(self.total, schedule.total),
+                                        warmup_steps=schedule.warmup)
+        checkpoint.save_training(runtime.out / checkpoint.FILE_NAME, self.model, self.task,
+                                 saved, step, self.optimizer, self.scheduler, self.generator,
+                                 self.history)
+        if runtime.keep_last:  # copies for `average` (average.py)
+            from annotated_transformer.average import keep_copy
+            keep_copy(runtime.out, step, runtime.keep_last)
+
+    def replan(self, step: int) -> int:
         """A budget's (new) plan at ``step``: its total, logged when it moved."""
+        planner = self.planner
+        assert planner is not None
         previous = planner.plans[-1].total if planner.plans else None
         plan = planner.plan(step, time.perf_counter())
-        scheduler.lr_lambdas[0].replan(step, plan.total, plan.warmup)
-        metrics.write(step=step, plan=dataclasses.asdict(plan))
-        bar.total = plan.total
-        if say and (previous is None or abs(plan.total - previous) > 0.01 * previous):
+        self.scheduler.lr_lambdas[0].replan(step, plan.total, plan.warmup)
+        self.metrics.write(step=step, plan=dataclasses.asdict(plan))
+        self.bar.total = plan.total
+        if self.say and (previous is None or abs(plan.total - previous) > 0.01 * previous):
             when = f"{format_duration(plan.seconds)} into {format_duration(planner.budget)}"
-            say(f"time budget: {'planned' if previous is None else 're-planned'} at step "
-                f"{step} ({when}): {plan.describe()}")
+            self.say(f"time budget: {'planned' if previous is None else 're-planned'} at "
+                     f"step {step} ({when}): {plan.describe()}")
         return plan.total
 
-    step, mark, evaluating = start_step, time.perf_counter(), [0.0]
-    while step < total:
-        step += 1
-        lr = scheduler.get_last_lr()[0]
-        # The global batch, its masks and its token counts are made on the host; each
-        # process trains on its own rows, weighted by its share of the scored tokens.
-        batch = model.teacher_forcing(*next(batches))
-        batch_tokens = batch.num_tokens()
-        mine = batch.rows(rank, world)
-        weight = mine.num_tokens() / max(batch_tokens, 1)
-        pending.append(train_step(model, mine.to(device), loss_fn, optimizer, scheduler,
-                                  config.clip_norm, net, runtime.precision, weight))
-        history.step.append(step)
-        history.lr.append(lr)
-        history.tokens += batch_tokens
-        tokens_since += batch_tokens
-        bar.update(1)
+    def budget(self, step: int) -> bool:
+        """After step ``step`` of a run to a budget: time it, evaluate when the planner asks,
+        re-plan when due, and end the run when one more step would not leave time for the
+        final evaluation; whether it evaluated."""
+        planner = self.planner
+        assert planner is not None
+        now = time.perf_counter()  # a step's time: since the last one's end, less evaluation
+        planner.step_done(step, now - self.mark - self.evaluating)
+        self.mark, self.evaluating = now, 0.0
         evaluated = False
-        if planner is not None:
-            # a step's time: since the last one's end, less any evaluation in between
-            now = time.perf_counter()
-            planner.step_done(step, now - mark - evaluating[0])
-            mark, evaluating[0] = now, 0.0
-            if planner.wants_eval(step):  # the first plan needs an evaluation's time
-                evaluate_and_save(step)
-                evaluated = True
-            if planner.due(step, time.perf_counter()):
-                total = replan(step)
-            if step < total and planner.must_stop(step, time.perf_counter()):
-                if say:
-                    say(f"time budget: stopping at step {step}, "
-                        + (f"{total - step} steps before the plan's end: " if planner.plans
-                           else "before any plan: ")
-                        + "one more step would leave too little time for the final evaluation")
-                total = step
-        if step % runtime.log_every == 0 or step == total:
-            loss = read_losses()
-            now = time.perf_counter()
-            rate = tokens_since / (now - since)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
-            metrics.write(step=step, loss=round(loss, 5), lr=lr, tokens_per_second=round(rate),
-                          seconds=round(seconds_before + now - started, 2))
-            tokens_since, since = 0, now
-        if (step % config.eval_every == 0 or step == total) and not evaluated:
-            evaluate_and_save(step)
-    bar.close()
-    metrics.close()
-    history.seconds = seconds_before + time.perf_counter() - started
-    if planner is not None:
-        history.budget = planner.record()
-    return history
+        if planner.wants_eval(step):  # the first plan needs an evaluation's time
+            self.evaluate_and_save(step)
+            evaluated = True
+        if planner.due(step, time.perf_counter()):
+            self.total = self.replan(step)
+        if step < self.total and planner.must_stop(step, time.perf_counter()):
+            if self.say:
+                self.say(f"time budget: stopping at step {step}, "
+                         + (f"{self.total - step} steps before the plan's end: "
+                            if planner.plans else "before any plan: ")
+                         + "one more step would leave too little time for the final "
+                           "evaluation")
+            self.total = step
+        return evaluated
+
+    def log(self, step: int, lr: float) -> None:
+        """The training loss, rate and speed since the last log, to the bar and metrics."""
+        loss = self.read_losses()
+        now = time.perf_counter()
+        rate = self.tokens_since / (now - self.since)
+        self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+        self.metrics.write(step=step, loss=round(loss, 5), lr=lr, tokens_per_second=round(rate),
+                           seconds=round(self.seconds_before + now - self.started, 2))
+        self.tokens_since, self.since = 0, now
+
+    def run(self) -> History:
+        """Train to the end (``config.steps``, or the budget's plan); the run's history."""
+        step = self.start_step
+        while step < self.total:
+            step += 1
+            lr = self.step(step)
+            evaluated = self.budget(step) if self.planner is not None else False
+            if step % self.runtime.log_every == 0 or step == self.total:
+                self.log(step, lr)
+            if (step % self.config.eval_every == 0 or step == self.total) and not evaluated:
+                self.evaluate_and_save(step)
+        self.bar.close()
+        self.metrics.close()
+        self.history.seconds = self.seconds_before + time.perf_counter() - self.started
+        if self.planner is not None:
+            self.history.budget = self.planner.record()
+        return self.history
 
 
 def train_copy_task(parts: Parts | None = None, config: TrainConfig | None = None,

@@ -36,6 +36,7 @@ LAYERS = {
     "annotated_transformer.model": 2,  # the models, built from parts
     "annotated_transformer.decode": 3,  # what runs a model: decoding, training, files
     "annotated_transformer.train": 3,
+    "annotated_transformer.training_runtime": 3,  # how a run executes: compile, bf16, metrics
     "annotated_transformer.time_budget": 3,  # how many steps fit before a deadline
     "annotated_transformer.checkpoint": 3,
     "annotated_transformer.average": 3,
