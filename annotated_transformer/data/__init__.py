@@ -15,6 +15,9 @@ batches by a token budget).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from annotated_transformer.data.addition import AdditionTask
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.dates import DateTask
@@ -25,31 +28,40 @@ from annotated_transformer.data.translation import TranslationTask
 from annotated_transformer.data.tsv import DataError, TsvTask
 from annotated_transformer.data.vocab import BOS, EOS, PAD, Vocabulary, VocabularyError
 
-TASKS = ("copy", "reverse", "dates", "addition", "tsv", "translation")
 
-__all__ = ["BOS", "EOS", "PAD", "TASKS", "AdditionTask", "CopyTask", "DataError", "DateTask",
-           "Task", "TranslationTask", "TsvTask", "Vocabulary", "VocabularyError", "make_task",
-           "vocabulary_from_dict"]
+def _needs(option: str, message: str, make: Callable[..., Task]) -> Callable[..., Task]:
+    """``make``, refusing with ``message`` a call without ``option``."""
+    def checked(**options) -> Task:
+        if not options.get(option):
+            raise DataError(message)
+        return make(**options)
+    return checked
+
+
+# The tasks by name, in the order the command line lists them: the one place a task is added
+# (its default run is recipes.RECIPES[name]).
+REGISTRY: dict[str, Callable[..., Task]] = {
+    "copy": CopyTask,
+    "reverse": functools.partial(CopyTask, reverse=True),
+    "dates": DateTask,
+    "addition": AdditionTask,
+    "tsv": _needs("path", "--task tsv needs its data file: --data FILE", TsvTask),
+    "translation": _needs("dataset", "--task translation needs its corpus: --dataset "
+                          "NAME_OR_PATH (a Hugging Face hub dataset, a .jsonl or .tsv file, "
+                          "or a folder)", TranslationTask),
+}
+TASKS = tuple(REGISTRY)
+
+__all__ = ["BOS", "EOS", "PAD", "REGISTRY", "TASKS", "AdditionTask", "CopyTask", "DataError",
+           "DateTask", "Task", "TranslationTask", "TsvTask", "Vocabulary", "VocabularyError",
+           "make_task", "vocabulary_from_dict"]
 
 
 def make_task(task: str, **options) -> Task:
     """The task called ``task`` (one of :data:`TASKS`), with its options."""
-    if task in ("copy", "reverse"):
-        return CopyTask(reverse=task == "reverse", **options)
-    if task == "dates":
-        return DateTask(**options)
-    if task == "addition":
-        return AdditionTask(**options)
-    if task == "tsv":
-        if not options.get("path"):
-            raise DataError("--task tsv needs its data file: --data FILE")
-        return TsvTask(**options)
-    if task == "translation":
-        if not options.get("dataset"):
-            raise DataError("--task translation needs its corpus: --dataset NAME_OR_PATH "
-                            "(a Hugging Face hub dataset, a .jsonl or .tsv file, or a folder)")
-        return TranslationTask(**options)
-    raise DataError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    if task not in REGISTRY:
+        raise DataError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    return REGISTRY[task](**options)
 
 
 def vocabulary_from_dict(data: dict) -> Vocabulary | SubwordVocabulary:

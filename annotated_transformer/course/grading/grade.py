@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 from annotated_transformer.course.grading import boundary, cache, engine, manifest
@@ -256,7 +255,3 @@ def _only(rows: list[ExerciseResult], exercises: list[str] | None,
         parser.error(f"no graded exercise {', '.join(missing)}; exercises: "
                      f"{', '.join(r.id for r in rows)}")
     return [r for r in rows if r.id in exercises]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

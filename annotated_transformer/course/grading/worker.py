@@ -368,7 +368,3 @@ def main() -> int:
             protocol.write_frame(replies, reply.to_wire())
         except Exception as error:  # noqa: BLE001 - e.g. a value that is not plain data
             protocol.write_frame(replies, unsendable(error).to_wire())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -431,7 +431,3 @@ def _regrade_into(book: gradebook.Gradebook, args: argparse.Namespace, run: Run,
     print(f"Class summary: {args.out / 'class-summary.md'} and {args.out / 'class-summary.png'}"
           f" ({len(book.learners)} learner(s))")
     return 1 if any(who.status == "error" for who, _ in graded) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
