@@ -125,6 +125,15 @@ def model_weights(state: dict) -> dict:
             for name, tensor in state["model"].items()}
 
 
+# The state-dict prefixes of each kind of model before its stacks were chapter 5's Encoder
+# and Decoder (the committed checkpoints of the chapters among them), and theirs now.
+FORMER_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "encoder-decoder": (("encoder_layers.", "encoder.layers."), ("encoder_norm.", "encoder.norm."),
+                        ("decoder_layers.", "decoder.layers."), ("decoder_norm.", "decoder.norm.")),
+    "decoder-only": (("layers.", "decoder.layers."), ("norm.", "decoder.norm.")),
+}
+
+
 def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
     """Read a checkpoint; a missing, truncated or foreign file raises :class:`CheckpointError`."""
     path = Path(path)
@@ -148,6 +157,9 @@ def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
         # translators among them): read as every newer file says it
         state["vocab"] = {("level" if key == "kind" else key): value
                           for key, value in vocab.items()}
+    for former, now in FORMER_NAMES[state["kind"]]:  # written before chapter 5's stacks
+        state["model"] = {now + key[len(former):] if key.startswith(former) else key: value
+                          for key, value in state["model"].items()}
     return state
 
 

@@ -2,15 +2,20 @@
 
 A tensor's way through it (Vaswani et al. 2017, Figure 1):
 
-    src tokens [B, Ls] -> embedding * sqrt(D) + PE (ch. 1) -> N encoder layers (ch. 5)
-        -> memory [B, Ls, D]
-    tgt tokens [B, Lt] -> embedding * sqrt(D) + PE -> N decoder layers (self-attention
-        with the target mask, cross-attention to the memory) -> hidden [B, Lt, D]
+    src tokens [B, Ls] -> embedding * sqrt(D) + PE (ch. 1) -> the encoder: N encoder
+        layers, a last norm for pre-LN (ch. 5's Encoder) -> memory [B, Ls, D]
+    tgt tokens [B, Lt] -> embedding * sqrt(D) + PE -> the decoder: N decoder layers
+        (self-attention with the target mask, cross-attention to the memory), a last norm
+        (ch. 5's Decoder) -> hidden [B, Lt, D]
         -> generator (a linear layer) -> logits [B, Lt, V] -> loss (ch. 6)
 
 The decoder-only ("generative") Transformer is the decoder without cross-attention:
     tokens [B, L] -> embedding * sqrt(D) + PE -> N layers of causal self-attention and
-        feed-forward (chapter 5's encoder layer, given the causal mask) -> logits [B, L, V]
+        feed-forward (chapter 5's Encoder, given the causal mask) -> logits [B, L, V]
+
+State-dict names follow ``nn.Transformer``'s (``encoder.layers.0...``, ``encoder.norm``);
+:func:`annotated_transformer.checkpoint.load` reads files written before the stacks were an
+exercise (``encoder_layers.0...``) under these names.
 
 Which implementation each part comes from is a :class:`~annotated_transformer.parts.Parts`.
 
@@ -187,15 +192,11 @@ class EncoderDecoder(Model):
                                           parts=parts)
         self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
                                           parts=parts)
-        self.encoder_layers = nn.ModuleList(
-            [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-             for _ in range(c.num_layers)])
-        self.decoder_layers = nn.ModuleList(
-            [parts.DecoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-             for _ in range(c.num_layers)])
-        # Pre-LN leaves the residual stream unnormalised: one LayerNorm at each stack's end.
-        self.encoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
-        self.decoder_norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        # Chapter 5's stacks: N layers each, and (pre-LN) one LayerNorm at each stack's end.
+        self.encoder = parts.Encoder(c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
+                                     c.norm_first)
+        self.decoder = parts.Decoder(c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
+                                     c.norm_first)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         self.decoder_cache = None  # set while generate decodes incrementally
         self._init_weights()
@@ -211,10 +212,7 @@ class EncoderDecoder(Model):
 
     def encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         """``src [B, Ls]`` -> ``memory [B, Ls, D]``."""
-        x = self.src_embed(src)  # [B, Ls, D]
-        for layer in self.encoder_layers:
-            x = layer(x, src_mask)
-        return self.encoder_norm(x)
+        return self.encoder(self.src_embed(src), src_mask)  # [B, Ls, D]
 
     def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                tgt_mask: Tensor | None) -> Tensor:
@@ -227,16 +225,13 @@ class EncoderDecoder(Model):
 
     def incremental_parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module]:
         """What a :class:`~annotated_transformer.incremental.DecoderCache` computes with:
-        the target's embedding, the decoder layers, the last norm."""
-        return self.tgt_embed, self.decoder_layers, self.decoder_norm
+        the target's embedding, the decoder's layers, its last norm."""
+        return self.tgt_embed, self.decoder.layers, self.decoder.norm
 
     def full_decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                     tgt_mask: Tensor | None) -> Tensor:
         """The decoder on every position of ``tgt``."""
-        x = self.tgt_embed(tgt)  # [B, Lt, D]
-        for layer in self.decoder_layers:
-            x = layer(x, memory, src_mask, tgt_mask)
-        return self.decoder_norm(x)
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)  # [B, Lt, D]
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
@@ -305,17 +300,18 @@ class EncoderDecoder(Model):
         def weights(layers, name: str) -> list[Tensor]:
             return [getattr(layer, name).attention_weights[0].cpu() for layer in layers]
         return src[0].tolist(), output[0].tolist(), {
-            "encoder": weights(self.encoder_layers, "self_attn"),
-            "decoder": weights(self.decoder_layers, "self_attn"),
-            "cross": weights(self.decoder_layers, "cross_attn")}
+            "encoder": weights(self.encoder.layers, "self_attn"),
+            "decoder": weights(self.decoder.layers, "self_attn"),
+            "cross": weights(self.decoder.layers, "cross_attn")}
 
 
 class DecoderOnlyTransformer(Model):
     """A language model: the decoder without cross-attention, built from ``parts``.
 
     A decoder layer without its cross-attention is self-attention and a feed-forward
-    network, which is what chapter 5's ``EncoderLayer`` computes; with Chapter 4's
-    ``target_mask`` (padding and causality) every position sees only the ones before it.
+    network, which is what chapter 5's ``EncoderLayer`` computes: its stack (``decoder``)
+    is chapter 5's ``Encoder``; with Chapter 4's ``target_mask`` (padding and causality)
+    every position sees only the ones before it.
     ``forward(tokens [B, L], mask [B, 1, L, L])`` returns logits ``[B, L, V]``. The config's
     ``src_vocab_size`` and ``tgt_vocab_size`` are the same vocabulary.
     """
@@ -330,10 +326,8 @@ class DecoderOnlyTransformer(Model):
         c = config
         self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
                                       parts=parts)
-        self.layers = nn.ModuleList(
-            [parts.EncoderLayer(c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first)
-             for _ in range(c.num_layers)])
-        self.norm = parts.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder = parts.Encoder(c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
+                                     c.norm_first)  # self-attention layers, causal by the mask
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         for parameter in self.parameters():
             if parameter.dim() > 1:
@@ -347,17 +341,14 @@ class DecoderOnlyTransformer(Model):
 
     def features(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
         """The last layer's output, normalised, ``[B, L, D]``, which the generator projects."""
-        x = self.embed(tokens)
-        for layer in self.layers:
-            x = layer(x, mask)
-        return self.norm(x)
+        return self.decoder(self.embed(tokens), mask)
 
     kind = "decoder-only"
     decoder_only = True
 
     def incremental_parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module]:
         """The embedding, the layers and the last norm (no cross-attention)."""
-        return self.embed, self.layers, self.norm
+        return self.embed, self.decoder.layers, self.decoder.norm
 
     @staticmethod
     def longest_sequence(max_source_len: int, max_target_len: int) -> int:
@@ -405,7 +396,7 @@ class DecoderOnlyTransformer(Model):
         self(sequence, parts.causal_mask(sequence.size(1), device=sequence.device))
         ids = sequence[0].tolist()
         return ids, ids, {"decoder": [layer.self_attn.attention_weights[0].cpu()
-                                      for layer in self.layers]}
+                                      for layer in self.decoder.layers]}
 
 
 MODELS: dict[str, type[Model]] = {m.kind: m for m in (EncoderDecoder, DecoderOnlyTransformer)}

@@ -1,4 +1,5 @@
-"""Chapter 5: residual connections, LayerNorm, the feed-forward network, the two layers.
+"""Chapter 5: residual connections, LayerNorm, the feed-forward network, the two layers and
+their stacks.
 
 Vaswani et al. (2017), sections 3.1 and 3.3; He et al. (2016) for residual learning,
 Ba et al. (2016) for layer normalization. The paper is post-LN:
@@ -7,6 +8,7 @@ Ba et al. (2016) for layer normalization. The paper is post-LN:
     pre-LN (most later code):   x = x + Dropout(Sublayer(LayerNorm(x)))
 
 ``norm_first=False`` is post-LN, ``True`` is pre-LN, as in ``nn.TransformerEncoderLayer``.
+Pre-LN leaves the residual stream unnormalised, so a pre-LN stack ends with one LayerNorm.
 Shapes: ``x [B, L, D]``; the decoder's ``memory [B, Ls, D]``.
 """
 
@@ -25,6 +27,8 @@ __all__ = [
     "ResidualConnection",
     "EncoderLayer",
     "DecoderLayer",
+    "Encoder",
+    "Decoder",
 ]
 
 
@@ -177,4 +181,72 @@ class DecoderLayer(nn.Module):
         x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
         x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
         return self.residuals[2](x, self.feed_forward)
+        # END SOLUTION
+
+
+class Encoder(nn.Module):
+    """Exercise 5.6: the encoder: ``num_layers`` encoder layers in turn, then a last norm.
+
+    ``layers``: an ``nn.ModuleList`` of ``num_layers`` :class:`EncoderLayer` (5.4), each
+    built anew (one layer listed ``num_layers`` times would share one set of weights);
+    ``norm``: a :class:`LayerNorm` (5.1) when ``norm_first`` (pre-LN leaves the residual
+    stream unnormalised: the stack normalises its output once), else ``nn.Identity()``
+    (post-LN layers end normalised). ``forward(x [B, L, D], mask=None) -> [B, L, D]``: each
+    layer with ``mask``, then ``norm``. Matches ``nn.TransformerEncoder(layer, num_layers,
+    norm=nn.LayerNorm(d_model) if norm_first else None)`` with equal weights; may not use
+    it, ``nn.Transformer``'s parts or PyTorch's attention, softmax or norms.
+
+    Hint: build each layer from the parts the model is built with,
+    ``active_parts().EncoderLayer``, or from this chapter's ``EncoderLayer``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, num_layers: int,
+                 dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        parts = active_parts()  # this chapter's layers, from the parts the model is built with
+        # BEGIN SOLUTION 5.6
+        self.layers = nn.ModuleList(
+            [parts.EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+             for _ in range(num_layers)])
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+        # END SOLUTION
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x [B, L, D] -> [B, L, D]``."""
+        # BEGIN SOLUTION 5.6
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+        # END SOLUTION
+
+
+class Decoder(nn.Module):
+    """Exercise 5.7: the decoder: ``num_layers`` decoder layers in turn, then a last norm.
+
+    ``layers``: an ``nn.ModuleList`` of ``num_layers`` :class:`DecoderLayer` (5.5), each
+    built anew; ``norm``: a :class:`LayerNorm` when ``norm_first``, else ``nn.Identity()``,
+    as in :class:`Encoder`. ``forward(x [B, Lt, D], memory [B, Ls, D], src_mask=None,
+    tgt_mask=None) -> [B, Lt, D]``: each layer reads the same ``memory`` (the encoder's
+    output) with both masks, then ``norm``. Matches ``nn.TransformerDecoder(layer,
+    num_layers, norm=...)`` likewise; may not use it.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, num_layers: int,
+                 dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        parts = active_parts()  # this chapter's layers, from the parts the model is built with
+        # BEGIN SOLUTION 5.7
+        self.layers = nn.ModuleList(
+            [parts.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+             for _ in range(num_layers)])
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+        # END SOLUTION
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """``x [B, Lt, D]``, ``memory [B, Ls, D]`` -> ``[B, Lt, D]``."""
+        # BEGIN SOLUTION 5.7
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
         # END SOLUTION

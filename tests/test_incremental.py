@@ -129,7 +129,7 @@ class Doubled(nn.Module):
 def test_parts_outside_the_contract_fall_back_to_recomputing(keep_names):
     torch.manual_seed(0)
     model = EncoderDecoder(TransformerConfig.small(30, max_len=40)).eval()
-    for layer in model.decoder_layers:
+    for layer in model.decoder.layers:
         layer.self_attn = Doubled(layer.self_attn, keep_names)
     src = torch.randint(3, 30, (5, 6))
     src_mask = model.parts.padding_mask(src, PAD)

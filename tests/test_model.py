@@ -53,14 +53,14 @@ def test_weights_are_tied_and_can_be_untied():
 def test_matrices_are_xavier_uniform():
     model = EncoderDecoder(TransformerConfig(50, 50, num_layers=1, d_model=32, d_ff=64,
                                              num_heads=4))
-    weight = model.encoder_layers[0].feed_forward.linear1.weight  # [64, 32]
+    weight = model.encoder.layers[0].feed_forward.linear1.weight  # [64, 32]
     bound = (6 / (32 + 64)) ** 0.5
     assert weight.abs().max() <= bound and weight.abs().max() > 0.9 * bound
 
 
 def test_pre_ln_gets_a_final_norm_post_ln_does_not():
-    assert isinstance(small_model(norm_first=False).encoder_norm, nn.Identity)
-    assert not isinstance(small_model(norm_first=True).decoder_norm, nn.Identity)
+    assert isinstance(small_model(norm_first=False).encoder.norm, nn.Identity)
+    assert not isinstance(small_model(norm_first=True).decoder.norm, nn.Identity)
 
 
 def test_built_from_the_learners_parts(tmp_path):
@@ -70,3 +70,20 @@ def test_built_from_the_learners_parts(tmp_path):
     mixed = Parts("solutions", {3: str(tmp_path)})
     with pytest.raises(NotImplementedError, match="Exercise 3.3"):
         EncoderDecoder(TransformerConfig.small(11), parts=mixed)
+
+
+def test_a_checkpoint_written_before_the_stacks_were_an_exercise_loads():
+    """The committed checkpoints name the layers ``encoder_layers.0...`` (and a decoder-only
+    model's ``layers.0...``); read, they are the stacks' ``encoder.layers.0...``."""
+    from annotated_transformer import checkpoint
+    from annotated_transformer.layout import ROOT
+
+    for name, former, now in (("dates", "encoder_layers.1.feed_forward.linear1.weight",
+                               "encoder.layers.1.feed_forward.linear1.weight"),
+                              ("addition", "layers.0.self_attn.q_proj.weight",
+                               "decoder.layers.0.self_attn.q_proj.weight")):
+        path = ROOT / "chapters" / "checkpoints" / f"{name}.pt"
+        raw = torch.load(path, weights_only=True)["model"]
+        assert former in raw and now not in raw, "the committed file has the former names"
+        model = checkpoint.build_model(checkpoint.load(path))
+        assert torch.equal(model.state_dict()[now].float(), raw[former].float())

@@ -121,13 +121,13 @@ def scored_features(model: nn.Module, args: tuple[Tensor, ...], labels: Tensor,
         return None
     source, target = layouts
     x = _embed(model.src_embed, src, source)
-    for layer in model.encoder_layers:
+    for layer in model.encoder.layers:
         x = _encoder_layer(layer, x, source)
-    memory = model.encoder_norm(x)  # [Ts, D]
+    memory = model.encoder.norm(x)  # [Ts, D]
     x = _embed(model.tgt_embed, tgt, target)
-    for layer in model.decoder_layers:
+    for layer in model.decoder.layers:
         x = _decoder_layer(layer, x, memory, target, source)
-    return model.decoder_norm(x), labels.reshape(-1).index_select(0, target.rows)
+    return model.decoder.norm(x), labels.reshape(-1).index_select(0, target.rows)
 
 
 def _packable(model: nn.Module) -> bool:
@@ -137,9 +137,9 @@ def _packable(model: nn.Module) -> bool:
         return False
     if is_compiling() or model.generator.weight.device.type != "cpu":
         return False
-    layers = (*model.encoder_layers, *model.decoder_layers)
-    if not all(isinstance(layer, ch05.EncoderLayer) for layer in model.encoder_layers) or \
-            not all(isinstance(layer, ch05.DecoderLayer) for layer in model.decoder_layers):
+    layers = (*model.encoder.layers, *model.decoder.layers)
+    if not all(isinstance(layer, ch05.EncoderLayer) for layer in model.encoder.layers) or \
+            not all(isinstance(layer, ch05.DecoderLayer) for layer in model.decoder.layers):
         return False
     if any(getattr(layer, "_compiled_call_impl", None) is not None for layer in layers):
         return False  # compiled layers run as compiled

@@ -29,7 +29,7 @@ from annotated_transformer.parts import load_chapter
 _reference = load_chapter("solutions", 5)
 
 __all__ = ["LayerNorm", "PositionwiseFeedForward", "ResidualConnection", "EncoderLayer",
-           "DecoderLayer"]  # the reference's parts, faster
+           "DecoderLayer", "Encoder", "Decoder"]  # the reference's parts, faster
 
 
 def normalize(norm: nn.Module, x: Tensor) -> Tensor:
@@ -106,3 +106,12 @@ class DecoderLayer(_reference.DecoderLayer):
         x = around(attend, x, self.self_attn(y, y, y, tgt_mask))
         x = around(cross, x, self.cross_attn(before(cross, x), memory, memory, src_mask))
         return around(feed, x, feed_forward(self.feed_forward, before(feed, x)))
+
+
+class Encoder(_reference.Encoder):
+    """Exercise 5.6: the reference's stack, whose layers and norm come from the parts it is
+    built with (these fast ones under ``Parts("fast")``)."""
+
+
+class Decoder(_reference.Decoder):
+    """Exercise 5.7: the reference's stack, of the fast layers under ``Parts("fast")``."""

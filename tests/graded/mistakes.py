@@ -226,6 +226,23 @@ MISTAKES = {
     "5.5/cross-attention-queries": "{call} raised a size mismatch: {error}. Cross-attention "
     "takes its queries from the decoder (x) and its keys and values from the memory: "
     "cross_attn(y, memory, memory, src_mask), whose output has x's length Lt.",
+    # 5.6 Encoder
+    "5.6/layers-shared": "layers holds one layer {count} times: one set of weights applied "
+    "{count} times. Build each layer anew, nn.ModuleList([EncoderLayer(...) for _ in "
+    "range(num_layers)]), not [layer] * num_layers.",
+    "5.6/no-final-norm": "This is the pre-LN stack without its last norm: pre-LN layers leave "
+    "the residual stream unnormalised, so with norm_first=True the stack ends with norm(x), "
+    "a LayerNorm (nn.Identity() only for post-LN).",
+    "5.6/mask-not-passed": "This is the stack's output with no mask: pass mask on to every "
+    "layer, x = layer(x, mask).",
+    # 5.7 Decoder
+    "5.7/layers-shared": "layers holds one layer {count} times: one set of weights applied "
+    "{count} times. Build each layer anew, nn.ModuleList([DecoderLayer(...) for _ in "
+    "range(num_layers)]).",
+    "5.7/no-final-norm": "This is the pre-LN stack without its last norm: with "
+    "norm_first=True the decoder ends with norm(x), a LayerNorm.",
+    "5.7/masks-not-passed": "This is the stack's output with no masks: pass both on to every "
+    "layer, x = layer(x, memory, src_mask, tgt_mask).",
     # 6.1 noam_lr
     "6.1/warmup-exponent": "These are the rates with step * warmup_steps^-0.5 during warmup: "
     "the warmup branch is step * warmup_steps^-1.5, so that both branches meet at step = "

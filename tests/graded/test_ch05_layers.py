@@ -1,10 +1,12 @@
-"""Graded tests of chapter 5: LayerNorm, the feed-forward network, residual connections and
-the encoder and decoder layers.
+"""Graded tests of chapter 5: LayerNorm, the feed-forward network, residual connections, the
+encoder and decoder layers and their stacks.
 
 References: ``nn.LayerNorm``, ``nn.TransformerEncoderLayer`` and ``nn.TransformerDecoderLayer``
-(ReLU, ``batch_first=True``, dropout 0) with equal weights, in float64. PyTorch's masks are
-True where attention is *blocked*; the tests translate. The PyTorch layers run in train mode
-(with dropout 0, so deterministic) to keep them off their inference fast path.
+(ReLU, ``batch_first=True``, dropout 0) with equal weights, in float64; a stack is those
+layers in turn and, pre-LN, an ``nn.LayerNorm``, as ``nn.TransformerEncoder`` computes.
+PyTorch's masks are True where attention is *blocked*; the tests translate. The PyTorch
+layers run in train mode (with dropout 0, so deterministic) to keep them off their inference
+fast path.
 
 The functions above the tests (``layer_norm_of``, ``encoder_layer_run``, ...) are *probes*:
 they run in the grading worker, with ``impl`` the chapter module under test, and return
@@ -47,17 +49,20 @@ EXERCISES = {
     "5.3": "ResidualConnection: post-LN and pre-LN",
     "5.4": "EncoderLayer: self-attention and feed-forward",
     "5.5": "DecoderLayer: masked self-attention, cross-attention, feed-forward",
+    "5.6": "Encoder: N encoder layers, then a last norm for pre-LN",
+    "5.7": "Decoder: N decoder layers on the same memory, then a last norm for pre-LN",
 }
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
-             "5.5": ("3.3", "5.1", "5.2", "5.3")}
+             "5.5": ("3.3", "5.1", "5.2", "5.3"), "5.6": ("5.1", "5.4"), "5.7": ("5.1", "5.5")}
 TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
                 "TransformerEncoderLayer", "TransformerDecoderLayer")
 # rms_norm decomposes into the ops an honest answer uses: only its name can be refused.
 FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm", "RMSNorm",
                      *TRANSFORMERS),
-             "5.4": TRANSFORMERS, "5.5": TRANSFORMERS}
+             "5.4": TRANSFORMERS, "5.5": TRANSFORMERS, "5.6": TRANSFORMERS,
+             "5.7": TRANSFORMERS}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
 # through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms
 # that could stand in for it (5.3's norm is the learner's LayerNorm of 5.1); in a layer,
@@ -65,7 +70,8 @@ FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm",
 # nn.TransformerEncoderLayer, nn.TransformerDecoderLayer or nn.Transformer's parts, in
 # train or eval mode, are refused. A layer's attention is the learner's own of 3.3.
 LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORM_OPS)
-FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY}
+FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY,
+                 "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY}
 f64 = torch.float64
 
 
@@ -654,3 +660,181 @@ def test_encoder_layer_own_initialisation(learner):
 def test_decoder_layer_own_initialisation(learner):
     check_initialisation(learner.run(fresh_state, name="DecoderLayer", args=[16, 4, 32]),
                          "DecoderLayer")
+
+
+# ---------------------------------------------------------------- 5.6 and 5.7 stacks
+
+
+def stack_run(impl, name, x, norm_first, state, num_layers=2, memory=None, masks=None):
+    """Encoder or Decoder (``name``) of ``num_layers`` layers (16, 4, 32) with the grader's
+    weights ``state``, called as the package calls it: ``encoder(x, mask)``, ``decoder(x,
+    memory, src_mask, tgt_mask)``. Its structure (how many layers, how many distinct ones, a
+    norm), state-dict names and output."""
+    stack = getattr(impl, name)(16, 4, 32, num_layers, norm_first=norm_first).double()
+    layers = getattr(stack, "layers", None)
+    structure = {"layers": len(layers) if isinstance(layers, nn.ModuleList) else None,
+                 "distinct": len({id(layer) for layer in layers})
+                 if isinstance(layers, nn.ModuleList) else None,
+                 "norm": isinstance(getattr(stack, "norm", None), nn.Module)}
+    if structure["layers"] != num_layers or structure["distinct"] != num_layers:
+        return {"structure": structure}
+    names = load_trusted(stack, state)
+    result = {"structure": structure, "names": names}
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return result
+    masks = masks or {}
+    if memory is None:
+        return {**result, "output": stack(x, masks.get("mask"))}
+    return {**result, "output": stack(x, memory, masks.get("src_mask"), masks.get("tgt_mask"))}
+
+
+def stack_weights(attentions, residuals, norm_first, num_layers=2):
+    """The grader's weights of a stack: each layer's (:func:`layer_weights`) under
+    ``layers.{i}.``, and the last norm's when ``norm_first``."""
+    state = {}
+    for i in range(num_layers):
+        state.update({f"layers.{i}.{k}": v
+                      for k, v in layer_weights(attentions, residuals).items()})
+    if norm_first:
+        state.update(trusted_state({"norm.weight": (16,), "norm.bias": (16,)}))
+    return state
+
+
+def check_stack(result, name, exercise, num_layers=2):
+    structure = result["structure"]
+    assert structure["layers"] is not None, (
+        f"{name}.layers should be an nn.ModuleList of its {num_layers} layers")
+    assert structure["layers"] == num_layers, (
+        f"{name}(..., num_layers={num_layers}) has {structure['layers']} layers")
+    assert structure["distinct"] == num_layers, named(f"{exercise}/layers-shared",
+                                                      count=num_layers)
+    assert structure["norm"], (f"{name}.norm should be a LayerNorm (pre-LN) or nn.Identity() "
+                               f"(post-LN)")
+
+
+def torch_stack(layers, state, norm_first, attentions, residuals):
+    """PyTorch's layers (``layers``: fresh ones, float64) with the stack's weights, and its
+    last norm (an ``nn.LayerNorm`` pre-LN, else nothing)."""
+    loaded = [load_into(layer, {k.removeprefix(f"layers.{i}."): v for k, v in state.items()
+                                if k.startswith(f"layers.{i}.")}, attentions, residuals)
+              for i, layer in enumerate(layers)]
+    norm = nn.Identity()
+    if norm_first:
+        norm = nn.LayerNorm(16).double()
+        norm.load_state_dict({"weight": state["norm.weight"], "bias": state["norm.bias"]})
+    return loaded, norm
+
+
+@pytest.mark.grade("5.6", points=3, values=True)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no mask", "padding mask"])
+def test_encoder_matches_pytorch(learner, norm_first, masked):
+    x = torch.randn(3, 6, 16, dtype=f64)
+    allowed = torch.arange(6) < torch.tensor([6, 4, 2])[:, None]  # [B, L]
+    state = stack_weights(["self_attn"], 2, norm_first)
+    result = learner.run(stack_run, name="Encoder", x=x, norm_first=norm_first, state=state,
+                         masks={"mask": allowed[:, None, None, :]} if masked else None)
+    check_stack(result, "Encoder", "5.6")
+    check_names(result["names"], state, "Encoder",
+                hint="" if norm_first else "A post-LN stack has no last norm: nn.Identity().")
+    layers, norm = torch_stack(
+        [nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                    norm_first=norm_first).double() for _ in range(2)],
+        state, norm_first, [("self_attn", "self_attn")], 2)
+
+    def run(blocked):
+        y = x
+        for layer in layers:
+            y = layer(y, src_key_padding_mask=blocked)
+        return y
+
+    with torch.no_grad():
+        expected = norm(run(~allowed if masked else None))
+        mistakes = {"5.6/mask-not-passed": norm(run(None))} if masked else {}
+        if norm_first:
+            mistakes["5.6/no-final-norm"] = run(~allowed if masked else None)
+    output = result["output"]
+    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
+        output.double(), expected) else first_match(output, mistakes)
+    assert_close(output, expected, f"Encoder(norm_first={norm_first})"
+                 + (" with a padding mask" if masked else "") + ", called as encoder(x, mask)",
+                 hint=named(mistake) if mistake else "Each layer in turn, with the mask, then "
+                 "the last norm.")
+
+
+@pytest.mark.grade("5.7", points=3, values=True)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no masks", "causal and padding masks"])
+def test_decoder_matches_pytorch(learner, norm_first, masked):
+    x, memory = torch.randn(2, 5, 16, dtype=f64), torch.randn(2, 7, 16, dtype=f64)
+    source_allowed = torch.arange(7) < torch.tensor([7, 3])[:, None]  # [B, Ls]
+    target_allowed = torch.arange(5) < torch.tensor([5, 4])[:, None]  # [B, Lt]
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    masks = None
+    if masked:
+        masks = {"src_mask": source_allowed[:, None, None, :],
+                 "tgt_mask": target_allowed[:, None, None, :] & causal}
+    state = stack_weights(["self_attn", "cross_attn"], 3, norm_first)
+    result = learner.run(stack_run, name="Decoder", x=x, norm_first=norm_first, state=state,
+                         memory=memory, masks=masks)
+    check_stack(result, "Decoder", "5.7")
+    check_names(result["names"], state, "Decoder",
+                hint="" if norm_first else "A post-LN stack has no last norm: nn.Identity().")
+    layers, norm = torch_stack(
+        [nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                    norm_first=norm_first).double() for _ in range(2)],
+        state, norm_first, [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")], 3)
+    self_blocked = (~(target_allowed[:, None, :] & causal)).repeat_interleave(4, dim=0)
+    cross_blocked = (~source_allowed[:, None, :]).expand(2, 5, 7).repeat_interleave(4, dim=0)
+
+    def run(with_masks):
+        y = x
+        for layer in layers:
+            y = layer(y, memory, tgt_mask=self_blocked if with_masks else None,
+                      memory_mask=cross_blocked if with_masks else None)
+        return y
+
+    with torch.no_grad():
+        expected = norm(run(masked))
+        mistakes = {"5.7/masks-not-passed": norm(run(False))} if masked else {}
+        if norm_first:
+            mistakes["5.7/no-final-norm"] = run(masked)
+    output = result["output"]
+    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
+        output.double(), expected) else first_match(output, mistakes)
+    assert_close(output, expected, f"Decoder(norm_first={norm_first})"
+                 + (" with masks, called as decoder(x, memory, src_mask, tgt_mask)" if masked
+                    else ", called as decoder(x, memory)"),
+                 hint=named(mistake) if mistake else "Each layer in turn on the same memory, "
+                 "with both masks, then the last norm.")
+
+
+def stack_depths(impl, name):
+    """How many layers a stack has for num_layers = 1 and 3, and its output's shape."""
+    shapes = {}
+    for depth in (1, 3):
+        stack = getattr(impl, name)(8, 2, 16, depth)
+        x = torch.randn(2, 3, 8)
+        out = stack(x) if name == "Encoder" else stack(x, torch.randn(2, 4, 8))
+        shapes[depth] = {"layers": len(getattr(stack, "layers", ())), "output": out}
+    return shapes
+
+
+@pytest.mark.grade("5.6", points=1)
+def test_encoder_depth_and_shape(learner):
+    found = learner.run(stack_depths, name="Encoder")
+    for depth, seen in found.items():
+        assert seen["layers"] == depth, f"Encoder(..., num_layers={depth}) has " \
+                                        f"{seen['layers']} layers"
+        assert_tensor(seen["output"], f"Encoder(num_layers={depth})(x)", shape=(2, 3, 8),
+                      dtype=torch.float32)
+
+
+@pytest.mark.grade("5.7", points=1)
+def test_decoder_depth_and_shape(learner):
+    found = learner.run(stack_depths, name="Decoder")
+    for depth, seen in found.items():
+        assert seen["layers"] == depth, f"Decoder(..., num_layers={depth}) has " \
+                                        f"{seen['layers']} layers"
+        assert_tensor(seen["output"], f"Decoder(num_layers={depth})(x, memory)",
+                      shape=(2, 3, 8), dtype=torch.float32)

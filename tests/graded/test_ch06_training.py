@@ -38,7 +38,8 @@ EXERCISES = {
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
-             "6.5": ("1.2", "1.3", "5.1", "5.4", "5.5", "6.1", "6.2", "6.3", "6.4")}
+             "6.5": ("1.2", "1.3", "5.1", "5.4", "5.5", "5.6", "5.7", "6.1", "6.2", "6.3",
+                     "6.4")}
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
 INTEGRATION = {"6.5"}
 FORBIDDEN = {"6.2": ("label_smoothing=",)}

@@ -156,7 +156,7 @@ class TorchEncoderDecoder(nn.Module):
         self.load_state_dict(mine, strict=True)
 
     _LAYER = re.compile(
-        r"^(?P<stack>encoder|decoder)_layers\.(?P<i>\d+)\.(?P<rest>.+)$")
+        r"^(?P<stack>encoder|decoder)\.layers\.(?P<i>\d+)\.(?P<rest>.+)$")
     _ATTN = re.compile(r"^(?P<attn>self_attn|cross_attn)\.(?P<p>[qkv]|out)_proj\."
                        r"(?P<kind>weight|bias)$")
     _FIXED = {
@@ -164,10 +164,10 @@ class TorchEncoderDecoder(nn.Module):
         "tgt_embed.tokens.embedding.weight": "tgt_embed.weight",
         "src_embed.positions.pe": "",
         "tgt_embed.positions.pe": "",
-        "encoder_norm.weight": "encoder_norm.weight",
-        "encoder_norm.bias": "encoder_norm.bias",
-        "decoder_norm.weight": "decoder_norm.weight",
-        "decoder_norm.bias": "decoder_norm.bias",
+        "encoder.norm.weight": "encoder_norm.weight",
+        "encoder.norm.bias": "encoder_norm.bias",
+        "decoder.norm.weight": "decoder_norm.weight",
+        "decoder.norm.bias": "decoder_norm.bias",
         "generator.weight": "projection.weight",
         "generator.bias": "projection.bias",
     }
@@ -176,7 +176,7 @@ class TorchEncoderDecoder(nn.Module):
         """The name of ``key`` here; ``""`` for a table not taken; ``"qkv:..."`` for one
         third of an input projection; ``None`` for a key the course's model lacks."""
         if key in self._FIXED:
-            if key.startswith(("encoder_norm", "decoder_norm")) and not self.config.norm_first:
+            if key.startswith(("encoder.norm", "decoder.norm")) and not self.config.norm_first:
                 return None
             return self._FIXED[key]
         match = self._LAYER.match(key)
@@ -208,7 +208,8 @@ class TorchLanguageModel(TorchEncoderDecoder):
     made of PyTorch's own modules: its layers are encoder layers run with the causal mask.
     ``forward(tokens [B, L], mask)`` -> logits ``[B, L, V]``, as the course's model returns.
     :meth:`load_course_state_dict` reads the course model's state dict (``embed.*``,
-    ``layers.*``, ``norm.*``, ``generator.*``)."""
+    ``decoder.layers.*``, ``decoder.norm.*``, ``generator.*``: its stack is chapter 5's
+    ``Encoder``)."""
 
     def __init__(self, config) -> None:
         nn.Module.__init__(self)
@@ -229,8 +230,8 @@ class TorchLanguageModel(TorchEncoderDecoder):
     def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
         return self.projection(self.encode(tokens, mask))
 
-    _RENAMED = (("embed.", "src_embed."), ("layers.", "encoder_layers."),
-                ("norm.", "encoder_norm."))
+    _RENAMED = (("embed.", "src_embed."), ("decoder.layers.", "encoder.layers."),
+                ("decoder.norm.", "encoder.norm."))
 
     def load_course_state_dict(self, state_dict: Mapping[str, Tensor]) -> None:
         """Load the course's ``DecoderOnlyTransformer`` state dict (names of the syllabus);

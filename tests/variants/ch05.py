@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
+
+from annotated_transformer.parts import active_parts
 
 from variants import right, wrong
 
@@ -409,3 +413,123 @@ class TorchDecoderLayer(LoopOverSublayers):
             batch_first=True, norm_first=self.residuals[0].norm_first),
             [("self_attn", "self_attn"), ("cross_attn", "multihead_attn")], 3)
         return theirs(x, memory)
+
+
+# ------------------------------------------------------------------ 5.6 and 5.7 stacks
+
+
+class _Stack(nn.Module):
+    """A stack's layers (each built anew from the active parts) and its last norm; the
+    variant's forward uses them, or builds them otherwise."""
+
+    LAYER = "EncoderLayer"
+
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__()
+        parts = active_parts()
+        self.layers = nn.ModuleList([getattr(parts, self.LAYER)(
+            d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)])
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+
+
+@wrong("5.6", "Encoder", "one layer listed num_layers times (one set of weights)",
+       mistake="5.6/layers-shared")
+class SharedLayerEncoder(_Stack):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        nn.Module.__init__(self)
+        parts = active_parts()
+        layer = parts.EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList([layer] * num_layers)
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+@wrong("5.6", "Encoder", "pre-LN without the last norm", mistake="5.6/no-final-norm")
+class EncoderWithoutLastNorm(_Stack):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+@wrong("5.6", "Encoder", "a last norm in post-LN too")
+class EncoderAlwaysNormed(_Stack):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.norm = active_parts().LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+@wrong("5.6", "Encoder", "the mask not passed on to the layers", mistake="5.6/mask-not-passed")
+class EncoderUnmasked(_Stack):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+@right("5.6", "Encoder", "the layers folded with functools.reduce")
+class ReducedEncoder(_Stack):
+    def forward(self, x, mask=None):
+        return self.norm(functools.reduce(lambda y, layer: layer(y, mask), self.layers, x))
+
+
+class _DecoderStack(_Stack):
+    LAYER = "DecoderLayer"
+
+
+@wrong("5.7", "Decoder", "one layer listed num_layers times (one set of weights)",
+       mistake="5.7/layers-shared")
+class SharedLayerDecoder(_DecoderStack):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        nn.Module.__init__(self)
+        parts = active_parts()
+        layer = parts.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList([layer] * num_layers)
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "pre-LN without the last norm", mistake="5.7/no-final-norm")
+class DecoderWithoutLastNorm(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return x
+
+
+@wrong("5.7", "Decoder", "the masks not passed on to the layers",
+       mistake="5.7/masks-not-passed")
+class DecoderUnmasked(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "each layer attends to the previous layer's output, not the memory")
+class DecoderWithoutMemory(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory if i == 0 else x, src_mask if i == 0 else tgt_mask, tgt_mask)
+        return self.norm(x)
+
+
+@right("5.7", "Decoder", "keyword arguments, the layers indexed")
+class IndexedDecoder(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        return self.norm(x)

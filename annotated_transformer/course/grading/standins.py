@@ -33,7 +33,8 @@ from torch import Tensor, nn
 EXERCISES = {
     "2.1": "softmax", "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention",
     "4.1": "padding_mask", "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
-    "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "6.2": "LabelSmoothingLoss",
+    "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "5.4": "EncoderLayer",
+    "5.5": "DecoderLayer", "6.2": "LabelSmoothingLoss",
 }
 
 
@@ -218,6 +219,44 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
             self.attention_weights = weights.detach()
             return out
 
+    class EncoderLayer(nn.Module):
+        """The grader's stand-in for exercise 5.4, of the stand-ins above (the contract's
+        state-dict names)."""
+
+        def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                     norm_first: bool = False) -> None:
+            ran("5.4")
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+            self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.residuals = nn.ModuleList(
+                [ResidualConnection(d_model, dropout, norm_first) for _ in range(2)])
+
+        def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+            ran("5.4")
+            x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, mask))
+            return self.residuals[1](x, self.feed_forward)
+
+    class DecoderLayer(nn.Module):
+        """The grader's stand-in for exercise 5.5, of the stand-ins above."""
+
+        def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                     norm_first: bool = False) -> None:
+            ran("5.5")
+            super().__init__()
+            self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+            self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+            self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.residuals = nn.ModuleList(
+                [ResidualConnection(d_model, dropout, norm_first) for _ in range(3)])
+
+        def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+                    tgt_mask: Tensor | None = None) -> Tensor:
+            ran("5.5")
+            x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+            x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+            return self.residuals[2](x, self.feed_forward)
+
     trusted_cross_entropy = trusted(lambda logits, target, ignore, smoothing: F.cross_entropy(
         logits, target, ignore_index=ignore, label_smoothing=smoothing))
 
@@ -241,7 +280,8 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
                  "4.2": causal_mask, "4.3": target_mask}
     found.update({e: noted(e, f) for e, f in functions.items()})  # type: ignore[arg-type]
     found.update({"3.3": MultiHeadAttention, "5.1": LayerNorm, "5.2": PositionwiseFeedForward,
-                  "5.3": ResidualConnection, "6.2": LabelSmoothingLoss})
+                  "5.3": ResidualConnection, "5.4": EncoderLayer, "5.5": DecoderLayer,
+                  "6.2": LabelSmoothingLoss})
     return found
 
 
