@@ -158,8 +158,10 @@ def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict:
         state["vocab"] = {("level" if key == "kind" else key): value
                           for key, value in vocab.items()}
     for former, now in FORMER_NAMES[state["kind"]]:  # written before chapter 5's stacks
-        state["model"] = {now + key[len(former):] if key.startswith(former) else key: value
-                          for key, value in state["model"].items()}
+        for part in ("model", "scales"):  # the weights, and the row scales of int8 ones
+            if isinstance(state.get(part), dict):
+                state[part] = {now + key[len(former):] if key.startswith(former) else key: value
+                               for key, value in state[part].items()}
     return state
 
 

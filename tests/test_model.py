@@ -87,3 +87,12 @@ def test_a_checkpoint_written_before_the_stacks_were_an_exercise_loads():
         assert former in raw and now not in raw, "the committed file has the former names"
         model = checkpoint.build_model(checkpoint.load(path))
         assert torch.equal(model.state_dict()[now].float(), raw[former].float())
+    # An int8 file's matrices come back with their row scales, renamed too.
+    path = ROOT / "chapters" / "checkpoints" / "multi30k-cpu.pt"
+    raw = torch.load(path, weights_only=True)
+    former = "encoder_layers.1.self_attn.q_proj.weight"
+    now = "encoder.layers.1.self_attn.q_proj.weight"
+    assert raw["model"][former].dtype == torch.int8, "the committed translator is int8"
+    expected = raw["model"][former].float() * raw["scales"][former][:, None]
+    model = checkpoint.build_model(checkpoint.load(path))
+    assert torch.allclose(model.state_dict()[now], expected)

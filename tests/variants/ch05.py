@@ -419,16 +419,14 @@ class TorchDecoderLayer(LoopOverSublayers):
 
 
 class _Stack(nn.Module):
-    """A stack's layers (each built anew from the active parts) and its last norm; the
+    """An encoder's layers (each built anew from the active parts) and its last norm; the
     variant's forward uses them, or builds them otherwise."""
-
-    LAYER = "EncoderLayer"
 
     def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
         super().__init__()
         parts = active_parts()
-        self.layers = nn.ModuleList([getattr(parts, self.LAYER)(
-            d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)])
+        self.layers = nn.ModuleList([parts.EncoderLayer(d_model, num_heads, d_ff, dropout,
+                                                        norm_first) for _ in range(num_layers)])
         self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
 
 
@@ -482,8 +480,15 @@ class ReducedEncoder(_Stack):
         return self.norm(functools.reduce(lambda y, layer: layer(y, mask), self.layers, x))
 
 
-class _DecoderStack(_Stack):
-    LAYER = "DecoderLayer"
+class _DecoderStack(nn.Module):
+    """A decoder's layers and its last norm, as :class:`_Stack`."""
+
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__()
+        parts = active_parts()
+        self.layers = nn.ModuleList([parts.DecoderLayer(d_model, num_heads, d_ff, dropout,
+                                                        norm_first) for _ in range(num_layers)])
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
 
 
 @wrong("5.7", "Decoder", "one layer listed num_layers times (one set of weights)",
