@@ -39,6 +39,8 @@ from annotated_transformer.time_budget import BudgetSchedule, Planner, format_du
 from annotated_transformer.training_runtime import (  # noqa: F401 - where callers look
     Metrics,
     Runtime,
+    Trainee,
+    Weighted,
     autocast,
     compile_model,
     eager,
@@ -170,25 +172,22 @@ def train_step(model: Model, batch: LabelledInputs, loss_fn: nn.Module,
                optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None,
                net: nn.Module | None = None, precision: str = "fp32",
                weight: float = 1.0) -> Tensor:
-    """One update on ``batch`` (this process's rows of the global batch, on the device).
+    """One update on ``batch`` (this process's rows of the global batch, on the device):
+    chapter 6's ``train_step`` of the model's parts (Exercise 6.5), given the model as a
+    :class:`Trainee` (the forward pass through ``net``, under bf16 autocast when asked) and
+    the loss weighted as below.
 
     ``weight`` is this process's share of the global batch's scored tokens (1 for one
-    process): each process's loss is weighted by it, so that the gradient DDP averages is
-    the gradient of the global mean. Returns the weighted loss, a float64 scalar left on
-    the device: nothing in the step waits for the device (no ``.item()``), so the host
-    prepares the next batch while the device computes; :func:`train` reads the losses
-    back every ``log_every`` steps."""
-    net = model if net is None else net
-    model.train()
-    with autocast(batch.labels.device, precision):
-        loss = model.loss(batch, loss_fn, net)
-    optimizer.zero_grad(set_to_none=True)
-    (loss * weight * distributed.world_size()).backward()  # DDP averages over processes
-    if clip_norm:
-        nn.utils.clip_grad_norm_(model.parameters(), clip_norm, foreach=True)
-    optimizer.step()
-    scheduler.step()
-    return loss.detach().double() * weight
+    process): each process's loss is weighted by it (and by the number of processes, whose
+    gradients DDP averages), so that the gradient is the gradient of the global mean.
+    Returns the weighted loss, a float64 scalar left on the device: nothing in the step
+    waits for the device (no ``.item()``), so the host prepares the next batch while the
+    device computes; :func:`train` reads the losses back every ``log_every`` steps."""
+    world = distributed.world_size()
+    trainee = Trainee(model, model if net is None else net, precision)
+    loss = model.parts.train_step(trainee, batch, Weighted(loss_fn, weight * world), optimizer,
+                                  scheduler, clip_norm)
+    return loss.detach().double() / world
 
 
 @torch.no_grad()

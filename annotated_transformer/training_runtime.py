@@ -1,7 +1,9 @@
 """How a training run executes, apart from what it learns: :class:`Runtime` (the
 precision, ``torch.compile``, where checkpoints and metrics go, a progress bar),
-:func:`compile_model`, bf16 :func:`autocast`, :func:`eager` inside compiled code, and the
-:class:`Metrics` file."""
+:func:`compile_model`, bf16 :func:`autocast`, :func:`eager` inside compiled code, the
+:class:`Metrics` file, and the model and loss as chapter 6's training step sees them
+(:class:`Trainee`, :class:`Weighted`: DDP, autocast and the token weighting kept out of
+the learner's step)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import Tensor, nn
 
 from annotated_transformer.model import Model
+from annotated_transformer.teacher_forcing import LabelledInputs
 
 
 @dataclass
@@ -96,3 +100,51 @@ class Metrics:
     def close(self) -> None:
         if self.file:
             self.file.close()
+
+
+class Trainee:
+    """The model as a training step sees it: ``trainee(*args)`` is the forward pass through
+    ``net`` (the model, or its ``DistributedDataParallel`` wrapper, which must see the call
+    to average the gradients) under bf16 autocast when ``precision`` asks for it (only the
+    forward pass: the backward runs outside); ``loss(batch, loss_fn)`` is the model's own
+    (the fast parts' step uses it: only the scored positions computed); ``train``,
+    ``parameters`` and ``zero_grad`` are the model's."""
+
+    def __init__(self, model: Model, net: nn.Module, precision: str) -> None:
+        self.model, self.net, self.precision = model, net, precision
+
+    def __call__(self, *args: Tensor) -> Tensor:
+        with autocast(args[0].device, self.precision):
+            return self.net(*args)
+
+    def loss(self, batch: LabelledInputs, loss_fn: nn.Module) -> Tensor:
+        with autocast(batch.labels.device, self.precision):
+            return self.model.loss(batch, loss_fn, self.net)
+
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    def train(self, mode: bool = True) -> Trainee:
+        self.model.train(mode)
+        return self
+
+    def parameters(self, recurse: bool = True):
+        return self.model.parameters(recurse)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.model.zero_grad(set_to_none)
+
+
+class Weighted(nn.Module):
+    """``loss_fn`` times ``weight``, and so its ``model_loss`` when it has one (the fast
+    parts' loss computed from the model)."""
+
+    def __init__(self, loss_fn: nn.Module, weight: float) -> None:
+        super().__init__()
+        self.loss_fn, self.weight = loss_fn, weight
+        if hasattr(loss_fn, "model_loss"):
+            self.model_loss = lambda model, batch: loss_fn.model_loss(model, batch) * weight
+
+    def forward(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return self.loss_fn(logits, labels) * self.weight

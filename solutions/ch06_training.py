@@ -1,5 +1,5 @@
 """Chapter 6: training the Transformer: the learning-rate schedule, label smoothing,
-teacher forcing and greedy decoding.
+teacher forcing, greedy decoding and the training step.
 
 Vaswani et al. (2017), section 5.3 (the schedule) and 5.4 (label smoothing,
 Szegedy et al. 2016). The model interface used by decoding:
@@ -10,13 +10,15 @@ Szegedy et al. 2016). The model interface used by decoding:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from annotated_transformer.batch import Batch
 from annotated_transformer.parts import active_parts
 
-__all__ = ["noam_lr", "LabelSmoothingLoss", "make_batch", "greedy_decode"]
+__all__ = ["noam_lr", "LabelSmoothingLoss", "make_batch", "greedy_decode", "train_step"]
 
 
 def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
@@ -125,4 +127,34 @@ def greedy_decode(model: nn.Module, src: Tensor, src_mask: Tensor, max_len: int,
         ys = torch.cat([ys, next_token.unsqueeze(1).to(ys.dtype)], dim=1)
         finished |= next_token == eos_id
     return ys
+    # END SOLUTION
+
+
+def train_step(model: nn.Module, batch: Any, loss_fn: nn.Module,
+               optimizer: torch.optim.Optimizer, scheduler: Any,
+               clip_norm: float | None = 1.0) -> Tensor:
+    """Exercise 6.5: one update of ``model`` on ``batch``; returns the loss before it.
+
+    ``batch.args`` are the model's inputs and ``batch.labels [B, L]`` what it should
+    predict (PAD where nothing is scored): ``model(*batch.args)`` gives logits
+    ``[B, L, V]``, and ``loss_fn(logits [B*L, V], labels [B*L])`` their mean loss (6.2's
+    ignores PAD). In this order: the model in training mode; the gradients zeroed
+    (``optimizer.zero_grad()``: ``backward`` adds to what is there); the loss; its gradient
+    (``loss.backward()``); the gradients scaled so that their total norm is at most
+    ``clip_norm`` (``nn.utils.clip_grad_norm_(model.parameters(), clip_norm)``; none when
+    ``clip_norm`` is None or 0), before the update reads them; ``optimizer.step()``; and
+    ``scheduler.step()``, the next step's learning rate. Returns the loss detached, a
+    scalar tensor (``.item()`` here would make the host wait for the device every step).
+    """
+    # BEGIN SOLUTION 6.5
+    model.train()
+    optimizer.zero_grad()
+    logits = model(*batch.args)  # [B, L, V]
+    loss = loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
     # END SOLUTION

@@ -74,7 +74,7 @@ def test_fresh_stubs_are_not_implemented_everywhere(tmp_path):
         # An exercise names itself; the capstone says what it is and names the first stub
         # it met.
         assert re.search(r"Exercise \d+\.\d+: ", row.message), row.message
-        if row.id == "6.5":
+        if row.id == "6.6":
             assert row.message.startswith("the capstone builds and trains"), row.message
 
 
@@ -311,7 +311,7 @@ def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_pat
         assert "__import__" in rows[exercise].message, rows[exercise].message
     assert {rows[e].status for e in ("1.1", "1.2", "6.1", "6.4")} == {"passed"}
     # The capstone builds its model from every chapter of the folder, chapter 2's included.
-    assert rows["6.5"].status == "forbidden" and "ch02_attention.py" in rows["6.5"].message
+    assert rows["6.6"].status == "forbidden" and "ch02_attention.py" in rows["6.6"].message
 
 
 # ---------------------------------------------------------------- tamper evidence
@@ -433,7 +433,7 @@ def test_every_dependency_is_a_graded_exercise_of_an_earlier_or_the_same_chapter
         for part in parts:
             assert part in declared.titles and part != exercise, (exercise, part)
             assert dependencies.order(part) < dependencies.order(exercise), (exercise, part)
-    capstone = {declared.chapter_of(p) for p in declared.closure("6.5")}
+    capstone = {declared.chapter_of(p) for p in declared.closure("6.6")}
     assert capstone == {1, 2, 3, 4, 5, 6}
 
 
@@ -556,10 +556,10 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
         shutil.copy(path, tmp_path)
     test_file = chapter_test_files([6])[6]
     key = cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file)
-    record = TestRecord("t", "6.5", 6, "Capstone", 5, "passed", parts=str(tmp_path))
+    record = TestRecord("t", "6.6", 6, "Capstone", 5, "passed", parts=str(tmp_path))
     folder = tmp_path / "cache"
-    assert not cache.store(folder, "6.5", key, [replace(record, outcome="error")]), "errors: never"
-    assert not cache.store(folder, "6.5", key, [replace(record, outcome="timeout")])
+    assert not cache.store(folder, "6.6", key, [replace(record, outcome="error")]), "errors: never"
+    assert not cache.store(folder, "6.6", key, [replace(record, outcome="timeout")])
     runs = []
 
     def run(spec):  # the capstone's run, without its training
@@ -567,12 +567,12 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
         return [record]
 
     monkeypatch.setattr(engine, "_run", run)
-    spec = RunSpec.new(str(tmp_path), seed=0, exercises=["6.5"])
+    spec = RunSpec.new(str(tmp_path), seed=0, exercises=["6.6"])
     rows = engine.grade(spec, cache_dir=folder).rows()
-    assert runs == [["6.5"]] and rows[0].message == ""
+    assert runs == [["6.6"]] and rows[0].message == ""
     run_again = engine.grade(spec, cache_dir=folder)
     records, rows = run_again.records, run_again.rows()
-    assert runs == [["6.5"]], "the second time nothing runs"
+    assert runs == [["6.6"]], "the second time nothing runs"
     assert [r.status for r in rows] == ["passed"] and len(records) == 1
     assert rows[0].message.startswith("(result reused: files unchanged since ")
     assert "(result reused" in Report(rows, str(tmp_path)).table()

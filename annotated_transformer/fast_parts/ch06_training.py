@@ -3,7 +3,9 @@ given the generator's weights, the generator and the loss in one pass over chunk
 (:meth:`LabelSmoothingLoss.projected`, which a model's ``loss`` uses when its loss has it).
 
 The schedule, the batch and greedy decoding are the reference's (they are not where a
-training step spends its time).
+training step spends its time). The training step is the reference's, with the loss the
+model computes itself when it can (``model.loss``: the fast loss's generator inside it),
+the gradients zeroed to None and clipped with the ``foreach`` kernels.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ noam_lr = _reference.noam_lr
 make_batch = _reference.make_batch
 greedy_decode = _reference.greedy_decode
 
-__all__ = ["noam_lr", "LabelSmoothingLoss", "make_batch", "greedy_decode"]
+__all__ = ["noam_lr", "LabelSmoothingLoss", "make_batch", "greedy_decode", "train_step"]
 
 
 class LabelSmoothingLoss(_reference.LabelSmoothingLoss):
@@ -73,3 +75,24 @@ class LabelSmoothingLoss(_reference.LabelSmoothingLoss):
         (:meth:`projected`). The same value and gradients as the logits then the loss."""
         hidden, labels = self.scored_features(model, batch)
         return self.projected(hidden, model.generator.weight, model.generator.bias, labels)
+
+
+def train_step(model: nn.Module, batch: LabelledInputs, loss_fn: nn.Module,
+               optimizer: torch.optim.Optimizer, scheduler, clip_norm: float | None = 1.0
+               ) -> Tensor:
+    """Exercise 6.5, as the reference, the loss from ``model.loss(batch, loss_fn)`` when the
+    model has one (the package's :class:`~annotated_transformer.train.Trainee`)."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    own = getattr(model, "loss", None)
+    if own is not None:
+        loss = own(batch, loss_fn)
+    else:
+        logits = model(*batch.args)  # [B, L, V]
+        loss = loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm, foreach=True)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()

@@ -287,6 +287,19 @@ MISTAKES = {
     "every step.",
     "6.4/no-target-mask": "greedy_decode passed tgt_mask=None to model.decode: pass the causal "
     "mask of the prefix (causal_mask(L) of 4.2), as in training.",
+    # 6.5 train_step
+    "6.5/gradients-not-zeroed": "These are the weights when each step's gradients are added to "
+    "the last step's: backward adds to .grad, so zero it first, optimizer.zero_grad(), in "
+    "every step.",
+    "6.5/not-clipped": "These are the weights of an update with the gradients as they came: "
+    "clip them to a total norm of clip_norm, nn.utils.clip_grad_norm_(model.parameters(), "
+    "clip_norm), after backward and before optimizer.step().",
+    "6.5/schedule-not-stepped": "The learning rate never moved: call scheduler.step() once "
+    "per training step, after optimizer.step().",
+    "6.5/eval-mode": "The model ran in evaluation mode: call model.train() in the step "
+    "(dropout is on only in training mode).",
+    "6.5/loss-not-detached": "The loss returned still holds its graph (requires_grad): return "
+    "loss.detach(), so that keeping it does not keep every step's graph alive.",
     # 7.1 beam_search
     "7.1/penalty-counts-bos": "This is the best sequence when n counts BOS in the length "
     "penalty ((5 + n) / 6) ** length_penalty: n counts the generated tokens only (EOS "

@@ -1,5 +1,6 @@
 """Graded tests of chapter 6: the schedule, label smoothing, teacher forcing, greedy decoding,
-and the capstone: the learner's parts, assembled by the package, learn the copy task.
+the training step, and the capstone: the learner's parts, assembled by the package, learn
+the copy task.
 
 References: the formula of section 5.3, ``F.cross_entropy(..., label_smoothing=...)``, and a
 row-by-row greedy decode (``torch_models.greedy_decode``) on a Transformer made of PyTorch's
@@ -33,15 +34,16 @@ EXERCISES = {
     "6.2": "LabelSmoothingLoss: equals F.cross_entropy(label_smoothing=...)",
     "6.3": "make_batch: the shifted target and both masks",
     "6.4": "greedy_decode: batched, stops at EOS, pads after it",
-    "6.5": "Capstone: your parts, assembled, learn the copy task",
+    "6.5": "train_step: zero, loss, backward, clip, step, schedule",
+    "6.6": "Capstone: your parts, assembled, learn the copy task",
 }
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
-             "6.5": ("1.2", "1.3", "5.1", "5.4", "5.5", "5.6", "5.7", "6.1", "6.2", "6.3",
-                     "6.4")}
+             "6.6": ("1.2", "1.3", "5.1", "5.4", "5.5", "5.6", "5.7", "6.1", "6.2", "6.3",
+                     "6.4", "6.5")}
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
-INTEGRATION = {"6.5"}
+INTEGRATION = {"6.6"}
 FORBIDDEN = {"6.2": ("label_smoothing=",)}
 # While the 6.2 loss runs: elementary ops only (an allow-list, grading/allowed_ops.py), with
 # log_softmax, logsumexp and PyTorch's plain cross-entropy ("+": allowed too), and never
@@ -402,10 +404,124 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
         f"expected {expected.tolist()}")
 
 
-# ---------------------------------------------------------------- 6.5 capstone
+# ---------------------------------------------------------------- 6.5 the training step
 
 
-@pytest.mark.grade("6.5", points=5, values=True)
+class TinyLanguageModel(nn.Module):
+    """The grader's model for the training step (built in the worker by the probe, and in
+    the grader for the expected values): logits ``[B, L, V]`` of tokens ``[B, L]``, with
+    dropout, noting whether each forward pass ran in training mode."""
+
+    def __init__(self, vocab: int = 7, width: int = 5) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.out = nn.Linear(width, vocab)
+        self.modes: list[bool] = []
+
+    def forward(self, tokens):
+        self.modes.append(self.training)
+        return self.out(torch.tanh(self.embed(tokens)))
+
+
+STEP_LR = 0.5  # SGD's rate; LambdaLR halves it at every scheduler.step()
+
+
+def tiny_training(state):
+    model = TinyLanguageModel().double()
+    model.load_state_dict(state)
+    optimizer = torch.optim.SGD(model.parameters(), lr=STEP_LR)
+    return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 ** s)
+
+
+def train_step_run(impl, state, tokens, labels, clip_norm):
+    """Two calls of ``train_step`` on the grader's model (which starts in eval mode), SGD
+    and a schedule that halves the rate: the weights after each, the losses returned, the
+    rates and the model's modes."""
+    model, optimizer, scheduler = tiny_training(state)
+    model.eval()
+    batch = SimpleNamespace(args=(tokens,), labels=labels)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=0)
+    found = {"weights": [], "losses": [], "detached": [], "rates": []}
+    for _ in range(2):
+        loss = impl.train_step(model, batch, loss_fn, optimizer, scheduler, clip_norm)
+        found["losses"].append(loss.detach().clone() if isinstance(loss, torch.Tensor) else loss)
+        found["detached"].append(isinstance(loss, torch.Tensor) and not loss.requires_grad)
+        found["weights"].append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        found["rates"].append(optimizer.param_groups[0]["lr"])
+    found["modes"] = list(model.modes)
+    return found
+
+
+def expected_steps(state, tokens, labels, clip_norm, zero=True, clip=True, schedule=True):
+    """The weights and losses of two right steps (or of one mistake: no zeroing, no
+    clipping, no schedule), computed here with PyTorch."""
+    model, optimizer, scheduler = tiny_training(state)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=0)
+    weights, losses = [], []
+    for _ in range(2):
+        if zero:
+            optimizer.zero_grad()
+        logits = model(tokens)
+        loss = loss_fn(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        loss.backward()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        if schedule:
+            scheduler.step()
+        losses.append(loss.detach())
+        weights.append(torch.cat([v.detach().flatten() for v in model.state_dict().values()]))
+    return weights, losses
+
+
+def step_case():
+    state = {k: v.double() for k, v in TinyLanguageModel().state_dict().items()}
+    tokens = torch.randint(1, 7, (3, 4))
+    labels = torch.randint(1, 7, (3, 4))
+    labels[2, 2:] = 0  # padding: not scored
+    return state, tokens, labels
+
+
+@pytest.mark.grade("6.5", points=3, values=True)
+@pytest.mark.parametrize("clip_norm", [0.05, None], ids=["clipped", "no clipping"])
+def test_train_step_updates_like_pytorch(learner, clip_norm):
+    state, tokens, labels = step_case()
+    result = learner.run(train_step_run, state=state, tokens=tokens, labels=labels,
+                         clip_norm=clip_norm)
+    weights, losses = expected_steps(state, tokens, labels, clip_norm or 0.0,
+                                     clip=clip_norm is not None)
+    assert result["rates"] != [STEP_LR, STEP_LR], named("6.5/schedule-not-stepped")
+    mistakes = {"6.5/gradients-not-zeroed": expected_steps(  # the weights after each call
+        state, tokens, labels, clip_norm or 0.0, zero=False, clip=clip_norm is not None)[0]}
+    if clip_norm is not None:
+        mistakes["6.5/not-clipped"] = expected_steps(state, tokens, labels, 0.0, clip=False)[0]
+    for i in range(2):  # each call's loss (before its update), then the weights after it
+        assert_tensor(result["losses"][i], f"the loss train_step returns (call {i + 1})",
+                      shape=())
+        assert_close(result["losses"][i], losses[i], f"the loss of call {i + 1}",
+                     hint="The mean of loss_fn over logits [B*L, V] and labels [B*L], computed "
+                     "before the update.")
+        got = torch.cat([v.flatten() for v in result["weights"][i].values()])
+        mistake = None if torch.allclose(got, weights[i]) else first_match(
+            got, {name: after[i] for name, after in mistakes.items()})
+        assert_close(got, weights[i], f"the weights after call {i + 1} of train_step"
+                     + (f" (clip_norm={clip_norm})" if clip_norm else " (no clipping)"),
+                     hint=named(mistake) if mistake else "Zero the gradients, compute the loss, "
+                     "backward, clip, optimizer.step(), scheduler.step(), in that order.")
+
+
+@pytest.mark.grade("6.5", points=1)
+def test_train_step_trains_in_training_mode_and_returns_a_detached_loss(learner):
+    state, tokens, labels = step_case()
+    result = learner.run(train_step_run, state=state, tokens=tokens, labels=labels, clip_norm=1.0)
+    assert result["modes"] and all(result["modes"]), named("6.5/eval-mode")
+    assert all(result["detached"]), named("6.5/loss-not-detached")
+
+
+# ---------------------------------------------------------------- 6.6 capstone
+
+
+@pytest.mark.grade("6.6", points=5, values=True)
 @pytest.mark.cpu_seconds(300)
 def test_capstone_your_parts_learn_to_copy(learner):
     from annotated_transformer.data.copy import CopyTask

@@ -245,3 +245,114 @@ def for_loop_4d_mask(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
         if not alive.any():
             break
     return out
+
+
+# ------------------------------------------------------------------ 6.5 train_step
+
+
+def _loss(model, batch, loss_fn):
+    logits = model(*batch.args)
+    return loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
+
+
+@wrong("6.5", "train_step", "the gradients never zeroed", mistake="6.5/gradients-not-zeroed")
+def accumulating_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "no clipping", mistake="6.5/not-clipped")
+def unclipped_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the gradients clipped after the update", mistake="6.5/not-clipped")
+def clipped_too_late(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    optimizer.step()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the schedule never stepped", mistake="6.5/schedule-not-stepped")
+def unscheduled_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the model left in evaluation mode", mistake="6.5/eval-mode")
+def eval_mode_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the loss returned with its graph", mistake="6.5/loss-not-detached")
+def undetached_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss
+
+
+@right("6.5", "train_step", "the gradients zeroed after the update, the model's own zero_grad")
+def zero_after_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    model.zero_grad()
+    return loss.detach()
+
+
+@right("6.5", "train_step", "clipping by hand: every gradient times min(1, clip / total norm)")
+def clipped_by_hand(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad(set_to_none=False)
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        total = torch.sqrt(sum((g ** 2).sum() for g in grads))
+        scale = torch.clamp(clip_norm / (total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(scale)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()

@@ -7,7 +7,7 @@ builds on are these stand-ins (:data:`EXERCISES`): PyTorch's own op where PyTorc
 (``torch.softmax``, ``F.layer_norm``, ``F.multi_head_attention_forward``,
 ``F.cross_entropy``), else the formula the exercise's docstring states. Its points and its
 named mistake then depend on its own code alone. Whether the learner's parts work together
-is the capstones' question (6.5, 8.5 run on the learner's parts only) and each report's
+is the capstones' question (6.6, 8.5 run on the learner's parts only) and each report's
 line "uses your 5.1, whose values are wrong" (:mod:`.engine`).
 
 In the worker (:mod:`.worker`), built before any learner code runs. Where a stand-in uses an
