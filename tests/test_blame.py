@@ -33,6 +33,7 @@ def rows_of(parts, exercises):
     return {r.id: r for r in grade_run(None, parts, exercises=exercises).rows()}
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_cosmetic_failure_of_2_2_does_not_hide_the_own_mistake_of_3_3(tmp_path):
     """2.2 computes right, but its ValueErrors name neither d_k nor the tensors; 3.3 uses one
     head scaled by sqrt(d_model). 3.3 is told its own mistake, and nothing about 2.2."""
@@ -143,6 +144,7 @@ def test_an_error_in_another_chapter_names_the_graded_line_that_led_there(tmp_pa
     assert f"called from ch08_generation.py:{line})" in row.message, row.message
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_cross_attention_on_x_with_the_memory_s_mask_is_told_it_ignores_the_memory(tmp_path):
     """cross_attn(y, y, y, src_mask) fails on the masks' sizes only; it is not a swap of the
     masks but a cross-attention that never reads the memory, and the row says so."""

@@ -194,6 +194,7 @@ def test_command_line_table_and_json(tmp_path):
     assert usage.returncode == 2 and "chapter" in usage.stderr
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_reports_and_fail_under(tmp_path):
     from xml.etree import ElementTree as ET
 
@@ -216,6 +217,7 @@ def test_reports_and_fail_under(tmp_path):
     assert bad.returncode == 2, "a usage error exits 2"
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_an_endless_exercise_is_stopped_and_reported(tmp_path):
     stubs.write_stubs(tmp_path)
     target = next(tmp_path.glob("ch01_*.py"))
@@ -271,6 +273,7 @@ def test_a_namespace_merged_by_update_wrapper_is_refused(tmp_path):
     assert "update_wrapper" in rows["2.1"].message or "`os`" in rows["2.1"].message
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_one_exercise_from_an_earlier_report(tmp_path):
     """The GitHub Classroom steps: one exercise each, read from the one grading run's JSON."""
     rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", ""),
@@ -294,6 +297,7 @@ def test_one_exercise_from_an_earlier_report(tmp_path):
     assert missing.returncode == 2 and "did the grading step run" in missing.stderr
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_path):
     for path in stubs.SOLUTIONS_DIR.glob("ch0[1-6]_*.py"):
         shutil.copy(path, tmp_path)
@@ -346,6 +350,7 @@ def copy_of_the_course(tmp_path):
     return root
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_changed_tests_are_flagged_in_every_report_and_grading_still_runs(tmp_path):
     from xml.etree import ElementTree as ET
 
@@ -526,6 +531,7 @@ def test_every_named_mistake_has_a_variant_that_makes_it():
     assert set(MISTAKES) <= made, sorted(set(MISTAKES) - made)
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_every_report_format_carries_the_named_mistake(tmp_path):
     """A padding mask that is True at the padding, graded from the command line: the table,
     the JSON, the Markdown and the JUnit report all name ``4.1/inverted``."""
@@ -588,6 +594,7 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     assert cache.default_dir() is None
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
     """A chapter 2 file that does not parse: chapter 2's exercises are errors naming the
     file and line; everything else is graded as usual, 3.3 too (graded with the grader's
@@ -607,6 +614,7 @@ def test_a_half_typed_line_costs_its_chapter_and_what_uses_it_only(tmp_path):
         assert rows[exercise].status == "passed", (exercise, rows[exercise].message)
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_constant_error_earns_no_points(tmp_path):
     """Every stub raising one ValueError whose text holds every word the tests of a clear
     error look for: those tests pass, but they pay only with the behaviour, so 0 points."""
@@ -658,6 +666,7 @@ def test_a_worker_that_cannot_start_is_one_line_naming_the_cause_and_credits_not
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_learner_cannot_name_a_mistake_or_write_markup(tmp_path):
     """A padding mask that raises with a made-up mistake tag, a carriage return, a heading
     and a table row, graded from the command line: no report names a mistake, and the

@@ -464,6 +464,7 @@ def test_an_endless_loop_is_stopped_and_its_line_named(fresh, folder):
     assert learner(fresh, folder).run(call, name="softmax", x=X).shape == X.shape
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 @pytest.mark.parametrize("name", ["waits", "naps", "stops_itself", "half_replies"])
 def test_code_that_waits_without_computing_is_stopped_and_blamed(fresh, folder, name,
                                                                  monkeypatch):

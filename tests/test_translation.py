@@ -325,6 +325,7 @@ def test_bad_corpora_exit_2_with_a_message(capsys, tmp_path, corpus):
     assert status == 2 and "--keep-last" in err
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_a_checkpoint_whose_relative_corpus_is_not_here_exits_2(capsys, trained, tmp_path,
                                                                 monkeypatch):
     """Evaluated from another folder, a corpus recorded as a relative path is named, with
