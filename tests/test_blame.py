@@ -75,6 +75,7 @@ def test_a_missing_value_error_of_1_1_does_not_block_1_2(tmp_path):
     assert "fix 1.1" not in rows["1.2"].message and "(1.1)" not in rows["1.2"].message
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_each_exercise_is_graded_on_its_own_code(tmp_path):
     """4.1 and 4.2 wrong; a 4.3 written without them (and wrong on its own) is told only its
     own mistake; a 6.3 that calls the wrong 4.1 is graded with the grader's masks in their
@@ -129,6 +130,7 @@ def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_give
     assert engine.unsure_names(records) == {"5.4": "post-LN differs"}
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_an_error_in_another_chapter_names_the_graded_line_that_led_there(tmp_path):
     """8.3 calls the learner's own split_heads (3.1, which has no stand-in), and it raises:
     the row names the line of chapter 3 that raised and the line of chapter 8 that called

@@ -175,6 +175,7 @@ def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
     assert rows["1.2"].status == "not implemented"
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
 def test_command_line_table_and_json(tmp_path):
     path = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade", "--chapter", "1",
