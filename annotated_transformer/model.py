@@ -66,6 +66,22 @@ def build_embeddings(
     )
 
 
+def adopt(model: nn.Module, network: nn.Module) -> None:
+    """Make ``network``'s submodules and parameters ``model``'s own, under their names (the
+    same objects: a state dict, ``.to()``, DDP and optimisers see each once), and keep
+    ``network`` as ``model.network``, outside ``model``'s submodules, to call its methods
+    (:meth:`Model.train` sets its mode too). A buffer of the network's own (not of a
+    submodule) would be copied, not shared, by ``.to()``: refused, saying so."""
+    if network._buffers:
+        raise TypeError(f"{type(network).__name__} keeps buffers of its own "
+                        f"({', '.join(network._buffers)}); keep them in a submodule")
+    for name, module in network.named_children():
+        model.add_module(name, module)
+    for name, parameter in network.named_parameters(recurse=False):
+        model.register_parameter(name, parameter)
+    object.__setattr__(model, "network", network)  # not a submodule: its modules are model's
+
+
 @dataclass
 class TransformerConfig:
     """The shape of an encoder-decoder. The defaults are the paper's base model (Table 3)."""
@@ -124,6 +140,13 @@ class Model(nn.Module, metaclass=ABCMeta):
     decoder_only: ClassVar[bool]
     config: TransformerConfig
     parts: Parts
+    network: nn.Module  # the parts' own model, whose modules are this one's (adopt)
+
+    def train(self, mode: bool = True) -> Model:
+        super().train(mode)
+        if "network" in self.__dict__:
+            self.network.training = mode  # its modules are ours: only its own flag is left
+        return self
 
     @staticmethod
     @abstractmethod
@@ -176,11 +199,15 @@ class Model(nn.Module, metaclass=ABCMeta):
 
 
 class EncoderDecoder(Model):
-    """The Transformer: ``encode``, ``decode`` and ``generator``, built from ``parts``.
+    """The Transformer: chapter 5's ``EncoderDecoder`` of ``parts``, with what the package
+    asks of every model (:class:`Model`).
 
-    ``forward(src, tgt_input, src_mask, tgt_mask)`` returns logits ``[B, Lt, V]``;
-    masks are boolean, ``True`` = attention allowed (Chapter 4's ``padding_mask`` for
-    the source, ``target_mask`` for the target).
+    The network (embeddings, stacks, generator, its initialisation and tied weights) is the
+    parts' own (exercise 5.8): ``forward(src, tgt_input, src_mask, tgt_mask)`` runs its
+    ``forward`` and returns logits ``[B, Lt, V]``; masks are boolean, ``True`` = attention
+    allowed (Chapter 4's ``padding_mask`` for the source, ``target_mask`` for the target).
+    Its modules are this model's own (:func:`adopt`), under the same names, so a checkpoint
+    is the network's state dict; :meth:`decode` adds the cache while :meth:`generate` runs.
     """
 
     def __init__(self, config: TransformerConfig, parts: Parts | None = None) -> None:
@@ -188,31 +215,14 @@ class EncoderDecoder(Model):
         self.config = config
         self.parts = parts = parts or active_parts()
         c = config
-        self.src_embed = build_embeddings(c.src_vocab_size, c.d_model, c.max_len, c.dropout,
-                                          parts=parts)
-        self.tgt_embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
-                                          parts=parts)
-        # Chapter 5's stacks: N layers each, and (pre-LN) one LayerNorm at each stack's end.
-        self.encoder = parts.Encoder(c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
-                                     c.norm_first)
-        self.decoder = parts.Decoder(c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
-                                     c.norm_first)
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        adopt(self, parts.EncoderDecoder(
+            c.src_vocab_size, c.tgt_vocab_size, c.d_model, c.num_heads, c.d_ff, c.num_layers,
+            c.dropout, c.norm_first, c.tie_embeddings, c.max_len))
         self.decoder_cache = None  # set while generate decodes incrementally
-        self._init_weights()
-        if c.tie_embeddings:  # Press & Wolf (2017), section 3.4 of the paper
-            shared = self.src_embed.tokens.embedding.weight
-            self.tgt_embed.tokens.embedding.weight = shared
-            self.generator.weight = shared
-
-    def _init_weights(self) -> None:
-        for parameter in self.parameters():
-            if parameter.dim() > 1:
-                nn.init.xavier_uniform_(parameter)
 
     def encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
-        """``src [B, Ls]`` -> ``memory [B, Ls, D]``."""
-        return self.encoder(self.src_embed(src), src_mask)  # [B, Ls, D]
+        """``src [B, Ls]`` -> ``memory [B, Ls, D]``: the network's ``encode``."""
+        return self.network.encode(src, src_mask)  # [B, Ls, D]
 
     def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                tgt_mask: Tensor | None) -> Tensor:
@@ -230,13 +240,13 @@ class EncoderDecoder(Model):
 
     def full_decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
                     tgt_mask: Tensor | None) -> Tensor:
-        """The decoder on every position of ``tgt``."""
-        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)  # [B, Lt, D]
+        """The decoder on every position of ``tgt``: the network's ``decode``."""
+        return self.network.decode(memory, src_mask, tgt, tgt_mask)  # [B, Lt, D]
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
-        """``src [B, Ls]``, ``tgt [B, Lt]`` -> logits ``[B, Lt, V]``."""
-        return self.generator(self.features(src, tgt, src_mask, tgt_mask))
+        """``src [B, Ls]``, ``tgt [B, Lt]`` -> logits ``[B, Lt, V]``: the network's own."""
+        return self.network(src, tgt, src_mask, tgt_mask)
 
     def features(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                  tgt_mask: Tensor | None = None) -> Tensor:

@@ -1,5 +1,5 @@
-"""Chapter 5: residual connections, LayerNorm, the feed-forward network, the two layers and
-their stacks.
+"""Chapter 5: residual connections, LayerNorm, the feed-forward network, the two layers, their
+stacks, and the whole encoder-decoder Transformer built from them.
 
 Vaswani et al. (2017), sections 3.1 and 3.3; He et al. (2016) for residual learning,
 Ba et al. (2016) for layer normalization. The paper is post-LN:
@@ -9,7 +9,8 @@ Ba et al. (2016) for layer normalization. The paper is post-LN:
 
 ``norm_first=False`` is post-LN, ``True`` is pre-LN, as in ``nn.TransformerEncoderLayer``.
 Pre-LN leaves the residual stream unnormalised, so a pre-LN stack ends with one LayerNorm.
-Shapes: ``x [B, L, D]``; the decoder's ``memory [B, Ls, D]``.
+Shapes: ``x [B, L, D]``; the decoder's ``memory [B, Ls, D]``; token ids ``src [B, Ls]`` and
+``tgt [B, Lt]``; ``V`` a vocabulary's size.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "Decoder",
+    "embeddings",
+    "EncoderDecoder",
 ]
 
 
@@ -249,4 +252,89 @@ class Decoder(nn.Module):
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
+        # END SOLUTION
+
+
+def embeddings(vocab_size: int, d_model: int, max_len: int = 5000, dropout: float = 0.0
+               ) -> nn.Sequential:
+    """Token ids ``[B, L]`` -> ``dropout(embedding * sqrt(d_model) + PE)`` ``[B, L, D]``:
+    Chapter 1's ``TokenEmbedding`` (``tokens``) then its ``PositionalEncoding``
+    (``positions``), from the parts the model is built with. Given, not an exercise: the
+    names ``tokens`` and ``positions`` are those a checkpoint saves."""
+    parts = active_parts()
+    embed = nn.Sequential()
+    embed.add_module("tokens", parts.TokenEmbedding(vocab_size, d_model))
+    embed.add_module("positions", parts.PositionalEncoding(d_model, max_len, dropout))
+    return embed
+
+
+class EncoderDecoder(nn.Module):
+    """Exercise 5.8: the Transformer of the paper's Figure 1, from the parts above.
+
+    Its modules, by these names (a checkpoint saves them so):
+
+    - ``src_embed``, ``tgt_embed``: each ``embeddings(vocab_size, d_model, max_len,
+      dropout)`` (given above) of its own vocabulary;
+    - ``encoder``: an :class:`Encoder` (5.6), ``decoder``: a :class:`Decoder` (5.7), each
+      of ``num_layers`` layers, with ``dropout`` and ``norm_first``;
+    - ``generator``: ``nn.Linear(d_model, tgt_vocab_size)``, the decoder's output to logits.
+
+    Then every parameter with more than one dimension is initialised with
+    ``nn.init.xavier_uniform_`` (as the authors' code does), and, with ``tie_embeddings``
+    (section 3.4; Press and Wolf, 2017), one matrix serves all three: the target
+    embedding's weight and the generator's weight *are* the source embedding's
+    (``src_embed.tokens.embedding.weight``), one ``nn.Parameter``, not copies. Tying needs
+    one vocabulary: ``ValueError`` naming both sizes otherwise.
+
+    ``encode(src [B, Ls], src_mask) -> memory [B, Ls, D]``;
+    ``decode(memory, src_mask, tgt [B, Lt], tgt_mask) -> [B, Lt, D]``;
+    ``forward(src, tgt, src_mask=None, tgt_mask=None) -> logits [B, Lt, V]``: the
+    generator's output itself, not probabilities (the loss of Chapter 6 takes logits). The
+    masks are Chapter 4's (``True`` = attention allowed): the source's padding mask for the
+    encoder and for the decoder's cross-attention, the target's mask for its
+    self-attention. May not use ``nn.Transformer`` or its parts.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int, num_heads: int,
+                 d_ff: int, num_layers: int, dropout: float = 0.0, norm_first: bool = False,
+                 tie_embeddings: bool = True, max_len: int = 5000) -> None:
+        super().__init__()
+        parts = active_parts()  # this chapter's stacks, from the parts the model is built with
+        # BEGIN SOLUTION 5.8
+        if tie_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"tie_embeddings needs one vocabulary, but src_vocab_size={src_vocab_size} "
+                f"and tgt_vocab_size={tgt_vocab_size}")
+        self.src_embed = embeddings(src_vocab_size, d_model, max_len, dropout)
+        self.tgt_embed = embeddings(tgt_vocab_size, d_model, max_len, dropout)
+        self.encoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.decoder = parts.Decoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        for parameter in self.parameters():
+            if parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)
+        if tie_embeddings:
+            shared = self.src_embed.tokens.embedding.weight
+            self.tgt_embed.tokens.embedding.weight = shared
+            self.generator.weight = shared
+        # END SOLUTION
+
+    def encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        """``src [B, Ls]`` -> ``memory [B, Ls, D]``."""
+        # BEGIN SOLUTION 5.8
+        return self.encoder(self.src_embed(src), src_mask)
+        # END SOLUTION
+
+    def decode(self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor,
+               tgt_mask: Tensor | None) -> Tensor:
+        """``memory [B, Ls, D]``, ``tgt [B, Lt]`` -> ``[B, Lt, D]``."""
+        # BEGIN SOLUTION 5.8
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
+        # END SOLUTION
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """``src [B, Ls]``, ``tgt [B, Lt]`` -> logits ``[B, Lt, V]``."""
+        # BEGIN SOLUTION 5.8
+        return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
         # END SOLUTION

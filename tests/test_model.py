@@ -65,8 +65,10 @@ def test_pre_ln_gets_a_final_norm_post_ln_does_not():
 
 def test_built_from_the_learners_parts(tmp_path):
     write_stubs(tmp_path)
-    with pytest.raises(NotImplementedError, match="Exercise 1.3"):
+    with pytest.raises(NotImplementedError, match="Exercise 5.8"):
         EncoderDecoder(TransformerConfig.small(11), parts=Parts(str(tmp_path)))
+    with pytest.raises(NotImplementedError, match="Exercise 1.3"):
+        EncoderDecoder(TransformerConfig.small(11), parts=Parts("solutions", {1: str(tmp_path)}))
     mixed = Parts("solutions", {3: str(tmp_path)})
     with pytest.raises(NotImplementedError, match="Exercise 3.3"):
         EncoderDecoder(TransformerConfig.small(11), parts=mixed)

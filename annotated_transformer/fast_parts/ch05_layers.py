@@ -29,7 +29,8 @@ from annotated_transformer.parts import load_chapter
 _reference = load_chapter("solutions", 5)
 
 __all__ = ["LayerNorm", "PositionwiseFeedForward", "ResidualConnection", "EncoderLayer",
-           "DecoderLayer", "Encoder", "Decoder"]  # the reference's parts, faster
+           "DecoderLayer", "Encoder", "Decoder", "embeddings",
+           "EncoderDecoder"]  # the reference's parts, faster
 
 
 def normalize(norm: nn.Module, x: Tensor) -> Tensor:
@@ -115,3 +116,10 @@ class Encoder(_reference.Encoder):
 
 class Decoder(_reference.Decoder):
     """Exercise 5.7: the reference's stack, of the fast layers under ``Parts("fast")``."""
+
+
+embeddings = _reference.embeddings  # Chapter 1's parts in a row: of the fast ones here
+
+
+class EncoderDecoder(_reference.EncoderDecoder):
+    """Exercise 5.8: the reference's model, of the fast stacks under ``Parts("fast")``."""
