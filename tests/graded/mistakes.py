@@ -243,6 +243,21 @@ MISTAKES = {
     "norm_first=True the decoder ends with norm(x), a LayerNorm.",
     "5.7/masks-not-passed": "This is the stack's output with no masks: pass both on to every "
     "layer, x = layer(x, memory, src_mask, tgt_mask).",
+    # 5.8 EncoderDecoder
+    "5.8/log-probabilities": "These are log-probabilities (a log_softmax after the "
+    "generator): forward returns the generator's logits, and the loss of Chapter 6 takes "
+    "logits (it computes its own log_softmax).",
+    "5.8/cross-attention-unmasked": "This is the decoder run without the source's mask: "
+    "cross-attention must not read the source's padding, so decode passes src_mask on, "
+    "self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask).",
+    "5.8/target-read-by-source-embedding": "This is the target read through src_embed: the "
+    "decoder embeds tgt with tgt_embed (the same matrix only when the weights are tied).",
+    "5.8/not-tied": "With tie_embeddings=True the {missing} weight should be the source "
+    "embedding's own nn.Parameter, not a copy: assign it, self.generator.weight = "
+    "self.src_embed.tokens.embedding.weight (likewise tgt_embed), after initialising.",
+    "5.8/not-xavier": "{name} reaches {largest} at initialisation, beyond Xavier's bound "
+    "{bound}: initialise every parameter with more than one dimension with "
+    "nn.init.xavier_uniform_ (nn.Embedding's own N(0, 1) is far larger).",
     # 6.1 noam_lr
     "6.1/warmup-exponent": "These are the rates with step * warmup_steps^-0.5 during warmup: "
     "the warmup branch is step * warmup_steps^-1.5, so that both branches meet at step = "

@@ -1,5 +1,5 @@
 """Graded tests of chapter 5: LayerNorm, the feed-forward network, residual connections, the
-encoder and decoder layers and their stacks.
+encoder and decoder layers, their stacks, and the whole encoder-decoder.
 
 References: ``nn.LayerNorm``, ``nn.TransformerEncoderLayer`` and ``nn.TransformerDecoderLayer``
 (ReLU, ``batch_first=True``, dropout 0) with equal weights, in float64; a stack is those
@@ -20,7 +20,9 @@ checked on its own.
 
 from __future__ import annotations
 
+import math
 import re
+import types
 
 import pytest
 import torch
@@ -41,6 +43,7 @@ from checks import (
     trusted_state,
 )
 from mistakes import first_match, named
+from torch_models import TorchEncoderDecoder, sinusoidal_table
 
 CHAPTER = 5
 EXERCISES = {
@@ -51,18 +54,20 @@ EXERCISES = {
     "5.5": "DecoderLayer: masked self-attention, cross-attention, feed-forward",
     "5.6": "Encoder: N encoder layers, then a last norm for pre-LN",
     "5.7": "Decoder: N decoder layers on the same memory, then a last norm for pre-LN",
+    "5.8": "EncoderDecoder: embeddings, stacks, generator, tied weights",
 }
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
-             "5.5": ("3.3", "5.1", "5.2", "5.3"), "5.6": ("5.1", "5.4"), "5.7": ("5.1", "5.5")}
+             "5.5": ("3.3", "5.1", "5.2", "5.3"), "5.6": ("5.1", "5.4"), "5.7": ("5.1", "5.5"),
+             "5.8": ("1.2", "1.3", "5.6", "5.7")}
 TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
                 "TransformerEncoderLayer", "TransformerDecoderLayer")
 # rms_norm decomposes into the ops an honest answer uses: only its name can be refused.
 FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm", "RMSNorm",
                      *TRANSFORMERS),
              "5.4": TRANSFORMERS, "5.5": TRANSFORMERS, "5.6": TRANSFORMERS,
-             "5.7": TRANSFORMERS}
+             "5.7": TRANSFORMERS, "5.8": TRANSFORMERS}
 # The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
 # through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms
 # that could stand in for it (5.3's norm is the learner's LayerNorm of 5.1); in a layer,
@@ -70,8 +75,11 @@ FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm",
 # nn.TransformerEncoderLayer, nn.TransformerDecoderLayer or nn.Transformer's parts, in
 # train or eval mode, are refused. A layer's attention is the learner's own of 3.3.
 LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORM_OPS)
+# 5.8 composes the stacks (the grader's stand-ins while it is graded): PyTorch's fused layers
+# and attention are refused; a softmax is allowed (+), so that a generator that returns
+# log-probabilities is named as that mistake.
 FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY,
-                 "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY}
+                 "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY, "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64
 
 
@@ -838,3 +846,159 @@ def test_decoder_depth_and_shape(learner):
                                         f"{seen['layers']} layers"
         assert_tensor(seen["output"], f"Decoder(num_layers={depth})(x, memory)",
                       shape=(2, 3, 8), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------- 5.8 the encoder-decoder
+
+VOCAB, MAX_LEN = 11, 12
+
+
+def model_run(impl, state, tie, norm_first, src, tgt, src_mask, tgt_mask):
+    """The learner's EncoderDecoder (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers) with the
+    grader's weights ``state``: its state-dict names, then ``encode``, ``decode`` and
+    ``forward`` as the package calls them."""
+    model = impl.EncoderDecoder(VOCAB, VOCAB, 16, 4, 32, 2, norm_first=norm_first,
+                                tie_embeddings=tie, max_len=MAX_LEN).double()
+    names = load_trusted(model, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    memory = model.encode(src, src_mask)
+    return {"names": names, "memory": memory,
+            "hidden": model.decode(memory, src_mask, tgt, tgt_mask),
+            "logits": model(src, tgt, src_mask, tgt_mask)}
+
+
+def model_weights(norm_first, tie):
+    """The grader's weights of the whole model, by the contract's names: distinct embeddings
+    and generator, or (``tie``) one matrix under all three names; the sinusoidal tables."""
+    state = {}
+    for stack, attentions, residuals in (("encoder", ["self_attn"], 2),
+                                         ("decoder", ["self_attn", "cross_attn"], 3)):
+        state.update({f"{stack}.{k}": v
+                      for k, v in stack_weights(attentions, residuals, norm_first).items()})
+    matrices = trusted_state({"src": (VOCAB, 16), "tgt": (VOCAB, 16), "generator": (VOCAB, 16),
+                              "generator.bias": (VOCAB,)})
+    shared = matrices["src"]
+    state.update({"src_embed.tokens.embedding.weight": shared,
+                  "tgt_embed.tokens.embedding.weight": shared if tie else matrices["tgt"],
+                  "generator.weight": shared if tie else matrices["generator"],
+                  "generator.bias": matrices["generator.bias"]})
+    for side in ("src", "tgt"):
+        state[f"{side}_embed.positions.pe"] = sinusoidal_table(MAX_LEN, 16).double()
+    return state
+
+
+def torch_model(state, norm_first, tie):
+    config = types.SimpleNamespace(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, num_layers=2,
+                                   d_model=16, d_ff=32, num_heads=4, dropout=0.0,
+                                   max_len=MAX_LEN, norm_first=norm_first,
+                                   tie_embeddings=tie)
+    model = TorchEncoderDecoder(config).double().train()  # dropout 0: train mode keeps
+    model.load_course_state_dict(state)  # PyTorch's layers off their inference fast path
+    return model
+
+
+@pytest.mark.grade("5.8", points=3, values=True)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
+    src = torch.randint(3, VOCAB, (2, 7))
+    tgt = torch.randint(3, VOCAB, (2, 5))
+    source_allowed = torch.arange(7) < torch.tensor([7, 4])[:, None]  # [B, Ls]
+    src_mask = source_allowed[:, None, None, :]
+    tgt_mask = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, None, :] & torch.ones(
+        5, 5, dtype=torch.bool).tril()
+    state = model_weights(norm_first, tie)
+    result = learner.run(model_run, state=state, tie=tie, norm_first=norm_first, src=src,
+                         tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)
+    check_names(result["names"], state, f"EncoderDecoder(tie_embeddings={tie})",
+                hint="src_embed and tgt_embed are each embeddings(...), given in the file; "
+                "the stacks are encoder and decoder; the last layer is generator.")
+    theirs = torch_model(state, norm_first, tie)
+    call = f"EncoderDecoder(norm_first={norm_first}, tie_embeddings={tie})"
+    with torch.no_grad():
+        memory = theirs.encode(src, src_mask)
+        hidden = theirs.decode(memory, src_mask, tgt, tgt_mask)
+        logits = theirs.projection(hidden)
+        # The hidden states of each mistake, then its logits.
+        wrong = {"5.8/cross-attention-unmasked": theirs.decode(memory, None, tgt, tgt_mask)}
+        if not tie:
+            theirs.tgt_embed.weight = theirs.src_embed.weight
+            wrong["5.8/target-read-by-source-embedding"] = theirs.decode(
+                memory, src_mask, tgt, tgt_mask)
+        wrong_logits = {"5.8/log-probabilities": F.log_softmax(logits, dim=-1),
+                        **{m: theirs.projection(h) for m, h in wrong.items()}}
+    assert_close(result["memory"], memory, f"{call}.encode(src, src_mask)",
+                 hint="The encoder reads src_embed(src), with the source's mask.")
+    found = result["hidden"]
+    mistake = None if isinstance(found, torch.Tensor) and torch.allclose(
+        found.double(), hidden) else first_match(found, wrong)
+    assert_close(found, hidden, f"{call}.decode(memory, src_mask, tgt, tgt_mask)",
+                 hint=named(mistake) if mistake else "The decoder reads tgt_embed(tgt) and "
+                 "the memory, with both masks.")
+    output = result["logits"]
+    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
+        output.double(), logits) else first_match(output, wrong_logits)
+    assert_close(output, logits, f"{call}(src, tgt, src_mask, tgt_mask)",
+                 hint=named(mistake) if mistake else "generator(decode(encode(src, src_mask), "
+                 "src_mask, tgt, tgt_mask)).")
+
+
+def model_ties(impl):
+    """Which of the three matrices are one parameter, tied and untied; the error for two
+    vocabularies tied."""
+    found = {}
+    for tie in (True, False):
+        model = impl.EncoderDecoder(VOCAB, VOCAB, 8, 2, 16, 1, tie_embeddings=tie)
+        source = model.src_embed.tokens.embedding.weight
+        found[tie] = {"target": model.tgt_embed.tokens.embedding.weight is source,
+                      "generator": model.generator.weight is source,
+                      "count": sum(p.numel() for p in model.parameters())}
+    try:
+        impl.EncoderDecoder(VOCAB, VOCAB + 2, 8, 2, 16, 1, tie_embeddings=True)
+        found["two vocabularies"] = None
+    except ValueError as error:
+        found["two vocabularies"] = str(error)
+    return found
+
+
+@pytest.mark.grade("5.8", points=1)
+def test_encoder_decoder_ties_one_matrix(learner):
+    found = learner.run(model_ties)
+    tied, untied = found[True], found[False]
+    assert tied["target"] and tied["generator"], named("5.8/not-tied", missing=" and ".join(
+        name for name in ("target", "generator") if not tied[name]))
+    assert not untied["target"] and not untied["generator"], (
+        "EncoderDecoder(tie_embeddings=False) shares the source embedding's matrix: untied, "
+        "tgt_embed and generator keep matrices of their own.")
+    assert untied["count"] - tied["count"] == 2 * VOCAB * 8, (
+        f"tied, the model should have 2 x V x d_model = {2 * VOCAB * 8} parameters fewer than "
+        f"untied; it has {untied['count'] - tied['count']} fewer: one nn.Parameter, shared.")
+    assert found["two vocabularies"] is not None, (
+        "EncoderDecoder(11, 13, ..., tie_embeddings=True) should raise ValueError: one matrix "
+        "cannot serve two vocabularies.")
+    assert "11" in found["two vocabularies"] and "13" in found["two vocabularies"], (
+        f"the ValueError should name both vocabulary sizes (11 and 13); it says: "
+        f"{found['two vocabularies']!r}")
+
+
+def model_initialisation(impl):
+    torch.manual_seed(0)
+    model = impl.EncoderDecoder(40, 40, 16, 4, 32, 2, tie_embeddings=False)
+    return {name: value for name, value in model.state_dict().items() if value.dim() == 2
+            and not name.endswith(".pe")}
+
+
+@pytest.mark.grade("5.8", points=1)
+def test_encoder_decoder_xavier_initialisation(learner):
+    state = learner.run(model_initialisation)
+    assert state, "EncoderDecoder has no weight matrices"
+    for name, weight in state.items():
+        fan_out, fan_in = weight.shape
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        largest = weight.abs().max().item()
+        assert largest <= bound * (1 + 1e-6), named(
+            "5.8/not-xavier", name=name, largest=f"{largest:.3g}", bound=f"{bound:.3g}")
+        assert largest > 0.5 * bound, (
+            f"{name} [{fan_out}, {fan_in}] is at most {largest:.3g} at initialisation, far "
+            f"inside Xavier's bound {bound:.3g}: use nn.init.xavier_uniform_.")

@@ -538,3 +538,115 @@ class IndexedDecoder(_DecoderStack):
         for i in range(len(self.layers)):
             x = self.layers[i](x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
         return self.norm(x)
+
+
+# ------------------------------------------------------------------ 5.8 the encoder-decoder
+
+
+class _Model(nn.Module):
+    """The encoder-decoder's modules, initialised and tied as the contract says; the
+    variant's methods use them, or build them otherwise."""
+
+    TIE = True  # False: the variant does not tie (it ties otherwise, or not at all)
+    XAVIER = True
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                 dropout=0.0, norm_first=False, tie_embeddings=True, max_len=5000):
+        super().__init__()
+        parts = active_parts()
+        if tie_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(f"one vocabulary: {src_vocab_size} != {tgt_vocab_size}")
+        self.src_embed = parts.embeddings(src_vocab_size, d_model, max_len, dropout)
+        self.tgt_embed = parts.embeddings(tgt_vocab_size, d_model, max_len, dropout)
+        self.encoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.decoder = parts.Decoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if self.XAVIER:
+            for parameter in self.parameters():
+                if parameter.dim() > 1:
+                    nn.init.xavier_uniform_(parameter)
+        if tie_embeddings and self.TIE:
+            self.tgt_embed.tokens.embedding.weight = self.src_embed.tokens.embedding.weight
+            self.generator.weight = self.src_embed.tokens.embedding.weight
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.src_embed(src), src_mask)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
+
+
+@wrong("5.8", "EncoderDecoder", "log-probabilities from forward (a log_softmax generator)",
+       mistake="5.8/log-probabilities")
+class LogProbabilities(_Model):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        hidden = self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+        return torch.log_softmax(self.generator(hidden), dim=-1)
+
+
+@wrong("5.8", "EncoderDecoder", "the decoder run without the source's mask",
+       mistake="5.8/cross-attention-unmasked")
+class CrossAttentionUnmasked(_Model):
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        return self.decoder(self.tgt_embed(tgt), memory, None, tgt_mask)
+
+
+@wrong("5.8", "EncoderDecoder", "the target embedded by the source's embedding",
+       mistake="5.8/target-read-by-source-embedding")
+class TargetBySourceEmbedding(_Model):
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        return self.decoder(self.src_embed(tgt), memory, src_mask, tgt_mask)
+
+
+@wrong("5.8", "EncoderDecoder", "the generator given a copy of the embedding, not the matrix",
+       mistake="5.8/not-tied")
+class TiedByCopy(_Model):
+    TIE = False
+
+    def __init__(self, *args, tie_embeddings=True, **kwargs):
+        super().__init__(*args, tie_embeddings=tie_embeddings, **kwargs)
+        if tie_embeddings:
+            self.tgt_embed.tokens.embedding.weight = self.src_embed.tokens.embedding.weight
+            self.generator.weight = nn.Parameter(self.src_embed.tokens.embedding.weight.clone())
+
+
+@wrong("5.8", "EncoderDecoder", "the weights left at PyTorch's default initialisation",
+       mistake="5.8/not-xavier")
+class DefaultInitialisation(_Model):
+    XAVIER = False
+
+
+@wrong("5.8", "EncoderDecoder", "the encoder run without the source's mask")
+class ModelEncoderUnmasked(_Model):
+    def encode(self, src, src_mask):
+        return self.encoder(self.src_embed(src), None)
+
+
+@right("5.8", "EncoderDecoder", "initialised by apply(), tied in one statement")
+class AppliedInitialisation(_Model):
+    TIE = False
+    XAVIER = False
+
+    def __init__(self, *args, tie_embeddings=True, **kwargs):
+        super().__init__(*args, tie_embeddings=tie_embeddings, **kwargs)
+
+        def xavier(module):
+            for parameter in module.parameters(recurse=False):
+                if parameter.dim() > 1:
+                    nn.init.xavier_uniform_(parameter)
+
+        self.apply(xavier)
+        if tie_embeddings:
+            shared = self.src_embed.tokens.embedding.weight
+            self.generator.weight = self.tgt_embed.tokens.embedding.weight = shared
+
+
+@right("5.8", "EncoderDecoder", "forward by keywords, memory named")
+class KeywordModel(_Model):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src=src, src_mask=src_mask)
+        return self.generator(self.decode(memory=memory, src_mask=src_mask, tgt=tgt,
+                                          tgt_mask=tgt_mask))

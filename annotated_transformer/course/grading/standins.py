@@ -31,10 +31,10 @@ from torch import Tensor, nn
 
 # The exercises that have a stand-in, and the name each is looked up by (its chapter's).
 EXERCISES = {
-    "2.1": "softmax", "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention",
+    "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax", "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention",
     "4.1": "padding_mask", "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
     "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "5.4": "EncoderLayer",
-    "5.5": "DecoderLayer", "6.2": "LabelSmoothingLoss",
+    "5.5": "DecoderLayer", "5.6": "Encoder", "5.7": "Decoder", "6.2": "LabelSmoothingLoss",
 }
 
 
@@ -257,6 +257,77 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
             x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
             return self.residuals[2](x, self.feed_forward)
 
+    class Encoder(nn.Module):
+        """The grader's stand-in for exercise 5.6: its layers, then a last norm pre-LN."""
+
+        def __init__(self, d_model: int, num_heads: int, d_ff: int, num_layers: int,
+                     dropout: float = 0.0, norm_first: bool = False) -> None:
+            ran("5.6")
+            super().__init__()
+            self.layers = nn.ModuleList([EncoderLayer(d_model, num_heads, d_ff, dropout,
+                                                      norm_first) for _ in range(num_layers)])
+            self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+        def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+            ran("5.6")
+            for layer in self.layers:
+                x = layer(x, mask)
+            return self.norm(x)
+
+    class Decoder(nn.Module):
+        """The grader's stand-in for exercise 5.7: its layers, then a last norm pre-LN."""
+
+        def __init__(self, d_model: int, num_heads: int, d_ff: int, num_layers: int,
+                     dropout: float = 0.0, norm_first: bool = False) -> None:
+            ran("5.7")
+            super().__init__()
+            self.layers = nn.ModuleList([DecoderLayer(d_model, num_heads, d_ff, dropout,
+                                                      norm_first) for _ in range(num_layers)])
+            self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+        def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+                    tgt_mask: Tensor | None = None) -> Tensor:
+            ran("5.7")
+            for layer in self.layers:
+                x = layer(x, memory, src_mask, tgt_mask)
+            return self.norm(x)
+
+    class PositionalEncoding(nn.Module):
+        """The grader's stand-in for exercise 1.2: the sinusoidal table, added, then
+        dropout."""
+
+        def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
+            ran("1.2")
+            super().__init__()
+            position = torch.arange(max_len, dtype=torch.float64)[:, None]
+            rate = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+            table = torch.zeros(max_len, d_model, dtype=torch.float64)
+            table[:, 0::2] = torch.sin(position * rate)
+            table[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
+            self.register_buffer("pe", table.float())
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, x: Tensor) -> Tensor:
+            ran("1.2")
+            if x.size(1) > self.pe.size(0):
+                raise ValueError(f"sequence length L={x.size(1)} is longer than "
+                                 f"max_len={self.pe.size(0)}")
+            return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
+
+    class TokenEmbedding(nn.Module):
+        """The grader's stand-in for exercise 1.3: ``embedding(tokens) * sqrt(d_model)``."""
+
+        def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None
+                     ) -> None:
+            ran("1.3")
+            super().__init__()
+            self.d_model = d_model
+            self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+
+        def forward(self, tokens: Tensor) -> Tensor:
+            ran("1.3")
+            return self.embedding(tokens) * math.sqrt(self.d_model)
+
     trusted_cross_entropy = trusted(lambda logits, target, ignore, smoothing: F.cross_entropy(
         logits, target, ignore_index=ignore, label_smoothing=smoothing))
 
@@ -279,8 +350,9 @@ def build(exempt: Callable[[], AbstractContextManager], ran: Callable[[str], Non
     functions = {"2.1": softmax, "2.2": scaled_dot_product_attention, "4.1": padding_mask,
                  "4.2": causal_mask, "4.3": target_mask}
     found.update({e: noted(e, f) for e, f in functions.items()})  # type: ignore[arg-type]
-    found.update({"3.3": MultiHeadAttention, "5.1": LayerNorm, "5.2": PositionwiseFeedForward,
-                  "5.3": ResidualConnection, "5.4": EncoderLayer, "5.5": DecoderLayer,
+    found.update({"1.2": PositionalEncoding, "1.3": TokenEmbedding, "3.3": MultiHeadAttention,
+                  "5.1": LayerNorm, "5.2": PositionwiseFeedForward, "5.3": ResidualConnection,
+                  "5.4": EncoderLayer, "5.5": DecoderLayer, "5.6": Encoder, "5.7": Decoder,
                   "6.2": LabelSmoothingLoss})
     return found
 
