@@ -29,7 +29,6 @@ as checkpoints save them, and :func:`model_for` picks the kind a task's data is 
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -42,28 +41,6 @@ from annotated_transformer.incremental import cached
 from annotated_transformer.parts import Parts, active_parts
 from annotated_transformer.sampling import complete
 from annotated_transformer.teacher_forcing import LabelledInputs, language_model_batch
-
-
-def build_embeddings(
-    vocab_size: int,
-    d_model: int,
-    max_len: int = 5000,
-    dropout: float = 0.0,
-    padding_idx: int | None = None,
-    parts: Parts | None = None,
-) -> nn.Sequential:
-    """Token ids ``[B, L]`` to ``embedding * sqrt(d_model) + PE`` ``[B, L, D]``, with dropout.
-
-    Section 3.4 and 3.5 of the paper, built from chapter 1's ``TokenEmbedding``
-    and ``PositionalEncoding`` of ``parts`` (default: :func:`active_parts`).
-    """
-    parts = parts or active_parts()
-    return nn.Sequential(
-        OrderedDict(
-            tokens=parts.TokenEmbedding(vocab_size, d_model, padding_idx=padding_idx),
-            positions=parts.PositionalEncoding(d_model, max_len=max_len, dropout=dropout),
-        )
-    )
 
 
 def adopt(model: nn.Module, network: nn.Module) -> None:
@@ -144,8 +121,7 @@ class Model(nn.Module, metaclass=ABCMeta):
 
     def train(self, mode: bool = True) -> Model:
         super().train(mode)
-        if "network" in self.__dict__:
-            self.network.training = mode  # its modules are ours: only its own flag is left
+        self.network.training = mode  # its modules are ours: only its own flag is left
         return self
 
     @staticmethod
@@ -316,14 +292,16 @@ class EncoderDecoder(Model):
 
 
 class DecoderOnlyTransformer(Model):
-    """A language model: the decoder without cross-attention, built from ``parts``.
+    """A language model: chapter 8's ``DecoderOnlyTransformer`` of ``parts`` (exercise 8.5),
+    with what the package asks of every model (:class:`Model`).
 
     A decoder layer without its cross-attention is self-attention and a feed-forward
     network, which is what chapter 5's ``EncoderLayer`` computes: its stack (``decoder``)
     is chapter 5's ``Encoder``; with Chapter 4's ``target_mask`` (padding and causality)
-    every position sees only the ones before it.
-    ``forward(tokens [B, L], mask [B, 1, L, L])`` returns logits ``[B, L, V]``. The config's
-    ``src_vocab_size`` and ``tgt_vocab_size`` are the same vocabulary.
+    every position sees only the ones before it. ``forward(tokens [B, L], mask [B, 1, L,
+    L])`` runs the network's ``forward`` and returns logits ``[B, L, V]``; its modules are
+    this model's own (:func:`adopt`). The config's ``src_vocab_size`` and
+    ``tgt_vocab_size`` are the same vocabulary.
     """
 
     def __init__(self, config: TransformerConfig, parts: Parts | None = None) -> None:
@@ -334,20 +312,14 @@ class DecoderOnlyTransformer(Model):
         self.config = config
         self.parts = parts = parts or active_parts()
         c = config
-        self.embed = build_embeddings(c.tgt_vocab_size, c.d_model, c.max_len, c.dropout,
-                                      parts=parts)
-        self.decoder = parts.Encoder(c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
-                                     c.norm_first)  # self-attention layers, causal by the mask
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
-        for parameter in self.parameters():
-            if parameter.dim() > 1:
-                nn.init.xavier_uniform_(parameter)
-        if c.tie_embeddings:
-            self.generator.weight = self.embed.tokens.embedding.weight
+        adopt(self, parts.DecoderOnlyTransformer(
+            c.tgt_vocab_size, c.d_model, c.num_heads, c.d_ff, c.num_layers, c.dropout,
+            c.norm_first, c.tie_embeddings, c.max_len))
 
     def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
-        """``tokens [B, L]``, ``mask`` (causal, ``True`` = allowed) -> logits ``[B, L, V]``."""
-        return self.generator(self.features(tokens, mask))
+        """``tokens [B, L]``, ``mask`` (causal, ``True`` = allowed) -> logits ``[B, L, V]``:
+        the network's own."""
+        return self.network(tokens, mask)
 
     def features(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
         """The last layer's output, normalised, ``[B, L, D]``, which the generator projects."""

@@ -7,7 +7,9 @@ token, appending it and predicting again. This chapter's exercises are the three
 that writing needs: turning the last position's logits into a distribution to draw from
 (:func:`next_token_distribution`), drawing from it reproducibly (:func:`sample_next`), and
 one step of self-attention that reuses the keys and values of the positions already
-written instead of recomputing them (:func:`attention_step`).
+written instead of recomputing them (:func:`attention_step`). The model itself is
+:class:`DecoderOnlyTransformer`, Chapter 5's encoder stack between an embedding and a
+generator that share one matrix.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from torch import Tensor, nn
 
 from annotated_transformer.parts import active_parts
 
-__all__ = ["next_token_distribution", "sample_next", "attention_step", "language_model_loss"]
+__all__ = ["next_token_distribution", "sample_next", "attention_step", "language_model_loss",
+           "DecoderOnlyTransformer"]
 
 
 def next_token_distribution(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -169,3 +172,49 @@ def language_model_loss(logits: Tensor, tokens: Tensor, pad_id: int) -> Tensor:
     targets = tokens[:, 1:].reshape(-1)  # [B * (L-1)]
     return active_parts().LabelSmoothingLoss(0.0, ignore_index=pad_id)(predicted, targets)
     # END SOLUTION
+
+
+class DecoderOnlyTransformer(nn.Module):
+    """Exercise 8.5: the decoder-only Transformer, a language model over one vocabulary.
+
+    Its modules, by these names (a checkpoint saves them so):
+
+    - ``embed``: ``embeddings(vocab_size, d_model, max_len, dropout)``, Chapter 5's given
+      helper (``active_parts().embeddings``);
+    - ``decoder``: Chapter 5's :class:`Encoder` (5.6) of ``num_layers`` layers, with
+      ``dropout`` and ``norm_first``: a decoder layer without cross-attention is an encoder
+      layer, and the causal mask it is given makes it a decoder;
+    - ``generator``: ``nn.Linear(d_model, vocab_size)``.
+
+    Every parameter with more than one dimension is initialised with
+    ``nn.init.xavier_uniform_``; then, with ``tie_embeddings``, the generator's weight *is*
+    the embedding's (``embed.tokens.embedding.weight``), one ``nn.Parameter``.
+
+    ``forward(tokens [B, L], mask) -> logits [B, L, V]``, ``mask`` Chapter 4's
+    ``target_mask`` or ``causal_mask`` (``True`` = attention allowed), passed to every
+    layer: without it each position would read the tokens it must predict. Logits, not
+    probabilities (:func:`language_model_loss` takes logits). May not use ``nn.Transformer``
+    or its parts.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, d_ff: int,
+                 num_layers: int, dropout: float = 0.0, norm_first: bool = False,
+                 tie_embeddings: bool = True, max_len: int = 5000) -> None:
+        super().__init__()
+        parts = active_parts()  # Chapter 5's embeddings and Encoder, from the model's parts
+        # BEGIN SOLUTION 8.5
+        self.embed = parts.embeddings(vocab_size, d_model, max_len, dropout)
+        self.decoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, vocab_size)
+        for parameter in self.parameters():
+            if parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)
+        if tie_embeddings:
+            self.generator.weight = self.embed.tokens.embedding.weight
+        # END SOLUTION
+
+    def forward(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
+        """``tokens [B, L]``, ``mask`` -> logits ``[B, L, V]``."""
+        # BEGIN SOLUTION 8.5
+        return self.generator(self.decoder(self.embed(tokens), mask))
+        # END SOLUTION

@@ -100,7 +100,7 @@ def test_each_exercise_is_graded_on_its_own_code(tmp_path):
 @pytest.mark.slow  # a chapter graded
 def test_what_the_code_calls_never_orders_more_tests(tmp_path):
     """A chapter 2 whose 2.2 fails and calls a function it exports as ``Capstone`` (the
-    name of 6.6's and 8.5's tests): only chapter 2's tests run, as for a learner who does
+    name of 6.6's and 8.6's tests): only chapter 2's tests run, as for a learner who does
     not, and nothing outside chapter 2 is blamed."""
     parts = learner(tmp_path, [1, 2], {"ch02_attention.py": [
         ("    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
@@ -110,7 +110,7 @@ def test_what_the_code_calls_never_orders_more_tests(tmp_path):
     records, rows = run.records, run.rows()
     assert {r.chapter for r in records} == {2}
     assert {r.id for r in rows} == {"2.1", "2.2", "2.3"} and rows[1].status == "failed"
-    assert "6.6" not in rows[1].message and "8.5" not in rows[1].message
+    assert "6.6" not in rows[1].message and "8.6" not in rows[1].message
 
 
 def test_a_stub_is_never_blamed_and_a_name_another_input_contradicts_is_not_given():

@@ -492,6 +492,7 @@ CONSTRUCTOR_ARGS = {  # every class of the fast parts, and arguments to build it
     "LayerNorm": (D,), "PositionwiseFeedForward": (D, 32), "ResidualConnection": (D,),
     "EncoderLayer": (D, H, 32), "DecoderLayer": (D, H, 32), "Encoder": (D, H, 32, 2),
     "Decoder": (D, H, 32, 2), "EncoderDecoder": (13, 13, D, H, 32, 2),
+    "DecoderOnlyTransformer": (13, D, H, 32, 2),
     "LabelSmoothingLoss": (0.1,),
 }
 

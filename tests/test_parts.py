@@ -16,12 +16,7 @@ import torch
 import solutions.ch01_positional_encoding as reference_ch01
 from annotated_transformer import Parts, active_parts, use_parts
 from annotated_transformer.course.authoring.stubs import write_stubs
-from annotated_transformer.model import (
-    DecoderOnlyTransformer,
-    EncoderDecoder,
-    TransformerConfig,
-    build_embeddings,
-)
+from annotated_transformer.model import DecoderOnlyTransformer, EncoderDecoder, TransformerConfig
 
 
 def test_names_resolve_to_their_chapter_and_source():
@@ -55,7 +50,7 @@ def test_a_folder_is_a_source(tmp_path):
 
 def test_embeddings_follow_the_paper():
     torch.manual_seed(0)
-    embed = build_embeddings(vocab_size=13, d_model=8, max_len=20)
+    embed = Parts.reference().embeddings(vocab_size=13, d_model=8, max_len=20)
     tokens = torch.randint(0, 13, (2, 5))
     table = reference_ch01.positional_encoding(5, 8)
     expected = embed.tokens.embedding(tokens) * math.sqrt(8) + table
@@ -64,10 +59,10 @@ def test_embeddings_follow_the_paper():
 
 def test_a_module_keeps_the_parts_it_was_built_with(tmp_path):
     shutil.copy(reference_ch01.__file__, tmp_path / "ch01_positional_encoding.py")
-    folder = Parts(str(tmp_path))
+    folder = Parts("solutions", {1: str(tmp_path)})  # chapter 1 from the folder
     with use_parts(folder):
         assert active_parts() is folder
-        embed = build_embeddings(vocab_size=7, d_model=4)
+        embed = active_parts().embeddings(vocab_size=7, d_model=4)  # chapter 5's helper
     assert active_parts() == Parts.reference()
     assert type(embed.positions) is folder.PositionalEncoding
     assert type(embed.positions) is not reference_ch01.PositionalEncoding
@@ -85,7 +80,7 @@ def test_a_model_can_be_copied_and_pickled_with_its_parts():
 def test_the_learners_unfinished_parts_say_so(tmp_path):
     write_stubs(tmp_path)
     with pytest.raises(NotImplementedError, match="Exercise 1.3"):
-        build_embeddings(vocab_size=7, d_model=4, parts=Parts(str(tmp_path)))
+        Parts("solutions", {1: str(tmp_path)}).embeddings(vocab_size=7, d_model=4)
 
 
 def test_multi_head_attention_binds_chapter_2_when_built(tmp_path):

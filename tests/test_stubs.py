@@ -67,6 +67,9 @@ def test_malformed_markers_are_reported_with_their_line(broken, complaint):
         stubs.make_stub(broken, "x.py")
 
 
+GIVEN = {"embeddings"}  # public helpers the files give whole (chapter 5's, for 5.8 and 8.5)
+
+
 def test_every_public_name_of_a_fresh_stub_raises_not_implemented(tmp_path):
     for path in stubs.write_stubs(tmp_path):
         spec = importlib.util.spec_from_file_location(f"fresh_{path.stem}", path)
@@ -77,6 +80,9 @@ def test_every_public_name_of_a_fresh_stub_raises_not_implemented(tmp_path):
         assert path.read_text().count('raise NotImplementedError("Exercise ') == regions
         for name in module.__all__:
             obj = getattr(module, name)
+            if name in GIVEN:
+                assert "NotImplementedError" not in inspect.getsource(obj), name
+                continue
             arguments = [8] * len(inspect.signature(obj).parameters)
             with pytest.raises(NotImplementedError, match=r"^Exercise \d+\.\d+: "):
                 obj(*arguments)

@@ -12,4 +12,10 @@ sample_next = _reference.sample_next
 attention_step = _reference.attention_step
 language_model_loss = _reference.language_model_loss
 
-__all__ = ["next_token_distribution", "sample_next", "attention_step", "language_model_loss"]
+__all__ = ["next_token_distribution", "sample_next", "attention_step", "language_model_loss",
+           "DecoderOnlyTransformer"]
+
+
+class DecoderOnlyTransformer(_reference.DecoderOnlyTransformer):
+    """Exercise 8.5: the reference's model, of the fast stack under ``Parts("fast")``."""
+

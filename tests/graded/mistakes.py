@@ -388,6 +388,19 @@ MISTAKES = {
     "8.4/mean-of-row-means": "This is the mean of each row's mean: every predicted token "
     "weighs the same, so sum over all of them and divide by their number, whatever their "
     "rows' lengths.",
+    # 8.5 DecoderOnlyTransformer
+    "8.5/log-probabilities": "These are log-probabilities (a log_softmax after the "
+    "generator): forward returns the generator's logits, which language_model_loss (8.4) "
+    "takes.",
+    "8.5/mask-not-passed": "This is the model run without the mask: pass mask on to the "
+    "stack, self.decoder(self.embed(tokens), mask), or every position reads the tokens it "
+    "must predict.",
+    "8.5/not-tied": "With tie_embeddings=True the generator's weight should be the "
+    "embedding's own nn.Parameter, not a copy: self.generator.weight = "
+    "self.embed.tokens.embedding.weight, after initialising.",
+    "8.5/not-xavier": "{name} reaches {largest} at initialisation, beyond Xavier's bound "
+    "{bound}: initialise every parameter with more than one dimension with "
+    "nn.init.xavier_uniform_.",
 }
 
 

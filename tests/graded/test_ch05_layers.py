@@ -79,7 +79,8 @@ LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORM_
 # and attention are refused; a softmax is allowed (+), so that a generator that returns
 # log-probabilities is named as that mistake.
 FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY,
-                 "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY, "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
+                 "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY,
+                 "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64
 
 

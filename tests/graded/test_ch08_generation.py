@@ -1,11 +1,12 @@
-"""Graded tests of chapter 8: sampling, the key-value cache, the language model's loss, and
-the capstone (a decoder-only model from the learner's parts learns a small language).
+"""Graded tests of chapter 8: sampling, the key-value cache, the language model's loss, the
+decoder-only model, and the capstone (a decoder-only model from the learner's parts learns a
+small language).
 
 Expected values, all computed here without the code under test: the sampling distribution
 row by row with Python's ``math`` and sorted lists (the definition followed literally),
 frequencies of many seeded draws against it, multi-head attention in float64 from the
-grader's own weights, PyTorch's ``F.cross_entropy`` for the loss, and, for the capstone, the
-learner's trained weights run in PyTorch's own layers (``torch_models.TorchLanguageModel``).
+grader's own weights, PyTorch's ``F.cross_entropy`` for the loss, and, for the model and the
+capstone, weights run in PyTorch's own layers (``torch_models.TorchLanguageModel``).
 
 The functions of the probes section run in the grading worker, with ``impl`` the chapter
 module under test, and return plain data. Everything else runs in the grader, which never
@@ -27,6 +28,7 @@ from annotated_transformer.course.grading.supervisor import LearnerNotImplemente
 
 from checks import (
     ATTENTION_OPS,
+    LAYER_OPS,
     LOGSUMEXP_OPS,
     SOFTMAX_OPS,
     assert_close,
@@ -44,19 +46,26 @@ EXERCISES = {
     "8.2": "sample_next: seeded draws from that distribution",
     "8.3": "attention_step: one new position with a key-value cache",
     "8.4": "language_model_loss: each position predicts the next token",
-    "8.5": "Capstone: your decoder-only model learns arithmetic progressions",
+    "8.5": "DecoderOnlyTransformer: embedding, causal stack, tied generator",
+    "8.6": "Capstone: your decoder-only model learns arithmetic progressions",
 }
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"8.2": ("8.1",), "8.3": ("2.2", "3.1", "3.2", "3.3"), "8.4": ("6.2",),
-             "8.5": ("1.2", "1.3", "4.3", "5.1", "5.4", "5.6", "8.4")}
+             "8.5": ("1.2", "1.3", "5.6"),
+             "8.6": ("1.2", "1.3", "4.3", "5.1", "5.4", "5.6", "8.4", "8.5")}
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
-INTEGRATION = {"8.5"}
+INTEGRATION = {"8.6"}
 # 8.3 attends with the learner's chapter 2 (through chapter 3's module), as chapter 3 does:
 # PyTorch's attention and softmax are refused while it runs. Sampling may use PyTorch's
 # softmax, topk, sort and multinomial: the exercise is what to keep, not how to draw.
-FORBIDDEN = {"8.3": ("MultiheadAttention", "scaled_dot_product_attention")}
-FORBIDDEN_OPS = {"8.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS)}
+# 8.5 composes Chapter 5's stack (the grader's stand-in while it is graded): PyTorch's fused
+# layers and attention are refused, a softmax allowed (+), so that log-probabilities returned
+# are named as that mistake.
+FORBIDDEN = {"8.3": ("MultiheadAttention", "scaled_dot_product_attention"),
+             "8.5": ("Transformer", "TransformerEncoder", "TransformerEncoderLayer")}
+FORBIDDEN_OPS = {"8.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS),
+                 "8.5": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64
 D_MODEL, HEADS = 16, 4
 CAPSTONE_STEPS = 300
@@ -523,7 +532,119 @@ def test_loss_refuses_what_predicts_nothing(learner):
         f"says: {message!r}")
 
 
-# ---------------------------------------------------------------- 8.5 capstone
+# ---------------------------------------------------------------- 8.5 the decoder-only model
+
+LM_VOCAB, LM_MAX_LEN = 11, 12
+
+
+def language_model_run(impl, state, tie, norm_first, tokens, mask):
+    """The learner's DecoderOnlyTransformer (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers)
+    with the grader's weights ``state``: its state-dict names and ``model(tokens, mask)``."""
+    model = impl.DecoderOnlyTransformer(LM_VOCAB, D_MODEL, HEADS, 32, 2, norm_first=norm_first,
+                                        tie_embeddings=tie, max_len=LM_MAX_LEN).double()
+    names = load_trusted(model, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    return {"names": names, "logits": model(tokens, mask)}
+
+
+def language_model_weights(norm_first, tie):
+    """The grader's weights by the contract's names: the stack's layers (``decoder.layers.i``,
+    two residuals each), its last norm pre-LN, the embedding and the generator (one matrix
+    under both names when ``tie``), the sinusoidal table."""
+    shapes = {}
+    for i in range(2):
+        for p in ("q", "k", "v", "out"):
+            shapes[f"decoder.layers.{i}.self_attn.{p}_proj.weight"] = (D_MODEL, D_MODEL)
+            shapes[f"decoder.layers.{i}.self_attn.{p}_proj.bias"] = (D_MODEL,)
+        shapes.update({f"decoder.layers.{i}.feed_forward.linear1.weight": (32, D_MODEL),
+                       f"decoder.layers.{i}.feed_forward.linear1.bias": (32,),
+                       f"decoder.layers.{i}.feed_forward.linear2.weight": (D_MODEL, 32),
+                       f"decoder.layers.{i}.feed_forward.linear2.bias": (D_MODEL,)})
+        for r in range(2):
+            shapes[f"decoder.layers.{i}.residuals.{r}.norm.weight"] = (D_MODEL,)
+            shapes[f"decoder.layers.{i}.residuals.{r}.norm.bias"] = (D_MODEL,)
+    if norm_first:
+        shapes.update({"decoder.norm.weight": (D_MODEL,), "decoder.norm.bias": (D_MODEL,)})
+    shapes.update({"embed.tokens.embedding.weight": (LM_VOCAB, D_MODEL),
+                   "generator.weight": (LM_VOCAB, D_MODEL), "generator.bias": (LM_VOCAB,)})
+    state = trusted_state(shapes)
+    if tie:
+        state["generator.weight"] = state["embed.tokens.embedding.weight"]
+    position = torch.arange(LM_MAX_LEN, dtype=f64)[:, None]
+    rate = 10000.0 ** (-torch.arange(0, D_MODEL, 2, dtype=f64) / D_MODEL)
+    table = torch.zeros(LM_MAX_LEN, D_MODEL, dtype=f64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(position * rate), torch.cos(position * rate)
+    state["embed.positions.pe"] = table
+    return state
+
+
+@pytest.mark.grade("8.5", points=3, values=True)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_decoder_only_model_matches_pytorch(learner, norm_first, tie):
+    tokens = torch.randint(3, LM_VOCAB, (2, 6))
+    tokens[1, 4:] = 0  # padding
+    mask = (tokens != 0)[:, None, None, :] & torch.ones(6, 6, dtype=torch.bool).tril()
+    state = language_model_weights(norm_first, tie)
+    result = learner.run(language_model_run, state=state, tie=tie, norm_first=norm_first,
+                         tokens=tokens, mask=mask)
+    check_names(result["names"], state, f"DecoderOnlyTransformer(tie_embeddings={tie})",
+                hint="embed is embeddings(...) of Chapter 5, decoder Chapter 5's Encoder, "
+                "generator the last linear layer.")
+    config = SimpleNamespace(src_vocab_size=LM_VOCAB, tgt_vocab_size=LM_VOCAB, num_layers=2,
+                             d_model=D_MODEL, d_ff=32, num_heads=HEADS, dropout=0.0,
+                             max_len=LM_MAX_LEN, norm_first=norm_first, tie_embeddings=tie)
+    theirs = TorchLanguageModel(config).double().train()  # dropout 0; off the fast path
+    theirs.load_course_state_dict(state)
+    with torch.no_grad():
+        expected = theirs(tokens, mask)
+        mistakes = {"8.5/log-probabilities": F.log_softmax(expected, dim=-1),
+                    "8.5/mask-not-passed": theirs(tokens, None)}
+    output = result["logits"]
+    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
+        output.double(), expected) else first_match(output, mistakes)
+    assert_close(output, expected, f"DecoderOnlyTransformer(norm_first={norm_first}, "
+                 f"tie_embeddings={tie})(tokens, mask)",
+                 hint=named(mistake) if mistake else "generator(decoder(embed(tokens), mask)).")
+
+
+def language_model_build(impl):
+    """Whether the generator shares the embedding's matrix, tied and untied; the weights'
+    largest entries at initialisation, with Xavier's bound for each."""
+    found = {}
+    for tie in (True, False):
+        torch.manual_seed(0)
+        model = impl.DecoderOnlyTransformer(40, D_MODEL, HEADS, 32, 2, tie_embeddings=tie)
+        found[tie] = {
+            "tied": model.generator.weight is model.embed.tokens.embedding.weight,
+            "count": sum(p.numel() for p in model.parameters()),
+            "largest": {name: [value.abs().max().item(),
+                               math.sqrt(6 / (value.size(0) + value.size(1)))]
+                        for name, value in model.state_dict().items()
+                        if value.dim() == 2 and not name.endswith(".pe")}}
+    return found
+
+
+@pytest.mark.grade("8.5", points=2)
+def test_decoder_only_model_ties_and_initialises(learner):
+    found = learner.run(language_model_build)
+    assert found[True]["tied"], named("8.5/not-tied")
+    assert not found[False]["tied"], (
+        "DecoderOnlyTransformer(tie_embeddings=False) shares the embedding's matrix: "
+        "untied, the generator keeps a matrix of its own.")
+    assert found[False]["count"] - found[True]["count"] == 40 * D_MODEL, (
+        f"tied, the model should have V x d_model = {40 * D_MODEL} parameters fewer than "
+        f"untied; it has {found[False]['count'] - found[True]['count']} fewer.")
+    for name, (largest, bound) in found[False]["largest"].items():
+        assert largest <= bound * (1 + 1e-6), named(
+            "8.5/not-xavier", name=name, largest=f"{largest:.3g}", bound=f"{bound:.3g}")
+        assert largest > 0.5 * bound, (
+            f"{name} is at most {largest:.3g} at initialisation, far inside Xavier's bound "
+            f"{bound:.3g}: use nn.init.xavier_uniform_.")
+
+
+# ---------------------------------------------------------------- 8.6 capstone
 
 
 def progressions():
@@ -535,15 +656,16 @@ def progressions():
                       torch.full((100, 1), 2)], dim=1)
 
 
-@pytest.mark.grade("8.5", points=5, values=True)
+@pytest.mark.grade("8.6", points=5, values=True)
 @pytest.mark.cpu_seconds(300)
 def test_capstone_your_decoder_only_model_learns_progressions(learner):
     try:
         trained = learner.run(trained_language_model, steps=CAPSTONE_STEPS)
     except LearnerNotImplemented as error:
         raise LearnerNotImplemented(
-            f"the capstone builds and trains a decoder-only model from your parts of chapters "
-            f"1 to 5 with your language_model_loss (8.4), and met a stub: {error}") from error
+            f"the capstone builds and trains your decoder-only model (8.5) from your parts "
+            f"of chapters 1 to 5 with your language_model_loss (8.4), and met a stub: "
+            f"{error}") from error
     model = TorchLanguageModel(SimpleNamespace(**trained["config"]))
     try:
         model.load_course_state_dict(trained["state"])

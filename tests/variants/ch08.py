@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from annotated_transformer.parts import active_parts
 
@@ -379,3 +380,77 @@ def gathered(logits, tokens, pad_id):
 def cross_entropy_channels(logits, tokens, pad_id):
     _shapes(logits, tokens)
     return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], ignore_index=pad_id)
+
+
+# ------------------------------------------------------------------ 8.5 the decoder-only model
+
+
+class _LanguageModel(nn.Module):
+    """The model's modules, initialised and tied as the contract says; the variant's forward
+    uses them, or builds them otherwise."""
+
+    TIE = True
+    XAVIER = True
+
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
+                 norm_first=False, tie_embeddings=True, max_len=5000):
+        super().__init__()
+        parts = active_parts()
+        self.embed = parts.embeddings(vocab_size, d_model, max_len, dropout)
+        self.decoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, vocab_size)
+        if self.XAVIER:
+            for parameter in self.parameters():
+                if parameter.dim() > 1:
+                    nn.init.xavier_uniform_(parameter)
+        if tie_embeddings and self.TIE:
+            self.generator.weight = self.embed.tokens.embedding.weight
+
+    def forward(self, tokens, mask):
+        return self.generator(self.decoder(self.embed(tokens), mask))
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "log-probabilities from forward",
+       mistake="8.5/log-probabilities")
+class LanguageModelLogProbabilities(_LanguageModel):
+    def forward(self, tokens, mask):
+        return torch.log_softmax(self.generator(self.decoder(self.embed(tokens), mask)), -1)
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the mask not passed to the stack",
+       mistake="8.5/mask-not-passed")
+class LanguageModelUnmasked(_LanguageModel):
+    def forward(self, tokens, mask):
+        return self.generator(self.decoder(self.embed(tokens)))
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the generator given a copy of the embedding",
+       mistake="8.5/not-tied")
+class LanguageModelTiedByCopy(_LanguageModel):
+    TIE = False
+
+    def __init__(self, *args, tie_embeddings=True, **kwargs):
+        super().__init__(*args, tie_embeddings=tie_embeddings, **kwargs)
+        if tie_embeddings:
+            self.generator.weight = nn.Parameter(self.embed.tokens.embedding.weight.clone())
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "PyTorch's default initialisation kept",
+       mistake="8.5/not-xavier")
+class LanguageModelDefaultInitialisation(_LanguageModel):
+    XAVIER = False
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the embedding without its positions")
+class LanguageModelWithoutPositions(_LanguageModel):
+    def forward(self, tokens, mask):
+        return self.generator(self.decoder(self.embed.tokens(tokens), mask))
+
+
+@right("8.5", "DecoderOnlyTransformer", "the stack's layers run one by one, then its norm")
+class LanguageModelLayerByLayer(_LanguageModel):
+    def forward(self, tokens, mask):
+        x = self.embed(tokens)
+        for layer in self.decoder.layers:
+            x = layer(x, mask)
+        return self.generator(self.decoder.norm(x))

@@ -7,7 +7,7 @@ builds on are these stand-ins (:data:`EXERCISES`): PyTorch's own op where PyTorc
 (``torch.softmax``, ``F.layer_norm``, ``F.multi_head_attention_forward``,
 ``F.cross_entropy``), else the formula the exercise's docstring states. Its points and its
 named mistake then depend on its own code alone. Whether the learner's parts work together
-is the capstones' question (6.6, 8.5 run on the learner's parts only) and each report's
+is the capstones' question (6.6, 8.6 run on the learner's parts only) and each report's
 line "uses your 5.1, whose values are wrong" (:mod:`.engine`).
 
 In the worker (:mod:`.worker`), built before any learner code runs. Where a stand-in uses an
@@ -31,8 +31,9 @@ from torch import Tensor, nn
 
 # The exercises that have a stand-in, and the name each is looked up by (its chapter's).
 EXERCISES = {
-    "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax", "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention",
-    "4.1": "padding_mask", "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
+    "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax",
+    "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention", "4.1": "padding_mask",
+    "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
     "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "5.4": "EncoderLayer",
     "5.5": "DecoderLayer", "5.6": "Encoder", "5.7": "Decoder", "6.2": "LabelSmoothingLoss",
 }
