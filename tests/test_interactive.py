@@ -1,4 +1,5 @@
-"""The interactive figures' data and HTML (the browser check is tests/test_book.py)."""
+"""The interactive figures' data and HTML (the browser checks: tests/test_book.py in the
+web book, tests/test_jupyterlab.py in JupyterLab and Notebook 7)."""
 
 from __future__ import annotations
 
