@@ -173,7 +173,8 @@ def attention_figure(maps: AttentionMaps, name: str = "attention") -> Interactiv
         domains.append((start, start + share))
         start += share + gap
     for index, attention in enumerate(attentions):
-        queries, keys = axes[attention]
+        # plotly reads its labels as HTML: "</s>" would be a closing tag, drawn as nothing
+        queries, keys = ([html.escape(t, quote=False) for t in axis] for axis in axes[attention])
         title = ATTENTIONS[attention]
         suffix = "" if index == 0 else str(index + 1)
         text = [[f"{q} → {k}" for k in keys] for q in queries]

@@ -106,3 +106,11 @@ def test_colab_gets_plotly_s_html_that_loads_plotly_js(monkeypatch):
     page = bundle["text/html"]
     assert 'src="https://cdn.plot.ly/' in page and "Plotly.newPlot" in page
     assert 'id="interactive-demo"' in page
+
+
+def test_token_labels_are_text_not_markup():
+    """plotly reads tick labels as HTML: the end-of-sentence token ``</s>`` would be a
+    closing tag, drawn as nothing, unless it is escaped."""
+    spec = spec_of(attention_figure(fake_maps(), name="demo").to_html())
+    labels = spec["layout"]["xaxis"]["ticktext"]
+    assert "&lt;/s&gt;" in labels and "</s>" not in labels
