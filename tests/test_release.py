@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -16,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
@@ -162,6 +164,27 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
     again = run(python, out, "-m", "annotated_transformer", "release", str(out.parent / "again"))
     assert again.returncode == 2 and "not from a release" in again.stderr
     assert not (out.parent / "again").exists()
+
+
+@pytest.mark.slow  # two short training runs in a release
+def test_a_finished_learner_s_parts_train_both_kinds_of_model(python: Path, out: Path,
+                                                              tmp_path: Path):
+    """A learner's folder with every exercise done (the reference's files, copied as a
+    learner would hand them in) trains the encoder-decoder and the language model through
+    ``train --parts``: their own EncoderDecoder (5.8) and DecoderOnlyTransformer (8.5),
+    stacks and train_step (6.5), in a release where no reference exists."""
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    for path in (ROOT / "solutions").glob("ch0*.py"):
+        shutil.copy(path, finished / path.name)
+    for task, kind in (("dates", "encoder-decoder"), ("addition", "decoder-only")):
+        done = run(python, out, "-m", "annotated_transformer", "train", "--task", task,
+                   "--steps", "3", "--out", str(tmp_path / task), "--parts", str(finished),
+                   "--no-progress")
+        assert done.returncode == 0, done.stderr
+        saved = torch.load(tmp_path / task / "checkpoint.pt", weights_only=False)
+        assert saved["kind"] == kind and saved["step"] == 3, (saved.get("kind"),
+                                                                    saved.get("step"))
 
 
 @pytest.mark.slow
