@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.grading import boundary
+from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.sources import Source
 
 PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
@@ -66,5 +66,5 @@ def _sources_of(pattern: str) -> list[str]:
 def test_one_seed_draw_one_sandbox_decision_one_default_of_cpu_seconds():
     assert _sources_of(r"secrets\.randbelow|random\.randrange\(2") == ["runspec.py"]
     assert _sources_of(r"boundary\.unavailable\(\)|\bunavailable\(\) if") == ["boundary.py"]
-    assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["supervisor.py"]
+    assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["limits.py"]
     assert _sources_of(r"--grade-(seed|sandbox|cpu-seconds|exercises|report)") == []

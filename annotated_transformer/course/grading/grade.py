@@ -41,6 +41,10 @@ from pathlib import Path
 
 from annotated_transformer.course.grading import boundary, cache, engine, manifest
 from annotated_transformer.course.grading.exercise_id import ExerciseId
+from annotated_transformer.course.grading.limits import (
+    AFTER_TIMEOUT_CPU_SECONDS,
+    DEFAULT_CPU_SECONDS,
+)
 from annotated_transformer.course.grading.outcomes import GraderFault
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
@@ -49,10 +53,6 @@ from annotated_transformer.course.grading.report import (
     write_report,
 )
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.supervisor import (
-    AFTER_TIMEOUT_CPU_SECONDS,
-    DEFAULT_CPU_SECONDS,
-)
 from annotated_transformer.layout import MANIFEST, ROOT, WORKFLOWS_DIR, folder_name, relative
 
 

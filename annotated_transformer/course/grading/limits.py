@@ -27,6 +27,11 @@ import time
 from functools import cache
 from pathlib import Path
 
+DEFAULT_CPU_SECONDS = 10.0  # CPU seconds a call may use (the reference's largest: under 1)
+# Once a call of an exercise has run out of CPU time, each later call of that exercise (same
+# source) may use this many: an endless loop costs its full budget once, not once a test
+# (the reference's largest call, the capstone aside, uses under 1 CPU second).
+AFTER_TIMEOUT_CPU_SECONDS = 1.0
 MEMORY_BYTES = 4 * 2**30  # all the worker's processes together (the reference's: 0.3 GiB)
 TASKS = 128  # processes and threads of a worker together (the reference's worker: 4)
 _names = itertools.count()

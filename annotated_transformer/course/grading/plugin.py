@@ -61,11 +61,11 @@ from annotated_transformer.course.grading.supervisor import (
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     PACKAGE_DIR,
+    SOLUTIONS_DIR,
     TESTS_DIR,
     VARIANTS_DIR,
     chapter_test_files,
 )
-from annotated_transformer.parts import has_reference
 from annotated_transformer.sources import Source
 
 # What tests/graded/conftest.py takes: pytest reads a conftest's hooks and fixtures by name.
@@ -84,7 +84,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grade-run", default=None, metavar="PATH",
                      help="the grading run, as grade or regrade described it (a JSON file: "
                      "sources, seed, CPU seconds, sandbox, exercises, where the records go)")
-    parser.addoption("--parts", default="solutions" if has_reference() else "exercises",
+    # The reference is here (not in a student release); read from the disk, not from parts,
+    # which would load PyTorch before the worker is started (pytest_configure).
+    parser.addoption("--parts", default="solutions" if SOLUTIONS_DIR.is_dir() else "exercises",
                      help="comma-separated parts to grade: solutions (default; exercises in a "
                      "student release), exercises, a folder of chNN_*.py files, or variants; "
                      "a grading run's --grade-run replaces it")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from annotated_transformer.course.grading.exercise_id import ExerciseId
-from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
+from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
 from annotated_transformer.sources import Source, graded_sources
 
 SANDBOXES = ("bubblewrap", "none")  # decided (boundary.decide), never "auto" here

@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.course.grading import boundary, limits, outcomes, watch
+from annotated_transformer.course.grading.limits import (  # noqa: F401 - grade's names
+    AFTER_TIMEOUT_CPU_SECONDS,
+    DEFAULT_CPU_SECONDS,
+)
 from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the tests' names
     ForbiddenCall,
     GraderFault,
@@ -55,11 +59,6 @@ OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worke
 DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
 START_SECONDS = 300.0  # wall time a worker may take to import PyTorch and the tests
 POLL = 0.25  # seconds between two looks at the worker (its CPU time, its threads)
-DEFAULT_CPU_SECONDS = 10.0  # CPU seconds a call may use (the reference's largest: under 1)
-# Once a call of an exercise has run out of CPU time, each later call of that exercise (same
-# source) may use this many: an endless loop costs its full budget once, not once a test
-# (the reference's largest call, the capstone aside, uses under 1 CPU second).
-AFTER_TIMEOUT_CPU_SECONDS = 1.0
 STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call "
                         r"first\):")  # faulthandler's stack, asked for by the grader
 # How the worker starts: the grader's own copy of the package first on its path (the worker
