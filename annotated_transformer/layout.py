@@ -23,6 +23,12 @@ ROOT = PACKAGE_DIR.parent  # the course's repository (or a student release of it
 SOLUTIONS_DIR = ROOT / "solutions"
 EXERCISES_DIR = ROOT / "exercises"
 FAST_PARTS_DIR = PACKAGE_DIR / "fast_parts"
+# The course's other implementations of the chapters, by the source word that names them:
+# packages of the package, imported as annotated_transformer.<folder>. The one table that
+# the sources' words, the parts registry, the grader's boundary, the manifest and the release
+# read: a learner's worker never sees them, a release leaves them out, and they are measured,
+# never graded.
+PARTS_PACKAGES = {"fast": FAST_PARTS_DIR}
 COURSE_TOOLS_DIR = PACKAGE_DIR / "course"
 TESTS_DIR = ROOT / "tests"
 GRADED_DIR = TESTS_DIR / "graded"

@@ -69,13 +69,20 @@ from typing import Any, SupportsIndex
 import torch
 
 from annotated_transformer import student_release
-from annotated_transformer.layout import CHAPTER_FILE, EXERCISES_DIR, SOLUTIONS_DIR
+from annotated_transformer.layout import (
+    CHAPTER_FILE,
+    EXERCISES_DIR,
+    PACKAGE_DIR,
+    PARTS_PACKAGES,
+    SOLUTIONS_DIR,
+)
 from annotated_transformer.sources import Source
 
 # The course's folders of chapter files, imported as packages of these names from the
 # repository (never installed: ``pyproject.toml`` installs ``annotated_transformer`` alone).
 PACKAGES = {"solutions": SOLUTIONS_DIR, "exercises": EXERCISES_DIR}
-NAMED = {"fast": "annotated_transformer.fast_parts"}  # more sources that are packages
+NAMED = {word: f"{PACKAGE_DIR.name}.{folder.name}"  # more sources that are packages
+         for word, folder in PARTS_PACKAGES.items()}
 class SourcePolicy:
     """The one hook of the parts registry: a process-wide rule about sources that a tool
     installs (:func:`install_policy`) before any chapter file is imported.

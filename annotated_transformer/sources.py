@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from annotated_transformer.layout import EXERCISES_DIR
+from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES
 
-WORDS = ("solutions", "exercises", "fast", "variants")  # every other word is a folder
+WORDS = ("solutions", "exercises", *PARTS_PACKAGES, "variants")  # any other is a folder
 VARIANT = "variant:"  # the prefix of one variant's name
 
 
@@ -78,7 +78,7 @@ class Source:
     @property
     def trusted(self) -> bool:
         """Whether it is the course's own code (the reference, the fast parts, a variant)."""
-        return self.word in ("solutions", "fast", "variant")
+        return self.word in ("solutions", "variant", *PARTS_PACKAGES)
 
     @property
     def learner_folder(self) -> Path | None:
@@ -103,7 +103,10 @@ def graded_sources(text: str) -> tuple[Source, ...]:
     """The sources of a comma list that the grader grades: :func:`parse_sources`, less
     ``fast`` (the reference on fused kernels is measured, not graded), which is refused."""
     found = parse_sources(text)
-    if any(source.word == "fast" for source in found):
-        raise ValueError("'fast' names the reference on PyTorch's fused kernels, which is "
-                         "measured, not graded; a folder named fast is written ./fast")
+    for source in found:
+        if source.word in PARTS_PACKAGES:
+            raise ValueError(f"'{source.word}' names the reference in another implementation "
+                             f"(annotated_transformer/{PARTS_PACKAGES[source.word].name}, "
+                             f"PyTorch's fused kernels), which is measured, not graded; a "
+                             f"folder named {source.word} is written ./{source.word}")
     return found

@@ -26,8 +26,8 @@ from annotated_transformer.course.grading.engine import exercise_points
 from annotated_transformer.course.grading.report import ExerciseResult
 from annotated_transformer.layout import (
     EXERCISES_DIR,
-    FAST_PARTS_DIR,
     MANIFEST,
+    PARTS_PACKAGES,
     SOLUTIONS_DIR,
     VARIANTS_DIR,
     WORKFLOWS_DIR,
@@ -98,7 +98,7 @@ jobs:
       # (whose objects hold them) leave the disk before anything of the learner's runs.
       - name: Remove the reference and the course's history from its checkout
         run: |
-          rm -rf .course/.git/ .course/<solutions> .course/<fast_parts> \\
+          rm -rf .course/.git/ .course/<solutions> <parts_packages> \\
             .course/<variants>
       - name: Install the sandbox (bubblewrap)
         run: sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap
@@ -145,7 +145,8 @@ def _with_paths(template: str) -> str:
     """``template`` with the course's paths, from :mod:`annotated_transformer.layout`, in
     place of ``<exercises>``, ``<solutions>``, ... (the workflow's own ``${{ }}`` stay)."""
     paths = {"exercises": folder_name(EXERCISES_DIR), "parts": f"../{relative(EXERCISES_DIR)}",
-             "solutions": folder_name(SOLUTIONS_DIR), "fast_parts": folder_name(FAST_PARTS_DIR),
+             "solutions": folder_name(SOLUTIONS_DIR), "parts_packages": " ".join(
+                 f".course/{folder_name(d)}" for d in PARTS_PACKAGES.values()),
              "variants": folder_name(VARIANTS_DIR), "manifest": relative(MANIFEST)}
     for name, path in paths.items():
         template = template.replace(f"<{name}>", path)

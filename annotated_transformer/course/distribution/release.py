@@ -42,8 +42,8 @@ from pathlib import Path
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.layout import (
     EXERCISES_DIR,
-    FAST_PARTS_DIR,
     GRADED_DIR,
+    PARTS_PACKAGES,
     ROOT,
     SOLUTIONS_DIR,
     TESTS_DIR,
@@ -54,7 +54,7 @@ from annotated_transformer.layout import (
 )
 
 # Left out of every release (folders end with "/").
-ANSWERS = tuple(folder_name(d) for d in (SOLUTIONS_DIR, FAST_PARTS_DIR, VARIANTS_DIR))
+ANSWERS = tuple(folder_name(d) for d in (SOLUTIONS_DIR, *PARTS_PACKAGES.values(), VARIANTS_DIR))
 MAINTAINERS_ONLY = (".ci/", "CONTRIBUTING.md", relative(WORKFLOWS_DIR / "book.yml"))
 WORKFLOWS = {name: relative(WORKFLOWS_DIR / f"{name}.yml") for name in ("grade", "classroom")}
 TESTS, GRADED = folder_name(TESTS_DIR), folder_name(GRADED_DIR)

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from annotated_transformer.layout import (
     COURSE_TOOLS_DIR,
-    FAST_PARTS_DIR,
     GRADED_DIR,
     MANIFEST,
     PACKAGE_DIR,
+    PARTS_PACKAGES,
     ROOT,
     TESTS_DIR,
     WORKFLOWS_DIR,
@@ -103,14 +103,15 @@ def preloaded_modules() -> tuple[str, ...]:
 def imported_modules(root: Path, files: list[Path], names: set[str]) -> list[Path]:
     """The files of the package in ``root`` that ``files`` and the modules ``names``
     import, with the ones those import in turn (and each package's ``__init__.py`` on the
-    way), read from the source, not run; the fast parts aside."""
+    way), read from the source, not run; the other implementations of the chapters (the
+    fast parts) aside."""
     package = _in(root, PACKAGE_DIR)
-    fast = _in(root, FAST_PARTS_DIR)
+    aside = [_in(root, folder) for folder in PARTS_PACKAGES.values()]
     found: set[Path] = set()
     todo = list(files) + [p for name in names for p in _module_files(package, name)]
     while todo:
         path = todo.pop()
-        if path in found or fast in path.parents or not path.is_file():
+        if path in found or any(a in path.parents for a in aside) or not path.is_file():
             continue
         found.add(path)
         for name in _imports(path, package):

@@ -46,9 +46,9 @@ from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the 
 from annotated_transformer.course.grading.output import PrintedOutput
 from annotated_transformer.course.grading.protocol import Ended, Reply
 from annotated_transformer.layout import (
-    FAST_PARTS_DIR,
     GRADED_DIR,
     PACKAGE_DIR,
+    PARTS_PACKAGES,
     ROOT,
     SOLUTIONS_DIR,
     VARIANTS_DIR,
@@ -130,7 +130,9 @@ class WorkerProcess:
     @staticmethod
     def _hidden(learner_dir: Path | None) -> list[Path]:
         """What a learner's worker must not see inside what it is shown."""
-        return [FAST_PARTS_DIR] if learner_dir is not None and FAST_PARTS_DIR.is_dir() else []
+        if learner_dir is None:
+            return []
+        return [folder for folder in PARTS_PACKAGES.values() if folder.is_dir()]
 
     def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
              wait_seconds: float = watch.WAIT_SECONDS) -> Reply:
