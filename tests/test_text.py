@@ -258,3 +258,17 @@ def test_train_refuses_the_text_task_without_its_file(tmp_path, capsys):
     assert cli.main(["train", "--task", "text", "--data", str(tmp_path / "none.txt"),
                      "--out", str(tmp_path), "--device", "cpu"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_chapters_checkpoint_beats_the_uniform_guess_on_held_out_shakespeare():
+    """``chapters/checkpoints/shakespeare.pt`` (``train --task text`` on Tiny Shakespeare,
+    exported in float16), which Chapter 8 loads: the repository's corpus, and a held-out
+    perplexity far below the vocabulary's size."""
+    from annotated_transformer import checkpoint
+
+    state = checkpoint.load(ROOT / "chapters" / "checkpoints" / "shakespeare.pt")
+    assert state["task"]["path"] == TINY_SHAKESPEARE and state["kind"] == "decoder-only"
+    task = checkpoint.build_task(state, str(CORPUS))
+    model = checkpoint.build_model(state)
+    assert model.config.max_len == task.context == 64
+    assert perplexity(model, task, windows=100) < 6 < len(task.vocab)
