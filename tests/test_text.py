@@ -228,7 +228,8 @@ def test_train_evaluate_and_translate_a_text_file(tmp_path, capsys):
     corpus = tmp_path / "slice.txt"
     corpus.write_text(CORPUS.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
     out = tmp_path / "run"
-    assert cli.main(["train", "--task", "text", "--data", str(corpus), "--steps", "3",
+    assert cli.main(["train", "--task", "text", "--data", str(corpus), "--context", "16",
+                     "--steps", "3",
                      "--eval-every", "3", "--eval-size", "8", "--layers", "1",
                      "--d-model", "32", "--device", "cpu", "--no-progress",
                      "--out", str(out)]) == 0
@@ -237,6 +238,8 @@ def test_train_evaluate_and_translate_a_text_file(tmp_path, capsys):
     record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["perplexity"] == pytest.approx(math.exp(record["eval_loss"]), rel=1e-3)
     assert "exact_match" not in record
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["task"]["context"] == state["model_config"]["max_len"] == 16
 
     assert cli.main(["evaluate", "--checkpoint", str(out / "checkpoint.pt"), "--json",
                      "--size", "8"]) == 0
@@ -248,6 +251,14 @@ def test_train_evaluate_and_translate_a_text_file(tmp_path, capsys):
                      "--temperature", "1", "ROMEO:"]) == 0
     assert capsys.readouterr().out.strip()
 
+    # the maps are of one pass over the prompt and the output: no more than 16 positions
+    assert cli.main(["attention", "--checkpoint", str(out / "checkpoint.pt"), "ROMEO:",
+                     "--out", str(tmp_path / "maps.png")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert cli.main(["attention", "--checkpoint", str(out / "checkpoint.pt"), "a" * 20,
+                     "--out", str(tmp_path / "maps.png")]) == 2
+    assert "too long for the model's 16 positions" in capsys.readouterr().err
+
 
 def test_train_refuses_the_text_task_without_its_file(tmp_path, capsys):
     from annotated_transformer import cli
@@ -258,6 +269,9 @@ def test_train_refuses_the_text_task_without_its_file(tmp_path, capsys):
     assert cli.main(["train", "--task", "text", "--data", str(tmp_path / "none.txt"),
                      "--out", str(tmp_path), "--device", "cpu"]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert cli.main(["train", "--task", "copy", "--context", "16", "--out", str(tmp_path),
+                     "--device", "cpu"]) == 2
+    assert "--context is for --task text" in capsys.readouterr().err
 
 
 def test_the_chapters_checkpoint_beats_the_uniform_guess_on_held_out_shakespeare():

@@ -37,6 +37,9 @@ def add_train(sub) -> None:
     p.add_argument("--task", required=True, help=f"one of {', '.join(TASKS)}")
     p.add_argument("--data", help="the source<TAB>target file of --task tsv; the plain-text "
                    "file of --task text (e.g. chapters/data/tiny-shakespeare/input.txt)")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="--task text: characters per training window, the model's positions "
+                   "(default 64)")
     p.add_argument("--level", choices=("char", "word"), default="char",
                    help="--task tsv: a vocabulary of characters (default) or of words")
     p.add_argument("--out", required=True, type=Path,
@@ -183,6 +186,10 @@ def run_train(args) -> int:
         raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
     options = ({"path": args.data, "level": args.level} if args.task == "tsv" else
                {"path": args.data} if args.task == "text" else {})
+    if args.context is not None:
+        if args.task != "text":
+            raise UsageError(f"--context is for --task text; {args.task!r} has no windows")
+        options["context"] = args.context
     recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
         args.model)  # --model small|cpu|base|big
     recipe = resized(recipe, args)  # --layers, --d-model, --heads, --d-ff, --dropout
