@@ -19,9 +19,11 @@ from torch import Tensor
 
 from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.task import Task, pad_rows
+from annotated_transformer.data.tsv import DataError
 from annotated_transformer.data.vocab import EOS, SPECIALS
 from annotated_transformer.model import Model
 from annotated_transformer.plots import heatmap
+from annotated_transformer.sampling import context_window
 
 SHORT = {"<pad>": "·", "<bos>": "^", "<eos>": "$"}
 
@@ -66,12 +68,20 @@ def _labels(task: Task, ids: list[int]) -> list[str]:
 def attention_maps(model: Model, task: Task, text: str, max_len: int | None = None
                    ) -> AttentionMaps:
     """Decode ``text`` greedily (at most ``max_len`` tokens, default the task's longest
-    target; a translation checkpoint's task without its corpus needs it given) and
-    collect every head's attention (see the module docstring)."""
+    target; a translation checkpoint's task without its corpus needs it given; no more
+    than the model's positions hold, since the maps are of one forward pass) and collect
+    every head's attention (see the module docstring)."""
     device = next(model.parameters()).device
     model.eval()
     src = pad_rows([task.source_ids(text)]).to(device)
-    output = model.generate(src, max_len or task.max_target_len)[0].tolist()  # greedy
+    wanted, window = max_len or task.max_target_len, context_window(model)
+    while window is not None and wanted > 1 and \
+            model.longest_sequence(src.size(1), wanted) > window:
+        wanted -= 1  # a decoder-only model reads the input and the output as one sequence
+    if window is not None and model.longest_sequence(src.size(1), wanted) > window:
+        raise DataError(f"the input is {src.size(1)} tokens: too long for the model's "
+                         f"{window} positions")
+    output = model.generate(src, wanted)[0].tolist()  # greedy
     if EOS in output:
         output = output[: output.index(EOS) + 1]
     source_ids, output_ids, weights = model.read_attention(src, torch.tensor([output],

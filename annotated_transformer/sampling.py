@@ -17,6 +17,24 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def context_window(model: nn.Module) -> int | None:
+    """The most positions ``model`` reads at once: its config's ``max_len`` (``None``: no
+    limit known)."""
+    return getattr(getattr(model, "config", None), "max_len", None)
+
+
+def crop(tokens: Tensor, window: int | None) -> Tensor:
+    """What a model of ``window`` positions reads of ``tokens [B, t]``: all of them while
+    ``t <= window``, else the first (``BOS``) and the latest ``window - 1`` ``[B, window]``.
+    BOS stays first, as in training, where every sequence starts with it."""
+    if window is None or tokens.size(1) <= window:
+        return tokens
+    if window < 2:
+        raise ValueError(f"a context window of {window} position(s) has no room for BOS and "
+                         f"a token")
+    return torch.cat([tokens[:, :1], tokens[:, tokens.size(1) - (window - 1):]], dim=1)
+
+
 @torch.no_grad()
 def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature: float = 0.0,
              top_k: int | None = None, generator: torch.Generator | None = None,
@@ -27,24 +45,43 @@ def complete(model: nn.Module, prompt: Tensor, max_new_tokens: int, temperature:
     decoding needs no chapter 8); otherwise it is drawn by ``model.parts.sample_next(logits,
     temperature, top_k, top_p, generator)``.
 
-    Rows of different lengths decode together: while a row is still inside its prompt,
-    its next token is the prompt's, not the model's. With ``cache``, each step computes
-    only the new position (:class:`~annotated_transformer.incremental.DecoderCache`);
-    without, the whole prefix is re-run at every step with the causal mask.
+    - **Prefill.** The first ``s`` columns, where ``s`` is the shortest prompt's length,
+      go through the model in one forward pass (with ``cache``, it fills the keys and
+      values of every layer); then one token a step.
+    - **Prompts of different lengths** decode together, padded on the right: after the
+      prefill, a row still inside its prompt takes its prompt's next token, not the
+      model's. Every token sits at its own position ``t`` in every row, as when the row is
+      decoded alone, so each row's continuation is the one it gets alone (no per-row
+      position offsets needed, at the price of feeding a longer prompt's tail one token a
+      step).
+    - **Positions while cached.** With ``cache``, each step computes only the new position
+      (:class:`~annotated_transformer.incremental.DecoderCache`), and its positional
+      encoding is that of its absolute position ``t``, not of 0; without, the whole
+      prefix is re-run at every step with the causal mask.
+    - **The context window.** A model reads at most :func:`context_window` positions
+      (``W``, its ``max_len``). Past them it reads :func:`crop`'s window, BOS and the
+      latest ``W - 1`` tokens. Cropping moves every kept token to another absolute
+      position, so the cache's keys and values (computed at the old ones) are stale: the
+      cache sees a prefix it has not seen and prefills the window again, every step past
+      ``W`` (``O(W)`` positions a step, as without the cache). The result is what
+      cropping by hand and running the model on each window gives.
     """
     from annotated_transformer.incremental import DecoderCache
 
     incremental = DecoderCache(model) if cache else None
     causal_mask = model.parts.causal_mask
     sample_next = model.parts.sample_next if temperature else None  # greedy: not needed
+    window = context_window(model)
     lengths = (prompt != PAD).sum(dim=1)  # [B]
     batch, width = prompt.shape
-    ys = prompt[:, :1]
+    prefill = max(1, int(lengths.min()))  # the columns every row's prompt has
+    ys = prompt[:, :prefill]
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
-    for t in range(1, width + max_new_tokens):
-        mask = causal_mask(ys.size(1), device=ys.device)
-        logits = (incremental.next_logits(ys, mask) if incremental  # [B, V]
-                  else model(ys, mask)[:, -1])
+    for t in range(prefill, width + max_new_tokens):
+        seen = crop(ys, window)  # [B, min(t, W)]
+        mask = causal_mask(seen.size(1), device=seen.device)
+        logits = (incremental.next_logits(seen, mask) if incremental  # [B, V]
+                  else model(seen, mask)[:, -1])
         token = (logits.argmax(dim=-1) if temperature == 0 else
                  sample_next(logits.float(), temperature, top_k, top_p, generator))
         in_prompt = t < lengths

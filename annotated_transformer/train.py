@@ -18,6 +18,7 @@ device until they are logged.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ class History:
     lr: list[float] = field(default_factory=list)
     eval_step: list[int] = field(default_factory=list)
     eval_loss: list[float] = field(default_factory=list)
-    exact_match: list[float] = field(default_factory=list)
+    exact_match: list[float | None] = field(default_factory=list)  # None: not decoded
     seconds: float = 0.0
     tokens: int = 0  # target tokens trained on (all processes)
     eval_examples: int = 0  # held-out examples per evaluation (a corpus may have fewer)
@@ -192,10 +193,12 @@ def train_step(model: Model, batch: LabelledInputs, loss_fn: nn.Module,
 
 @torch.no_grad()
 def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
-             precision: str = "fp32", batch_size: int = 500) -> tuple[float, float]:
+             precision: str = "fp32", batch_size: int = 500, decode: bool = True
+             ) -> tuple[float, float | None]:
     """``(loss, exact match)`` on a held-out set: teacher-forced loss per token, and the
     fraction of sequences that greedy decoding reproduces exactly (in chunks of
-    ``batch_size`` rows of similar length)."""
+    ``batch_size`` rows of similar length); without ``decode`` (a language model of text,
+    ``Task.judged_by_decoding``), nothing is decoded and the exact match is ``None``."""
     model.eval()
     losses, tokens, correct = 0.0, 0, 0
     # Batching by length: rows sorted by length, so that each chunk, trimmed, has little padding.
@@ -205,14 +208,16 @@ def evaluate(model: Model, src: Tensor, tgt: Tensor, loss_fn: nn.Module,
         s, t = trim(src[start:start + batch_size]), trim(tgt[start:start + batch_size])
         with autocast(s.device, precision), eager():
             loss, n = loss_and_tokens(model, model, s, t, loss_fn)
-            decoded = model.generate(s, t.size(1))  # greedy
+            decoded = model.generate(s, t.size(1)) if decode else None  # greedy
         losses += loss.item() * n
         tokens += n
+        if decoded is None:
+            continue
         width = max(decoded.size(1), t.size(1))
         decoded = nn.functional.pad(decoded, (0, width - decoded.size(1)), value=PAD)
         target = nn.functional.pad(t, (0, width - t.size(1)), value=PAD)
         correct += int((decoded == target).all(dim=1).sum())
-    return losses / max(tokens, 1), correct / src.size(0)
+    return losses / max(tokens, 1), correct / src.size(0) if decode else None
 
 
 def trim(ids: Tensor) -> Tensor:
@@ -334,16 +339,21 @@ class TrainingRun:
         if self.rank == 0:
             began = time.perf_counter()
             eval_loss, accuracy = evaluate(self.model, *self.held_out, self.loss_fn,
-                                           self.runtime.precision)
+                                           self.runtime.precision,
+                                           decode=self.task.judged_by_decoding)
             history = self.history
             history.eval_step.append(step)
             history.eval_loss.append(eval_loss)
             history.exact_match.append(accuracy)
-            self.metrics.write(step=step, eval_loss=round(eval_loss, 5), exact_match=accuracy,
+            score = (dict(exact_match=accuracy) if accuracy is not None else
+                     dict(perplexity=round(math.exp(eval_loss), 4)))
+            self.metrics.write(step=step, eval_loss=round(eval_loss, 5), **score,
                                num_examples=self.held_out[0].size(0))
             if self.say:
                 self.say(f"step {step:5d}  train loss {loss:.3f}  held-out loss "
-                         f"{eval_loss:.3f}  exact match {accuracy:.1%}")
+                         f"{eval_loss:.3f}  " + (f"exact match {accuracy:.1%}"
+                                                 if accuracy is not None else
+                                                 f"perplexity {math.exp(eval_loss):.2f}"))
             history.seconds = self.seconds_before + time.perf_counter() - self.started
             saving = time.perf_counter()
             self.save(step)

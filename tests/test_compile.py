@@ -54,7 +54,8 @@ def test_train_compile_trains_every_task_as_eager_does(capsys, tmp_path, task):
     CALLS.clear()
     out, compiled = train(capsys, tmp_path / "compiled", task, "--compile",
                           "counted_aot_eager")
-    assert "compiled (counted_aot_eager)" in out and "held-out exact match" in out
+    assert "compiled (counted_aot_eager)" in out
+    assert "held-out exact match" in out or "held-out perplexity" in out  # text: perplexity
     assert CALLS, "--compile ran no compiled code"
     breaks = dict(counters["graph_break"])
     assert not breaks, f"graph breaks in the layers: {breaks}"

@@ -45,6 +45,7 @@ LAYERS = {
     "annotated_transformer.inspect_attention": 3,
     "annotated_transformer.interactive": 3,  # the book's figures to play with (plotly)
     "annotated_transformer.language_model": 3,  # chapter 8's capstone: a small language learnt
+    "annotated_transformer.text_model": 3,  # chapter 8 on real text: perplexity, writing
     "annotated_transformer.cli": 4,  # the command line and the tools beside the library
     "annotated_transformer.commands": 4,
     "annotated_transformer.__main__": 4,

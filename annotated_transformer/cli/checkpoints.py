@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from annotated_transformer.model import UnsupportedDecoding
 
 def add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="held-out exact match and loss of a checkpoint "
-                       "(translation: BLEU and chrF too)")
+                       "(translation: BLEU and chrF too; text: perplexity)")
     p.add_argument("--checkpoint", required=True, type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--size", type=int, help="held-out examples (default 1000; translation: "
                    "the whole split)")
     p.add_argument("--data", help="--task tsv: read the pairs from this file instead; "
-                   "translation: this corpus instead (--dataset's forms)")
+                   "text: this text file; translation: this corpus instead (--dataset's "
+                   "forms)")
     add_model_options(p)
     add_decoding_options(p, evaluate=True)
     p.set_defaults(run=run_evaluate)
@@ -43,11 +45,18 @@ def run_evaluate(args) -> int:
     device = next(model.parameters()).device
     src, tgt = (x.to(device) for x in task.held_out_set(args.size or 1000))
     loss_fn = model.parts.LabelSmoothingLoss(0.0, ignore_index=task.vocab.pad_id)
-    loss, exact = evaluate(model, src, tgt, loss_fn)
+    loss, exact = evaluate(model, src, tgt, loss_fn, decode=task.judged_by_decoding)
     result = {"task": state["task"]["task"], "step": state["step"], "exact_match": exact,
               "loss": loss, "num_examples": int(src.size(0))}
+    if exact is None:  # a language model of text: its perplexity instead
+        del result["exact_match"]
+        result["perplexity"] = math.exp(loss)
     if args.json:
         print(json.dumps(result))
+    elif exact is None:
+        print(f"{result['task']} at step {result['step']}: held-out perplexity "
+              f"{result['perplexity']:.3f} on {result['num_examples']} windows, loss "
+              f"{loss:.4f} per character")
     else:
         print(f"{result['task']} at step {result['step']}: held-out exact match {exact:.1%} "
               f"of {result['num_examples']}, loss {loss:.4f} per token")

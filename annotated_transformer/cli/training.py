@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import sys
 import time
@@ -34,7 +35,11 @@ def add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a task; write checkpoint and metrics",
                        description="Train a Transformer with the task's default recipe.")
     p.add_argument("--task", required=True, help=f"one of {', '.join(TASKS)}")
-    p.add_argument("--data", help="the source<TAB>target file of --task tsv")
+    p.add_argument("--data", help="the source<TAB>target file of --task tsv; the plain-text "
+                   "file of --task text (e.g. chapters/data/tiny-shakespeare/input.txt)")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="--task text: characters per training window, the model's positions "
+                   "(default 64)")
     p.add_argument("--level", choices=("char", "word"), default="char",
                    help="--task tsv: a vocabulary of characters (default) or of words")
     p.add_argument("--out", required=True, type=Path,
@@ -179,14 +184,20 @@ def run_train(args) -> int:
 
     if args.task not in TASKS:
         raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}")
-    options = {"path": args.data, "level": args.level} if args.task == "tsv" else {}
+    options = ({"path": args.data, "level": args.level} if args.task == "tsv" else
+               {"path": args.data} if args.task == "text" else {})
+    if args.context is not None:
+        if args.task != "text":
+            raise UsageError(f"--context is for --task text; {args.task!r} has no windows")
+        options["context"] = args.context
     recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
         args.model)  # --model small|cpu|base|big
     recipe = resized(recipe, args)  # --layers, --d-model, --heads, --d-ff, --dropout
     # --task translation's corpus, and its vocabulary's size (default: the recipe's)
     options = translation_task_options(args, getattr(recipe, "vocab_size", None)) or options
-    if args.data and args.task != "tsv":
-        raise UsageError(f"--data is for --task tsv; {args.task!r} generates its own data")
+    if args.data and args.task not in ("tsv", "text"):
+        raise UsageError(f"--data is for --task tsv and --task text; {args.task!r} generates "
+                         f"its own data")
     for name in ("steps", "batch_size", "eval_every", "eval_size", "threads", "max_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -250,8 +261,10 @@ def run_train(args) -> int:
         history = train(model, task, config, log=log, runtime=runtime)
         if main:
             rate = history.tokens / max(history.seconds, 1e-9)
-            print(f"held-out exact match {history.exact_match[-1]:.1%} "
-                  f"({history.eval_examples} examples), {history.seconds:.1f} s, "
+            exact = history.exact_match[-1]
+            print((f"held-out exact match {exact:.1%}" if exact is not None else
+                   f"held-out perplexity {math.exp(history.eval_loss[-1]):.3f}")
+                  + f" ({history.eval_examples} examples), {history.seconds:.1f} s, "
                   f"{rate:,.0f} target tokens/s\nwrote {args.out / checkpoint.FILE_NAME} and "
                   f"{args.out / 'metrics.jsonl'}")
             if budget is not None:

@@ -1,13 +1,14 @@
 """Tasks: generated offline and deterministically from a seed, a user's file, or a corpus.
 
 ``make_task("dates")``, ``make_task("addition", max_digits=3)``,
-``make_task("tsv", path="pairs.tsv")``,
+``make_task("tsv", path="pairs.tsv")``, ``make_task("text", path="input.txt")``,
 ``make_task("translation", dataset="bentrevett/multi30k", source_lang="de",
 target_lang="en")``: every task has the interface of :class:`Task`. Only the translation
 task reads a corpus (from the Hugging Face hub or from local files).
 
 One module a task: ``copy`` (and reverse), ``dates``, ``addition`` (decoder-only), ``tsv`` (a
-user's file), ``translation`` (with ``corpus``, the sentence pairs, and ``subword``, its BPE
+user's file), ``text`` (a plain-text file for a character-level language model, Chapter
+8), ``translation`` (with ``corpus``, the sentence pairs, and ``subword``, its BPE
 vocabulary; ``optional`` imports their libraries when first needed); beside them ``task``
 (the interface), ``vocab`` (characters and the special tokens) and ``batching`` (training
 batches by a token budget).
@@ -24,6 +25,7 @@ from annotated_transformer.data.dates import DateTask
 from annotated_transformer.data.subword import LEVEL as SUBWORD
 from annotated_transformer.data.subword import SubwordVocabulary
 from annotated_transformer.data.task import Task
+from annotated_transformer.data.text import TINY_SHAKESPEARE, TextTask
 from annotated_transformer.data.translation import TranslationTask
 from annotated_transformer.data.tsv import DataError, TsvTask
 from annotated_transformer.data.vocab import BOS, EOS, PAD, Vocabulary, VocabularyError
@@ -46,6 +48,8 @@ REGISTRY: dict[str, Callable[..., Task]] = {
     "dates": DateTask,
     "addition": AdditionTask,
     "tsv": _needs("path", "--task tsv needs its data file: --data FILE", TsvTask),
+    "text": _needs("path", f"--task text needs its text file: --data FILE (the course's "
+                   f"corpus: {TINY_SHAKESPEARE})", TextTask),
     "translation": _needs("dataset", "--task translation needs its corpus: --dataset "
                           "NAME_OR_PATH (a Hugging Face hub dataset, a .jsonl or .tsv file, "
                           "or a folder)", TranslationTask),
@@ -53,8 +57,8 @@ REGISTRY: dict[str, Callable[..., Task]] = {
 TASKS = tuple(REGISTRY)
 
 __all__ = ["BOS", "EOS", "PAD", "REGISTRY", "TASKS", "AdditionTask", "CopyTask", "DataError",
-           "DateTask", "Task", "TranslationTask", "TsvTask", "Vocabulary", "VocabularyError",
-           "make_task", "vocabulary_from_dict"]
+           "DateTask", "Task", "TextTask", "TranslationTask", "TsvTask", "Vocabulary",
+           "VocabularyError", "make_task", "vocabulary_from_dict"]
 
 
 def make_task(task: str, **options) -> Task:

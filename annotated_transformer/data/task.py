@@ -36,6 +36,9 @@ class Task:
 
     name: ClassVar[str]
     decoder_only: ClassVar[bool] = False
+    # Held-out outputs are decoded and compared with the targets (exact match); False for a
+    # language model of text, scored by its held-out perplexity alone (data/text.py).
+    judged_by_decoding: ClassVar[bool] = True
     vocab: Vocabulary
 
     def pairs(self, count: int, generator: torch.Generator, held_out: bool = False) -> list[Pair]:
