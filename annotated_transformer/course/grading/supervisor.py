@@ -130,9 +130,7 @@ class WorkerProcess:
     @staticmethod
     def _hidden(learner_dir: Path | None) -> list[Path]:
         """What a learner's worker must not see inside what it is shown."""
-        if learner_dir is None:
-            return []
-        return [folder for folder in PARTS_PACKAGES.values() if folder.is_dir()]
+        return [d for d in PARTS_PACKAGES.values() if d.is_dir() and learner_dir is not None]
 
     def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
              wait_seconds: float = watch.WAIT_SECONDS) -> Reply:
