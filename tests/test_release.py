@@ -170,15 +170,17 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
 def test_a_finished_learner_s_parts_train_both_kinds_of_model(python: Path, out: Path,
                                                               tmp_path: Path):
     """A learner's folder with every exercise done (the reference's files, copied as a
-    learner would hand them in) trains the encoder-decoder and the language model through
-    ``train --parts``: their own EncoderDecoder (5.8) and DecoderOnlyTransformer (8.5),
+    learner would hand them in) trains the encoder-decoder and both language models (Chapter
+    8's progressions and its real text) through ``train --parts``: their own EncoderDecoder (5.8) and DecoderOnlyTransformer (8.5),
     stacks and train_step (6.5), in a release where no reference exists."""
     finished = tmp_path / "finished"
     finished.mkdir()
     for path in (ROOT / "solutions").glob("ch0*.py"):
         shutil.copy(path, finished / path.name)
-    for task, kind in (("dates", "encoder-decoder"), ("addition", "decoder-only")):
-        done = run(python, out, "-m", "annotated_transformer", "train", "--task", task,
+    text = ("--data", "chapters/data/tiny-shakespeare/input.txt")  # Chapter 8's real text
+    for task, kind, data in (("dates", "encoder-decoder", ()), ("addition", "decoder-only", ()),
+                             ("text", "decoder-only", text)):
+        done = run(python, out, "-m", "annotated_transformer", "train", "--task", task, *data,
                    "--steps", "3", "--out", str(tmp_path / task), "--parts", str(finished),
                    "--no-progress")
         assert done.returncode == 0, done.stderr
