@@ -155,7 +155,7 @@ def test_the_package_uses_the_learners_parts_in_a_release(python: Path, out: Pat
                 "--steps", "1", "--out", "runs/copy")
     assert train.returncode == 1
     assert "student release" in train.stderr and "Traceback" not in train.stderr
-    assert train.stderr.splitlines()[-1].startswith("error: Exercise 1.")
+    assert train.stderr.splitlines()[-1].startswith("error: Exercise 5.8: EncoderDecoder")
     mine = run(python, out, "-m", "annotated_transformer", "train", "--task", "copy",
                "--steps", "1", "--out", "runs/copy", "--parts", "exercises")
     assert mine.returncode == 1 and "student release" not in mine.stderr, mine.stderr
@@ -171,8 +171,9 @@ def test_a_finished_learner_s_parts_train_both_kinds_of_model(python: Path, out:
                                                               tmp_path: Path):
     """A learner's folder with every exercise done (the reference's files, copied as a
     learner would hand them in) trains the encoder-decoder and both language models (Chapter
-    8's progressions and its real text) through ``train --parts``: their own EncoderDecoder (5.8) and DecoderOnlyTransformer (8.5),
-    stacks and train_step (6.5), in a release where no reference exists."""
+    8's progressions and its real text) through ``train --parts``: their own EncoderDecoder
+    (5.8) and DecoderOnlyTransformer (8.5), stacks and train_step (6.5), in a release where
+    no reference exists."""
     finished = tmp_path / "finished"
     finished.mkdir()
     for path in (ROOT / "solutions").glob("ch0*.py"):
