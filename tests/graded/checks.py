@@ -95,17 +95,28 @@ def load_trusted(module: torch.nn.Module, state: Mapping[str, Tensor]) -> dict[s
     return own
 
 
+SHOWN_NAMES = 6  # state-dict names a message lists before it counts the rest
+
+
 def check_names(own: Mapping[str, Sequence[int]], state: Mapping[str, Tensor], what: str,
                 hint: str = "") -> None:
     """The learner's state-dict names and shapes (``own``, from :func:`load_trusted`) are
     the contract's (those of ``state``), or a message naming what differs."""
     missing = sorted(set(state) - set(own))
     extra = sorted(set(own) - set(state))
+
+    def some(names: list[str]) -> str:  # a model's hundred names would bury the point
+        shown = ", ".join(names[:SHOWN_NAMES])
+        return shown + (f" (and {len(names) - SHOWN_NAMES} more)" if len(names) > SHOWN_NAMES
+                        else "")
+
+    exactly = (f"exactly {sorted(state)}" if len(state) <= SHOWN_NAMES
+               else f"the contract's {len(state)} names")
     assert not missing and not extra, (
-        f"{what}'s state dict should hold exactly {sorted(state)}; "
-        + (f"it has no {', '.join(missing)}" if missing else "")
+        f"{what}'s state dict should hold {exactly}; "
+        + (f"it has no {some(missing)}" if missing else "")
         + ("; " if missing and extra else "")
-        + (f"it also has {', '.join(extra)}" if extra else "") + (f". {hint}" if hint else ""))
+        + (f"it also has {some(extra)}" if extra else "") + (f". {hint}" if hint else ""))
     for name, value in state.items():
         assert list(own[name]) == list(value.shape), (
             f"{what}: {name} should have shape {list(value.shape)}, but it has shape "

@@ -951,9 +951,11 @@ def model_ties(impl):
     found = {}
     for tie in (True, False):
         model = impl.EncoderDecoder(VOCAB, VOCAB, 8, 2, 16, 1, tie_embeddings=tie)
-        source = model.src_embed.tokens.embedding.weight
-        found[tie] = {"target": model.tgt_embed.tokens.embedding.weight is source,
-                      "generator": model.generator.weight is source,
+        weights = dict(model.named_parameters(remove_duplicate=False))
+        source = weights.get("src_embed.tokens.embedding.weight")
+        found[tie] = {"names": source is not None,
+                      "target": weights.get("tgt_embed.tokens.embedding.weight") is source,
+                      "generator": weights.get("generator.weight") is source,
                       "count": sum(p.numel() for p in model.parameters())}
     try:
         impl.EncoderDecoder(VOCAB, VOCAB + 2, 8, 2, 16, 1, tie_embeddings=True)
@@ -967,6 +969,10 @@ def model_ties(impl):
 def test_encoder_decoder_ties_one_matrix(learner):
     found = learner.run(model_ties)
     tied, untied = found[True], found[False]
+    assert tied["names"], (
+        "EncoderDecoder has no src_embed.tokens.embedding.weight: build src_embed and "
+        "tgt_embed with embeddings(...), given in the file, whose modules are named tokens "
+        "and positions (a checkpoint saves them by these names).")
     assert tied["target"] and tied["generator"], named("5.8/not-tied", missing=" and ".join(
         name for name in ("target", "generator") if not tied[name]))
     assert not untied["target"] and not untied["generator"], (

@@ -589,6 +589,10 @@ def test_decoder_only_model_matches_pytorch(learner, norm_first, tie):
     state = language_model_weights(norm_first, tie)
     result = learner.run(language_model_run, state=state, tie=tie, norm_first=norm_first,
                          tokens=tokens, mask=mask)
+    assert not any(".cross_attn." in name for name in result["names"]), (
+        "the stack has cross-attention: decoder is Chapter 5's Encoder (self-attention and "
+        "feed-forward only), which the causal mask makes a decoder; Chapter 5's Decoder "
+        "reads an encoder's memory, which a language model has not.")
     check_names(result["names"], state, f"DecoderOnlyTransformer(tie_embeddings={tie})",
                 hint="embed is embeddings(...) of Chapter 5, decoder Chapter 5's Encoder, "
                 "generator the last linear layer.")
@@ -616,8 +620,11 @@ def language_model_build(impl):
     for tie in (True, False):
         torch.manual_seed(0)
         model = impl.DecoderOnlyTransformer(40, D_MODEL, HEADS, 32, 2, tie_embeddings=tie)
+        weights = dict(model.named_parameters(remove_duplicate=False))
+        embedding = weights.get("embed.tokens.embedding.weight")
         found[tie] = {
-            "tied": model.generator.weight is model.embed.tokens.embedding.weight,
+            "names": embedding is not None,
+            "tied": weights.get("generator.weight") is embedding,
             "count": sum(p.numel() for p in model.parameters()),
             "largest": {name: [value.abs().max().item(),
                                math.sqrt(6 / (value.size(0) + value.size(1)))]
@@ -629,6 +636,10 @@ def language_model_build(impl):
 @pytest.mark.grade("8.5", points=2)
 def test_decoder_only_model_ties_and_initialises(learner):
     found = learner.run(language_model_build)
+    assert found[True]["names"], (
+        "DecoderOnlyTransformer has no embed.tokens.embedding.weight: build embed with "
+        "Chapter 5's embeddings(...) (active_parts().embeddings), whose modules are named "
+        "tokens and positions.")
     assert found[True]["tied"], named("8.5/not-tied")
     assert not found[False]["tied"], (
         "DecoderOnlyTransformer(tie_embeddings=False) shares the embedding's matrix: "
