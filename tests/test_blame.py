@@ -80,7 +80,7 @@ def test_each_exercise_is_graded_on_its_own_code(tmp_path):
     """4.1 and 4.2 wrong; a 4.3 written without them (and wrong on its own) is told only its
     own mistake; a 6.3 that calls the wrong 4.1 is graded with the grader's masks in their
     place: it earns its points, and says that a model of the learner's parts will not
-    compute the right values until 4.1 is fixed."""
+    work until 4.1 is fixed."""
     parts = learner(tmp_path, [1, 2, 3, 4, 5, 6], {"ch04_masking.py": [
         ("return (tokens != pad_id)[:, None, None, :]  # [B, 1, 1, L]",
          "return (tokens == pad_id)[:, None, None, :]"),

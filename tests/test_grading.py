@@ -10,6 +10,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections import defaultdict
 from dataclasses import replace
 
@@ -248,30 +249,10 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
         text[:start] + "    return torch.softmax(x, dim=dim).nan_to_num(0.0)\n" + text[end:])
     rows = {r.id: r for r in grade_run([2], str(tmp_path)).rows()}
     assert rows["2.1"].status == "forbidden" and rows["2.1"].points == 0
-    assert "softmax" in rows["2.1"].message and "line" in rows["2.1"].message
-    # 2.2 builds on that softmax: torch.softmax anywhere in the file is forbidden there too.
-    assert rows["2.2"].status == "forbidden" and rows["2.2"].points == 0
+    assert "softmax" in rows["2.1"].message and f"{reference.name}:" in rows["2.1"].message
+    # 2.2 builds on that softmax: it is graded on the grader's own, and earns its points.
+    assert rows["2.2"].status == "passed" and "2.1" in rows["2.2"].message, rows["2.2"]
     assert rows["2.3"].status == "passed", "the rest is graded as usual"
-
-
-def test_a_namespace_merged_by_update_wrapper_is_refused(tmp_path):
-    """The exercise module's namespace widened by ``functools.update_wrapper`` (attribute
-    names as strings), then a module it never imported (``os``) used by name: the file is
-    never run, and every exercise of its chapter is forbidden."""
-    reference = stubs.SOLUTIONS_DIR / "ch02_attention.py"
-    text = reference.read_text()
-    start = text.index("    # BEGIN SOLUTION 2.1")
-    end = text.index("    # END SOLUTION", start)
-    attack = ("import functools\n\n\ndef _anchor():\n    pass\n\n\n"
-              "functools.update_wrapper(_anchor, torch.cuda.is_available, assigned=(),\n"
-              "                         updated=('__glo' + 'bals__',))\n")
-    body = ("    os.environ.get('HOME')\n"
-            "    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)\n")
-    (tmp_path / reference.name).write_text(text[:start] + body + text[end:] + attack)
-    rows = {r.id: r for r in grade_run([2], str(tmp_path)).rows()}
-    assert {r.status for r in rows.values()} == {"forbidden"}, rows
-    assert all(r.points == 0 for r in rows.values())
-    assert "update_wrapper" in rows["2.1"].message or "`os`" in rows["2.1"].message
 
 
 @pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
@@ -414,13 +395,30 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
 
 
 def test_a_memorized_answer_cannot_be_kept_between_runs(tmp_path):
-    """Answers recorded in one run and replayed in the next need a file: an exercise file
-    may not read or write one (and the inputs come from a fresh seed each run)."""
+    """Answers recorded in one run and replayed in the next need a file that outlives the
+    worker: every place the learner's code may write (its folder, the working folder, its
+    home, /tmp) is gone or read-only once the run ends (and the inputs come from a fresh
+    seed each run). The file records where it could write and fails where it finds a file."""
     reference = (stubs.SOLUTIONS_DIR / "ch03_multi_head.py").read_text()
-    replay = reference + "\n\nANSWERS = torch.load('answers.pt')\n"
+    replay = reference + textwrap.dedent("""
+
+        import os as _os
+        _PLACES = [_os.path.dirname(_os.path.abspath(__file__)), _os.getcwd(),
+                   _os.path.expanduser("~"), "/tmp"]
+        _FOUND = [p for p in _PLACES if _os.path.exists(_os.path.join(p, "answers.pt"))]
+        if _FOUND:
+            raise RuntimeError(f"replayed from {_FOUND}")
+        for _place in _PLACES:
+            try:
+                torch.save({"kept": 1}, _os.path.join(_place, "answers.pt"))
+            except Exception:  # a read-only place
+                pass
+        """)
     (tmp_path / "ch03_multi_head.py").write_text(replay)
-    row = next(r for r in grade_run([3], str(tmp_path), exercises=["3.2"], seed=12).rows())
-    assert row.status == "forbidden" and "load" in row.message, (row.status, row.message)
+    for seed in (12, 13):
+        row = next(r for r in grade_run([3], str(tmp_path), exercises=["3.2"], seed=seed).rows())
+        assert row.status == "passed", (row.status, row.message)
+    assert not (tmp_path / "answers.pt").exists()
 
 
 # ---------------------------------------------------------------- one exercise, what it builds on
@@ -447,7 +445,7 @@ def test_every_dependency_is_a_graded_exercise_of_an_earlier_or_the_same_chapter
 def test_a_broken_chapter_3_costs_chapter_5_nothing_and_says_so(tmp_path):
     """A chapter 3 without out_proj: 3.3 fails; 5.4 and 5.5, graded with the grader's
     attention in place of the learner's, earn their points, and say that a model of the
-    learner's own parts will not compute the right values until 3.3 is fixed."""
+    learner's own parts will not work until 3.3 is fixed."""
     for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
         shutil.copy(path, tmp_path)
     target = tmp_path / "ch03_multi_head.py"
@@ -463,8 +461,8 @@ def test_a_broken_chapter_3_costs_chapter_5_nothing_and_says_so(tmp_path):
         assert rows[exercise]["status"] == "passed", rows[exercise]
         assert rows[exercise]["points"] == rows[exercise]["max_points"]
     for exercise in ("5.4", "5.5"):
-        note = (f"Graded with the grader's MultiHeadAttention (3.3) in place of yours, whose "
-                f"values are wrong: {exercise} earns its points alone")
+        note = (f"Graded with the grader's MultiHeadAttention (3.3) in place of yours, which "
+                f"does not pass yet: {exercise} earns its points alone")
         assert rows[exercise]["message"].startswith(note), rows[exercise]["message"]
         assert not rows[exercise]["mistake"]
 

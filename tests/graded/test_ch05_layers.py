@@ -61,24 +61,20 @@ EXERCISES = {
 BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
              "5.5": ("3.3", "5.1", "5.2", "5.3"), "5.6": ("5.1", "5.4"), "5.7": ("5.1", "5.5"),
              "5.8": ("1.2", "1.3", "5.6", "5.7")}
-TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
-                "TransformerEncoderLayer", "TransformerDecoderLayer")
-# rms_norm decomposes into the ops an honest answer uses: only its name can be refused.
-FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm", "RMSNorm",
-                     *TRANSFORMERS),
-             "5.4": TRANSFORMERS, "5.5": TRANSFORMERS, "5.6": TRANSFORMERS,
-             "5.7": TRANSFORMERS, "5.8": TRANSFORMERS}
-# The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
+# Refused at PyTorch's dispatch level while the exercise's code runs, with every op
 # through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms
 # that could stand in for it (5.3's norm is the learner's LayerNorm of 5.1); in a layer,
 # also PyTorch's attention (fused or by its softmax) and its fused encoder layer, so that
 # nn.TransformerEncoderLayer, nn.TransformerDecoderLayer or nn.Transformer's parts, in
 # train or eval mode, are refused. A layer's attention is the learner's own of 3.3.
-LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORM_OPS)
+# rms_norm computes with the ops an honest LayerNorm uses: it is refused by its name, at the
+# torch-function level (torch.rms_norm, F.rms_norm, nn.RMSNorm, torch.ops.aten.rms_norm).
+NORMS = (*NORM_OPS, "torch:rms_norm")
+LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORMS)
 # 5.8 composes the stacks (the grader's stand-ins while it is graded): PyTorch's fused layers
 # and attention are refused; a softmax is allowed (+), so that a generator that returns
 # log-probabilities is named as that mistake.
-FORBIDDEN_OPS = {"5.1": NORM_OPS, "5.3": NORM_OPS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY,
+FORBIDDEN_OPS = {"5.1": NORMS, "5.3": NORMS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY,
                  "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY,
                  "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64

@@ -372,6 +372,14 @@ class TransformersNorm(_LayerNorm):
         return norm(x)
 
 
+@wrong("5.1", "LayerNorm", "PyTorch's rms_norm of the centred input, reached by a computed name",
+       says="rms_norm")
+class CentredRmsNorm(_LayerNorm):
+    def forward(self, x):
+        rms = getattr(torch.nn.functional, "rms" + "_norm")  # no name to read in the file
+        return rms(x - x.mean(-1, keepdim=True), (x.size(-1),), self.weight, self.eps) + self.bias
+
+
 @wrong("5.3", "ResidualConnection", "PyTorch's nn.LayerNorm instead of the LayerNorm of 5.1",
        says="aten.native_layer_norm")
 class TorchLayerNorm(BranchFirst):

@@ -5,6 +5,12 @@ attention, a layer, label smoothing) is graded with every aten op outside ``ELEM
 refused while its probe runs, and the exercise's own forbidden ops refused too (a test
 file's ``FORBIDDEN_OPS``). An entry there that starts with ``+`` allows one more op for
 that exercise (6.2, a loss, may reach ``_log_softmax``; its ``nll_loss`` stays refused).
+Two kinds of entry refuse what PyTorch computes with elementary ops, which the dispatcher
+cannot tell from an honest answer: ``torch:name``, any function of PyTorch's called
+``name`` (``torch.rms_norm``, ``F.rms_norm``, ``torch.ops.aten.rms_norm``, a module that
+calls one), seen at the torch-function level; ``autograd``, any op of a backward pass
+(``Tensor.backward``, ``torch.autograd.grad``, ``torch.func.jacrev``) and forward-mode
+autograd (``torch.func.jacfwd``, ``jvp``: a dual tensor).
 ``ELEMENTARY`` holds the building blocks of an honest answer and of the probes that call
 it: arithmetic and elementwise functions, reductions, matrix products, views, indexing,
 copies and creation, random draws and dropout, embedding lookup, and the backward ops of
@@ -95,7 +101,8 @@ def guard_factory():
     refuses every aten op outside ``ELEMENTARY`` (and the ``+op`` of ``ops``) and the other
     ops of ``ops``; an entry ``F.name:argument`` refuses ``torch.nn.functional.name``
     called with that argument other than its default, by keyword or by position (a module
-    that calls it so, too).
+    that calls it so, too); ``torch:name`` any function of PyTorch's named ``name``;
+    ``autograd`` any op while a backward pass runs.
     Every refusal is recorded (a learner's ``try``/``except`` around the call cannot hide
     it) in a list that only the guard and its caller hold. Everything it needs is bound
     here, once, before any learner code runs, so that nothing an exercise file can later
@@ -107,7 +114,7 @@ def guard_factory():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     elementary, name_of, error = ELEMENTARY, op_name, ForbiddenOpUsed
-    frozen, text, listed = frozenset, str, list
+    frozen, text, listed, attribute = frozenset, str, list, getattr
     # The mode stacks' own functions, held here: the worker then takes them out of every
     # other name's reach (grading.switches), so only this guard pushes and pops its modes.
     stacks = torch._C
@@ -119,6 +126,7 @@ def guard_factory():
                                       stacks._len_torch_function_stack)
     function_at = stacks._get_function_stack_at
     all_disabled = stacks._is_torch_function_all_disabled
+    backward_running = stacks._current_graph_task_id  # -1 outside autograd's backward pass
     exemption = [0]  # > 0 while a stand-in of the grader computes (grading.standins)
 
     @contextlib.contextmanager
@@ -143,8 +151,13 @@ def guard_factory():
                 name, _, argument = op[2:].partition(":")
                 function, signature = functional[name]
                 arguments[function] = (name, signature, argument)
+        no_backward = "autograd" in ops
+        # {function name: what the learner reads}; forward-mode autograd starts with a dual
+        named = {op[6:]: op[6:] for op in ops if op.startswith("torch:")}
+        if no_backward:
+            named["_make_dual"] = "autograd (its forward mode)"
         allowed = ((elementary | frozen(op[1:] for op in ops if op.startswith("+")))
-                   - frozen(op for op in ops if not op.startswith(("+", "F."))))
+                   - frozen(op for op in ops if not op.startswith(("+", "F.", "torch:"))))
         hits: list[str] = []
         where = text(exercise)
 
@@ -161,6 +174,8 @@ def guard_factory():
                 name = name_of(func)
                 if name not in allowed:
                     refuse(f"aten.{name}")
+                if no_backward and backward_running() != -1:
+                    refuse(f"autograd (aten.{name} in a backward pass)")
                 if not functions_on():
                     refuse(TAMPERED)
                 return func(*args, **(kwargs or {}))
@@ -174,6 +189,10 @@ def guard_factory():
                     state.inside -= 1
 
             def checked(self, func, args, kwargs):
+                if named and not exemption[0]:
+                    name = text(attribute(func, "__name__", "")).split(".")[0]
+                    if name in named:
+                        refuse(named[name])
                 if func in arguments and not exemption[0]:
                     name, signature, argument = arguments[func]
                     given = signature.bind(*args, **(kwargs or {})).arguments

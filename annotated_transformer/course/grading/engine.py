@@ -308,9 +308,9 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
 
 
 def alone(exercise: str, wrong: list[str], declared) -> str:
-    """``"Graded with the grader's LayerNorm (5.1) in place of yours, whose values are wrong:
-    5.5 earns its points alone, but a model of your own parts will not compute the right
-    values until you fix 5.1."``"""
+    """``"Graded with the grader's LayerNorm (5.1) in place of yours, which does not pass
+    yet: 5.5 earns its points alone, but a model of your own parts will not work until you
+    fix 5.1."`` (wrong values, a forbidden op or a stub: it does not pass)."""
     from annotated_transformer.course.grading import dependencies
 
     named = [f"{declared.name(p)} ({p})" for p in wrong[:dependencies.SHOWN]]
@@ -318,6 +318,7 @@ def alone(exercise: str, wrong: list[str], declared) -> str:
         named.append(f"{len(wrong) - dependencies.SHOWN} more")
     listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
     fix = wrong[0] if len(wrong) == 1 else f"{', '.join(wrong[:-1])} and {wrong[-1]}"
-    return (f"Graded with the grader's {listed} in place of yours, whose values are wrong: "
-            f"{exercise} earns its points alone, but a model of your own parts will not "
-            f"compute the right values until you fix {fix}.")
+    verb = "does" if len(wrong) == 1 else "do"
+    return (f"Graded with the grader's {listed} in place of yours, which {verb} not pass "
+            f"yet: {exercise} earns its points alone, but a model of your own parts will "
+            f"not work until you fix {fix}.")
