@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer.course.grading import manifest
-from annotated_transformer.course.grading.results import COLUMNS, ExerciseResult, spreadsheet_safe
+from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.instructor import regrade, submissions
 from annotated_transformer.course.instructor.gradebook import Learner
+from annotated_transformer.course.instructor.spreadsheet import COLUMNS, spreadsheet_safe
 from annotated_transformer.layout import EXERCISES_DIR, ROOT, SOLUTIONS_DIR
 
 CH01 = "ch01_positional_encoding.py"

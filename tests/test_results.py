@@ -11,11 +11,10 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from annotated_transformer.course.grading import results
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT
 from annotated_transformer.course.grading.report import Report
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
-from annotated_transformer.course.instructor import gradebook
+from annotated_transformer.course.instructor import gradebook, spreadsheet
 from annotated_transformer.course.instructor.gradebook import Gradebook, Learner
 
 # Text a learner's code can put in a message: formulas, quotes, separators, line breaks,
@@ -91,8 +90,8 @@ def test_json_reads_back_every_result(seed):
 def test_csv_reads_back_every_result_and_no_cell_is_a_formula(seed):
     rng = random.Random(seed)
     found = [some_result(rng, in_gradebook=True) for _ in range(60)]
-    written = results.to_csv(found)
-    assert results.from_csv(written) == found
+    written = spreadsheet.to_csv(found)
+    assert spreadsheet.from_csv(written) == found
     cells = [cell for line in csv.reader(io.StringIO(written)) for cell in line]
     assert not any(cell.startswith(("=", "+", "@", "\t", "\r")) for cell in cells)
     assert not any(cell.startswith("-") and not _number(cell) for cell in cells)
@@ -109,7 +108,7 @@ def _number(cell: str) -> bool:
 def test_a_gradebook_line_leaves_out_only_what_the_code_printed():
     result = ExerciseResult("2.1", 2, "attention", 1, 2, "failed", "x", printed="hello",
                             learner="ann", seed=3)
-    assert ExerciseResult.from_row(result.to_row()) == replace(result, printed="")
+    assert spreadsheet.from_row(spreadsheet.to_row(result)) == replace(result, printed="")
 
 
 def test_the_report_s_rows_hold_no_gradebook_fields_and_read_back():
@@ -151,7 +150,7 @@ def test_a_gradebook_reads_back_through_its_json(tmp_path):
     gradebook.write(tmp_path, gradebook.read(tmp_path), {"seed": 1})  # read again: the same
     assert {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == first
     with (tmp_path / "gradebook.csv").open(newline="") as handle:  # a "\r" in a cell kept
-        assert results.from_csv(handle.read()) == book.rows
+        assert spreadsheet.from_csv(handle.read()) == book.rows
 
 
 def test_a_message_is_never_longer_than_the_limit_and_a_result_never_changes():
@@ -168,7 +167,7 @@ def test_no_csv_cell_holds_what_a_terminal_obeys_and_every_cell_reads_back():
     result, nothing in it moves the cursor), and reads back as it was."""
     hostile = "\r\x1b[?7h\x1b[2Kmallory,1.2,passed\n,\x9b31m\u2028\u202e C:\\x41\\"
     found = [replace(some_result(random.Random(0), in_gradebook=True), message=hostile)]
-    written = results.to_csv(found)
-    assert results.from_csv(written) == found
+    written = spreadsheet.to_csv(found)
+    assert spreadsheet.from_csv(written) == found
     assert written.count("\n") == 2 and written.count("\r") == 2  # the writer's "\r\n" only
     assert not any(c in written for c in ("\x1b", "\x9b", "\u2028", "\u202e"))

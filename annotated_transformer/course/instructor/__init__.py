@@ -14,6 +14,8 @@ grader runs uses them, so they are not among the files that decide a grade.
   - :mod:`.snapshot`: each repository's head seen at the deadline, signed (``regrade
     snapshot``): git's own dates choose nothing.
   - :mod:`.gradebook`: the class's gradebook, its files, and how runs add up.
+  - :mod:`.spreadsheet`: a result as the gradebook's line, and CSV whose learner text never
+    runs as a formula.
   - :mod:`.class_summary`: what a whole class got right and wrong, beside the gradebook.
   - :mod:`.lms`: the roster, and the gradebook in the CSV that Canvas or Moodle imports.
 """

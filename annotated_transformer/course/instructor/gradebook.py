@@ -27,7 +27,8 @@ from annotated_transformer.course.grading import dependencies
 from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.messages import markdown_code
 from annotated_transformer.course.grading.report import write_report
-from annotated_transformer.course.grading.results import ExerciseResult, csv_text, to_csv
+from annotated_transformer.course.grading.results import ExerciseResult
+from annotated_transformer.course.instructor.spreadsheet import csv_text, from_row, to_csv, to_row
 
 OVERRIDE_COLUMNS = ("learner", "exercise", "points", "reason")
 LOCK = ".regrade.lock"  # in the class's folder, held by the run that writes there
@@ -169,7 +170,7 @@ class Gradebook:
         totals = self.totals()
         learners = [{**asdict(who), "points": totals[name][0]}
                     for name, who in self.learners.items()]
-        rows = [{**r.to_row(), **({"graded_points": g.points} if r.override else {})}
+        rows = [{**to_row(r), **({"graded_points": g.points} if r.override else {})}
                 for r, g in zip(self.effective_rows(), self.rows, strict=True)]
         return {**about, "chapters": self.chapters, "learners": learners, "rows": rows,
                 "overrides": [asdict(o) for o in self.overrides]}
@@ -183,7 +184,7 @@ class Gradebook:
             who = Learner(**{k: v for k, v in entry.items() if k in names})
             book.learners[who.learner] = who
         for entry in data.get("rows", []):
-            row = ExerciseResult.from_row(entry)
+            row = from_row(entry)
             book.rows.append(replace(row, points=entry.get("graded_points", row.points),
                                      override=""))
         book.overrides = [Override(**o) for o in data.get("overrides", [])]
