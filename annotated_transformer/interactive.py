@@ -8,8 +8,8 @@ and each place draws the one it can:
   folder (``book/_ext/interactive_figures.py``; nothing is fetched from elsewhere);
 - JupyterLab, Jupyter Notebook 7 and VS Code: plotly's own JSON output
   (``application/vnd.plotly.v1+json``), drawn by the plotly renderer that the ``plotly``
-  package installs there (with its own plotly.js: it works offline; tests/test_jupyterlab.py
-  checks JupyterLab and Notebook 7);
+  package installs there (with its own plotly.js: it works offline;
+  tests/repository/test_jupyterlab.py checks JupyterLab and Notebook 7);
 - Colab, which draws neither: plotly's own HTML, which loads plotly.js from plotly's CDN.
 
 Without plotly.js at all (a reader without JavaScript) the block says where to see the

@@ -7,7 +7,10 @@
                                 what a release ships and what the grader reads, whole
     tests/variants/             wrong and right answers that test the graded tests
                                 (the course's own check; not in a release)
-    tests/test_*.py             the package's own tests (not in a release)
+    tests/FOLDER/test_*.py      the package's own tests (not in a release), a folder by what
+                                they test: library/, grading/, instructor/, distribution/
+                                (the release, the workflows, the stubs, the hints) and
+                                repository/ (the book, the notebooks, the docs, the layout)
     .github/workflows/          grade.yml, classroom.yml (generated), book.yml
 
 Every other module reads these paths and patterns from here instead of spelling them.

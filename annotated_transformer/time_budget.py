@@ -26,7 +26,7 @@ planned last step; a re-plan stretches or shrinks what is left of that line from
 current rate, so the rate never jumps.
 
 Everything here reads time only from the numbers it is given, so that tests run it on a
-fake clock (``tests/test_time_budget.py``).
+fake clock (``tests/library/test_time_budget.py``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ def goals(report: dict) -> dict:
     result = {
         "train_compile_every_task": {
             "value": None, "shown": "-", "met": None,
-            "note": "checked by tests/test_compile.py (CPU) and tests/test_cuda.py (GPU)"},
+            "note": "checked by tests/library/test_compile.py (CPU) and "
+                    "tests/library/test_cuda.py (GPU)"},
         "copy_task_100%_within_5s_cpu": goal(min(seconds) if seconds and on_cpu else None,
                                              5.0, "{:.1f} s", cpu_note, at_most=True),
         "fast_at_least_2x_copy_cpu": goal(max(fast) if fast and on_cpu else None, 2.0,

@@ -6,8 +6,8 @@ exercise; which levels a learner has seen is kept in ``.hints-seen.json`` in the
 folder. ``--level N`` prints level N (and counts it as seen), ``--reset`` starts again.
 
 The book's page of hints (``book/hints.md``) is written from the same file by
-:func:`book_page` (``python scripts/hints_page.py``); ``tests/test_hints.py`` checks that
-they agree and that no hint holds a line of the reference solution.
+:func:`book_page` (``python scripts/hints_page.py``); ``tests/distribution/test_hints.py``
+checks that they agree and that no hint holds a line of the reference solution.
 """
 
 from __future__ import annotations

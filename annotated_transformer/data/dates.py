@@ -6,7 +6,7 @@
 Days run from 1950-01-01 to 2049-12-31, so a two-digit year names one century
 (50-99: 19xx, 00-49: 20xx). The month and day names and the locale patterns come from
 the Unicode CLDR through Babel; no two formats write different days the same way
-(``tests/test_data.py`` checks it). A tenth of the days, chosen by a hash of the ISO date,
+(``tests/library/test_data.py`` checks it). A tenth of the days, chosen by a hash of the ISO date,
 is held out: no held-out day is ever seen in training, in any format.
 """
 

@@ -8,7 +8,7 @@ faster (``forward``), so its constructor arguments, argument checks, submodule n
 and state-dict keys are the reference's by construction, and a checkpoint trained with
 one set of parts loads into the other; a function hands inputs it does not handle
 (shapes that do not fit, a query with no key) to the reference, which raises the
-reference's errors. ``tests/test_fast_parts.py`` checks in float64 that every part
+reference's errors. ``tests/library/test_fast_parts.py`` checks in float64 that every part
 computes what the reference computes.
 
 What is faster, and where:

@@ -9,7 +9,7 @@ that works position by position (the embeddings, LayerNorm, the projections of
 attention, the feed-forward network, the generator and the loss) runs here on the
 positions that count, packed into ``[T, D]`` (T tokens, no padding); attention alone sees
 the padded layout ``[B, H, L, d_k]``, the packed rows scattered into zeros and gathered
-back. The loss and every gradient are the padded model's (``tests/test_packed_loss.py``
+back. The loss and every gradient are the padded model's (``tests/library/test_packed_loss.py``
 checks them in float64 against the reference parts); only dropout draws its masks for
 fewer positions.
 

@@ -1,5 +1,6 @@
-"""Probes of the worker's own tests (tests/test_sandbox.py, tests/test_boundary.py): in a
-folder of their own, the only one of tests/ that those workers are shown."""
+"""Probes of the worker's own tests (tests/grading/test_sandbox.py,
+tests/grading/test_boundary.py): in a folder of their own, the only one of tests/ that those
+workers are shown."""
 
 
 def call(impl, name, x):

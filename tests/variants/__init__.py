@@ -4,7 +4,7 @@ Each chapter's module (``variants/chNN.py``) decorates functions or classes with
 :func:`wrong` or :func:`right`. A variant is the reference chapter file with one
 name replaced, so it behaves like a learner's file that answers that exercise
 its own way. ``pytest --parts variants`` grades every variant against the tests of
-its exercise; ``tests/test_grading.py`` checks the verdicts. A wrong variant may name, with
+its exercise; ``tests/grading/test_grading.py`` checks the verdicts. A wrong variant may name, with
 ``mistake="2.2/divided-by-d_k"``, the known mistake it makes (an id of the table in
 ``tests/graded/mistakes.py``, which holds the message the learner reads): the grader must
 name that id for its exercise.

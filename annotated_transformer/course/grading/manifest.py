@@ -16,7 +16,7 @@ names each of those files that differs (``changed``), is gone (``missing``), or 
 (``added``: another file in the graded folder, or a ``conftest.py`` or pytest
 configuration file where pytest would read it). Line endings do not count, so a checkout
 on Windows verifies. Course maintainers rewrite the manifest after changing any of these
-files; ``tests/test_grading.py`` fails on a stale one.
+files; ``tests/grading/test_grading.py`` fails on a stale one.
 """
 
 from __future__ import annotations

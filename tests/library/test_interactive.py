@@ -1,5 +1,5 @@
-"""The interactive figures' data and HTML (the browser checks: tests/test_book.py in the
-web book, tests/test_jupyterlab.py in JupyterLab and Notebook 7)."""
+"""The interactive figures' data and HTML (the browser checks: tests/repository/test_book.py in the
+web book, tests/repository/test_jupyterlab.py in JupyterLab and Notebook 7)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from annotated_transformer import cli
 from annotated_transformer.commands import COURSE_COMMANDS, all_commands
 from annotated_transformer.course.grading import grade
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = all_commands()
 
 

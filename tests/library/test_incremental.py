@@ -17,7 +17,7 @@ from annotated_transformer.incremental import DecoderCache, cached, find_parents
 from annotated_transformer.model import EncoderDecoder, TransformerConfig
 from annotated_transformer.parts import Parts
 
-CHECKPOINTS = Path(__file__).resolve().parents[1] / "chapters" / "checkpoints"
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "chapters" / "checkpoints"
 
 
 def load(name: str, parts: str | None = None):

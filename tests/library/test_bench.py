@@ -171,7 +171,7 @@ def test_the_decoding_section_times_both_ways_and_compares_them(tmp_path, capsys
 
     from annotated_transformer.bench.decoding import decoding
 
-    chapters = Path(__file__).resolve().parents[1] / "chapters"
+    chapters = Path(__file__).resolve().parents[2] / "chapters"
     result = decoding(chapters / "checkpoints" / "tiny-de-en.pt",
                       str(chapters / "data" / "tiny-de-en"), size=8)
     assert result["identical"] is True and result["sentences"] == 8

@@ -136,7 +136,8 @@ def test_the_schedule_warms_up_on_every_task():
     from annotated_transformer.recipes import RECIPES
 
     for name, recipe in RECIPES.items():
-        # a file, a text file (tests/test_text.py), a corpus (tests/test_translation.py)
+        # a file, a text file (tests/library/test_text.py), a corpus
+        # (tests/library/test_translation.py)
         if name in ("tsv", "text", "translation"):
             continue
         task = make_task(name)

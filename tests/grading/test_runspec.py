@@ -13,8 +13,8 @@ from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.sources import Source
 
-PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
-GRADED = Path(__file__).resolve().parent / "graded"
+PACKAGE = Path(__file__).resolve().parents[2] / "annotated_transformer"
+GRADED = Path(__file__).resolve().parents[1] / "graded"
 
 
 def test_a_run_reads_back_what_was_written(tmp_path):

@@ -1,7 +1,7 @@
 """CONTRIBUTING.md stays true: every file, folder and name of the course it names exists,
 and the docs start every command the one way it describes (``python -m
 annotated_transformer <command>``). Its maps of the package are checked in
-``tests/test_package_layout.py``."""
+``tests/repository/test_package_layout.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 SPANS = sorted(set(re.findall(r"`([^`\n]+)`", CONTRIBUTING)))
 
@@ -108,7 +108,7 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "book").gl
         *sorted((ROOT / ".github" / "workflows").glob("*.yml")),
         *sorted((ROOT / "chapters").glob("*.ipynb")), *sorted((ROOT / "scripts").glob("*.sh"))]
 # `python -m` on a module: only the old grade command, and on this page the two modules it
-# shows stopping (tests/test_commands.py runs both and checks what they do).
+# shows stopping (tests/library/test_commands.py runs both and checks what they do).
 MODULE_RUNS = {"grade"}
 SHOWN_STOPPING = {"train", "bench"}
 

@@ -25,7 +25,7 @@ from annotated_transformer.course.grading.supervisor import CodeUnderTest, Learn
 from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
 from annotated_transformer.sources import Source
 
-PROBES = Path(__file__).resolve().parent / "probes"
+PROBES = Path(__file__).resolve().parents[1] / "probes"
 
 pytestmark = pytest.mark.skipif(boundary.unavailable() is not None,
                                 reason=f"no sandbox here: {boundary.unavailable()}")

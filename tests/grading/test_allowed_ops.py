@@ -1,6 +1,6 @@
 """The allow-list at PyTorch's dispatcher, attacked directly in the worker.
 
-As in tests/test_sandbox.py, the static rules are skipped on purpose: the worker is handed a
+As in tests/grading/test_sandbox.py, the static rules are skipped on purpose: the worker is handed a
 chapter file that reaches a guarded exercise's result by another road (a fused kernel behind
 a module, an argument passed by position) or that replaces the grader's own guard, as a
 learner past those rules would. Each road must be refused, and an honest answer built from
@@ -22,7 +22,7 @@ from annotated_transformer.course.grading import allowed_ops
 from annotated_transformer.course.grading.supervisor import CodeUnderTest, ForbiddenCall, WorkerPool
 from annotated_transformer.sources import Source
 
-PROBES = Path(__file__).resolve().parent / "probes"
+PROBES = Path(__file__).resolve().parents[1] / "probes"
 SOFTMAX = ("_softmax", "_log_softmax", "logsumexp")  # 2.1's own forbidden ops, in part
 NLL = ("+_log_softmax", "+nll_loss_forward", "F.cross_entropy:label_smoothing")  # 6.2's
 

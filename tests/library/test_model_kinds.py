@@ -24,7 +24,7 @@ from annotated_transformer.model import (
     model_for,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "annotated_transformer"
 KIND_OWNER = PACKAGE / "model.py"  # the kinds themselves, MODELS and model_for(task)
 KIND_BLIND = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")

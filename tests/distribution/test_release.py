@@ -61,7 +61,7 @@ def test_the_release_leaves_the_answers_and_the_course_tests_out(out: Path):
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     for gone in ("solutions/", "annotated_transformer/fast_parts/", "tests/variants/", ".ci/",
                  "CONTRIBUTING.md", ".github/workflows/book.yml",
-                 ".github/workflows/classroom.yml", "tests/test_grading.py"):
+                 ".github/workflows/classroom.yml", "tests/grading/test_grading.py"):
         assert not any(f.startswith(gone) for f in files), f"{gone} is in the release"
     tests = {f for f in files if f.startswith("tests/")}
     graded = {f for f in manifest.graded_files(ROOT) if f.startswith("tests/")}

@@ -38,7 +38,7 @@ from test_interactive import fake_maps
 from annotated_transformer import interactive
 from annotated_transformer.interactive import PLOTLY_MIME
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run", "--disable-sync"]

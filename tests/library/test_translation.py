@@ -109,7 +109,7 @@ def test_bpe_round_trip_specials_and_a_vocabulary_shared_by_both_languages():
 def test_a_checkpoint_that_saved_the_vocabularys_level_as_kind_still_loads(tmp_path):
     """The committed translators were written when a subword vocabulary's level was saved
     under ``kind``: they load with ``level``, as a newer file would, and translate."""
-    path = Path(__file__).resolve().parents[1] / "chapters" / "checkpoints" / "tiny-de-en.pt"
+    path = Path(__file__).resolve().parents[2] / "chapters" / "checkpoints" / "tiny-de-en.pt"
     assert "kind" in torch.load(path, weights_only=True)["vocab"]  # the older form, on disk
     state = checkpoint.load(path)
     assert state["vocab"]["level"] == "bpe" and "kind" not in state["vocab"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "worst_learner.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "worst_learner.py"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "annotated_transformer"
+PACKAGE = Path(__file__).resolve().parents[2] / "annotated_transformer"
 
 # {module or subpackage: layer}. A subpackage's entry covers its modules; the package's own
 # entry ("annotated_transformer", its __init__) covers nothing else, so a new top-level

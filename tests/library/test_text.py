@@ -21,7 +21,7 @@ from annotated_transformer.parts import Parts
 from annotated_transformer.sampling import complete, crop
 from annotated_transformer.text_model import perplexity, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / TINY_SHAKESPEARE
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-CHAPTERS_DIR = Path(__file__).resolve().parent.parent / "chapters"
+CHAPTERS_DIR = Path(__file__).resolve().parents[2] / "chapters"
 NOTEBOOKS = sorted(CHAPTERS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 
