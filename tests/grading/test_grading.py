@@ -280,7 +280,10 @@ def test_one_exercise_from_an_earlier_report(tmp_path):
 
 
 @pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
-def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_path):
+def test_a_file_that_reads_the_reference_finds_none(tmp_path):
+    """The reference is out of the worker's reach: 2.1, which imports it, is an error naming
+    the missing module; 2.2 runs on the grader's softmax and 2.3 on its own code, as usual;
+    the capstone, built from every chapter of the folder, meets the error."""
     for path in stubs.SOLUTIONS_DIR.glob("ch0[1-6]_*.py"):
         shutil.copy(path, tmp_path)
     target = tmp_path / "ch02_attention.py"
@@ -291,13 +294,10 @@ def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_pat
                       '"solutions.ch02_attention")\n    return reference.softmax(x, dim=dim)\n'
                       + text[end:])
     rows = {r.id: r for r in grade_run([1, 2, 6], str(tmp_path)).rows()}
-    for exercise in ("2.1", "2.2", "2.3"):
-        assert rows[exercise].status == "forbidden" and rows[exercise].points == 0
-        assert "ch02_attention.py" in rows[exercise].message, rows[exercise].message
-        assert "__import__" in rows[exercise].message, rows[exercise].message
-    assert {rows[e].status for e in ("1.1", "1.2", "6.1", "6.4")} == {"passed"}
-    # The capstone builds its model from every chapter of the folder, chapter 2's included.
-    assert rows["6.6"].status == "forbidden" and "ch02_attention.py" in rows["6.6"].message
+    assert rows["2.1"].status == "error" and rows["2.1"].points == 0
+    assert "No module named 'solutions'" in rows["2.1"].message, rows["2.1"].message
+    assert {rows[e].status for e in ("1.1", "1.2", "2.2", "2.3", "6.1", "6.4")} == {"passed"}
+    assert rows["6.6"].status != "passed" and rows["6.6"].points == 0
 
 
 # ---------------------------------------------------------------- tamper evidence
