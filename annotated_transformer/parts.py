@@ -88,14 +88,20 @@ class SourcePolicy:
     installs (:func:`install_policy`) before any chapter file is imported.
 
     The grading worker installs one (:mod:`annotated_transformer.course.grading.confinement`)
-    so that every source means the learner's folder. With none installed, a source means
-    what it names (and, in a student release, the reference means ``exercises``:
+    so that every source means the learner's folder and the chapter files that broke the
+    rules are never imported. With none installed, a source means what it names (and, in a
+    student release, the reference means ``exercises``:
     :mod:`annotated_transformer.student_release`).
     """
 
     def only_source(self) -> str | None:
         """The source that every source means in this process, or None (each its own)."""
         return None
+
+    def check(self, chapter: int | None) -> None:
+        """Raise (an ``ImportError``) if ``chapter``'s file may not be imported here; called
+        before a chapter file is imported, and with None before a name that no chapter
+        exports is refused."""
 
 
 _POLICY: list[SourcePolicy] = [SourcePolicy()]
@@ -205,6 +211,7 @@ def name_index() -> Mapping[str, int]:
 def load_chapter(source: str, chapter: int) -> ModuleType:
     """Import (once) chapter ``chapter``'s module from ``source``."""
     source = _POLICY[0].only_source() or source
+    _POLICY[0].check(chapter)
     files = chapter_files(source)
     if chapter not in files:
         raise LookupError(
@@ -303,6 +310,7 @@ class Parts:
         bound to these parts (see the module's docstring): a function runs, and a class is
         built, as if inside ``with use_parts(self):``."""
         if name not in name_index():
+            _POLICY[0].check(None)  # a name from a chapter file that could not be read
             raise AttributeError(f"no chapter exports a part named {name!r}")
         return bind(getattr(self.module(name_index()[name]), name), self)
 

@@ -7,8 +7,9 @@ untouched release) and ``mallory``, whose chapter files are the reference's but 
 attacks on the grader's bounds: 2.3 writes half a reply frame and waits; chapter 4's file
 starts a thousand processes when it is imported (and keeps the reference's code); chapter
 7's allocates all the memory it can when imported; chapter 8's import waits for ever on
-``torch.futures.Future().wait()``. ``regrade`` runs on a copy of the course on alice
-alone, on mallory alone, then on the three.
+``torch.futures.Future().wait()``. The course is copied with its source rules off (as if
+mallory had found a way past them) and ``regrade`` runs on alice alone, on mallory alone,
+then on the three.
 Prints each run's wall time and mallory's rows; exits 1 when a bound did not hold (a run
 that did not finish, alice's rows not all passed, bob's not all 0, an attacked exercise
 credited). Needs bubblewrap; a cgroup bounds the memory where the grader may make one.
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the course of this script, installed or not
 
 from annotated_transformer.course.authoring import stubs  # noqa: E402
+from annotated_transformer.course.grading import source_rules  # noqa: E402
 from annotated_transformer.layout import (  # noqa: E402
     EXERCISES_DIR,
     GRADED_DIR,
@@ -74,12 +76,15 @@ ATTACKS = {2: ("2.3", HALF_REPLY, "without computing"), 4: (None, FORKS, None),
 
 
 def course_copy(folder: Path) -> Path:
-    """A copy of the course (its grader, reference, stubs and graded tests)."""
+    """The course with its source rules off."""
     course = folder / "copy"
     for path in (PACKAGE_DIR, SOLUTIONS_DIR, EXERCISES_DIR, GRADED_DIR):
         shutil.copytree(path, course / relative(path), ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, course)
+    rules = course / relative(Path(source_rules.__file__))
+    rules.write_text(rules.read_text() + "\n\ndef check_folder(folder, forbidden=None):  # off\n"
+                     "    return {}\n")
     return course
 
 

@@ -29,12 +29,20 @@ EXERCISES = {
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"2.2": ("2.1",)}
-# What each exercise may not use, the op it asks the learner to write (see the docstrings),
-# refused at PyTorch's dispatch level while the exercise's code runs, with every op through
-# which PyTorch computes the result (checks.py): softmax by any name, logsumexp (whose
-# gradient is the softmax and whose Hessian is 2.3's Jacobian), the fused attention. 2.3
-# builds J from p: autograd would compute it from a softmax of the learner's own (every op
-# elementary), so no backward pass may run while it does (grading/allowed_ops.py).
+# What each exercise may not use: the op it asks the learner to write (see the docstrings).
+SOFTMAX_NAMES = ("softmax", "softmin", "log_softmax", "Softmax", "Softmin", "LogSoftmax",
+                 "gumbel_softmax")
+# 2.3 builds J from p: autograd would compute it from a softmax (dispatch cannot tell the
+# learner's own softmax differentiated by autograd from a formula, so only names refuse it).
+JACOBIAN_NAMES = ("jacobian", "jacrev", "jacfwd", "hessian", "vjp", "jvp", "grad", "backward")
+FORBIDDEN = {"2.1": (*SOFTMAX_NAMES, "logsumexp"),
+             "2.2": (*SOFTMAX_NAMES, "logsumexp", "scaled_dot_product_attention"),
+             "2.3": JACOBIAN_NAMES}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
+# through which PyTorch computes the result (checks.py): softmax by any name, logsumexp (whose
+# gradient is the softmax and whose Hessian is 2.3's Jacobian), the fused attention; and, for
+# 2.3, autograd itself: no backward pass and no dual tensor while it runs, so a Jacobian of a
+# softmax of the learner's own (every op elementary) is refused too (grading/allowed_ops.py).
 FORBIDDEN_OPS = {"2.1": (*SOFTMAX_OPS, *LOGSUMEXP_OPS),
                  "2.2": (*SOFTMAX_OPS, *LOGSUMEXP_OPS, *ATTENTION_OPS),
                  "2.3": (*SOFTMAX_OPS, *LOGSUMEXP_OPS, "autograd")}

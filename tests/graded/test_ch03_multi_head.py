@@ -41,7 +41,10 @@ EXERCISES = {
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"3.3": ("2.2", "3.1", "3.2")}
-# Refused at PyTorch's dispatch level while the exercise's code runs: the fused
+FORBIDDEN = {"3.3": ("MultiheadAttention", "scaled_dot_product_attention",
+                     "multi_head_attention_forward", "Transformer", "TransformerEncoder",
+                     "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer")}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs: the fused
 # attention of nn.MultiheadAttention and of F.scaled_dot_product_attention, and the softmax
 # of its slow path (nn.MultiheadAttention with need_weights=True, reached by any road, e.g.
 # nn.Transformer(...).encoder.layers[0].self_attn). The attention of 3.3 is the learner's

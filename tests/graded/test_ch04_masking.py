@@ -31,6 +31,9 @@ EXERCISES = {
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"4.3": ("4.1", "4.2")}
+# What each exercise may not use: PyTorch's own causal mask (it computes with the same ops
+# an honest answer uses, so only its name can be refused).
+FORBIDDEN = {"4.2": ("generate_square_subsequent_mask",)}
 PADDED = [  # (tokens, pad_id)
     (torch.tensor([[5, 6, 7, 0, 0], [3, 4, 0, 0, 0]]), 0),
     (torch.tensor([[1, 2, 3, 9], [9, 9, 4, 5], [6, 9, 7, 9]]), 9),

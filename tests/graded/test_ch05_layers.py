@@ -61,7 +61,14 @@ EXERCISES = {
 BUILDS_ON = {"5.3": ("5.1",), "5.4": ("3.3", "5.1", "5.2", "5.3"),
              "5.5": ("3.3", "5.1", "5.2", "5.3"), "5.6": ("5.1", "5.4"), "5.7": ("5.1", "5.5"),
              "5.8": ("1.2", "1.3", "5.6", "5.7")}
-# Refused at PyTorch's dispatch level while the exercise's code runs, with every op
+TRANSFORMERS = ("Transformer", "TransformerEncoder", "TransformerDecoder",
+                "TransformerEncoderLayer", "TransformerDecoderLayer")
+# rms_norm decomposes into the ops an honest answer uses: only its name can be refused.
+FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm", "RMSNorm",
+                     *TRANSFORMERS),
+             "5.4": TRANSFORMERS, "5.5": TRANSFORMERS, "5.6": TRANSFORMERS,
+             "5.7": TRANSFORMERS, "5.8": TRANSFORMERS}
+# The same, refused at PyTorch's dispatch level while the exercise's code runs, with every op
 # through which PyTorch computes the result (checks.py): LayerNorm's own op and the norms
 # that could stand in for it (5.3's norm is the learner's LayerNorm of 5.1); in a layer,
 # also PyTorch's attention (fused or by its softmax) and its fused encoder layer, so that

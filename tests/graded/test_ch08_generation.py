@@ -62,6 +62,8 @@ INTEGRATION = {"8.6"}
 # 8.5 composes Chapter 5's stack (the grader's stand-in while it is graded): PyTorch's fused
 # layers and attention are refused, a softmax allowed (+), so that log-probabilities returned
 # are named as that mistake.
+FORBIDDEN = {"8.3": ("MultiheadAttention", "scaled_dot_product_attention"),
+             "8.5": ("Transformer", "TransformerEncoder", "TransformerEncoderLayer")}
 FORBIDDEN_OPS = {"8.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS),
                  "8.5": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64

@@ -112,7 +112,7 @@ def folder():
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = WorkerPool(lambda source: source.folder, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
@@ -151,7 +151,7 @@ def test_a_fused_or_unlisted_op_is_refused_whatever_name_reached_it(pool, folder
 def test_the_guard_cannot_be_replaced_by_the_code_it_guards(folder):
     """The file replaces every name of the grader it can reach, then calls torch.softmax:
     refused, and so is every later call (the guard was built before any learner code)."""
-    pool = WorkerPool(lambda source: source.folder, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     try:
         _replaced(pool, folder)
     finally:

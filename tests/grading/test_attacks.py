@@ -1,7 +1,8 @@
 """A submission with full control of its process, graded through every path a grade takes.
 
-The course is copied with its reference and a ``.git`` whose objects hold the reference, as
-an instructor's course has. The learner's chapter 2 file then does what a
+The course is copied with its source rules switched off (the first line of defence, as if
+the learner had found a way past it) and with its reference and a ``.git`` whose objects hold
+the reference, as an instructor's course has. The learner's chapter 2 file then does what a
 dishonest learner would with ``os`` and ``subprocess`` in hand: it reads the reference (the
 file, or ``git show``) and uses it for 2.1 when it can; it starts a ``setsid`` daemon that
 keeps rewriting the reports and gradebooks at paths it was told (a strong attacker knows
@@ -118,7 +119,7 @@ def _placeholder(x, dim):
 
 # The control's 2.1: softmax(x) as the weights of an attention
 # whose keys are x, computed by PyTorch's fused kernel (nn.MultiheadAttention in eval mode).
-# The allow-list at the dispatcher refuses it.
+# The source rules are off in this course; the allow-list at the dispatcher refuses it.
 FALLBACK = """\
 moved = x.movedim(dim, -1)
 n = moved.shape[-1]
@@ -170,13 +171,16 @@ def listener():
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """The course with its reference, and a .git holding it."""
+    """The course with its source rules off, its reference, and a .git holding it."""
     folder = tmp_path_factory.mktemp("course") / "course"
     for name in ("annotated_transformer", "solutions", "exercises", "tests/graded", ".github"):
         shutil.copytree(ROOT / name, folder / name,
                         ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, folder)
+    rules = folder / "annotated_transformer/course/grading/source_rules/__init__.py"
+    rules.write_text(rules.read_text() + "\n\ndef check_folder(folder, forbidden=None):  # off\n"
+                     "    return {}\n")
     git = ["git", "-C", str(folder), "-c", "user.name=course", "-c", "user.email=c@example.org"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "solutions"], check=True)

@@ -10,7 +10,6 @@ import runpy
 import shutil
 import subprocess
 import sys
-import textwrap
 from collections import defaultdict
 from dataclasses import replace
 
@@ -249,10 +248,30 @@ def test_calling_the_op_to_write_is_forbidden(tmp_path):
         text[:start] + "    return torch.softmax(x, dim=dim).nan_to_num(0.0)\n" + text[end:])
     rows = {r.id: r for r in grade_run([2], str(tmp_path)).rows()}
     assert rows["2.1"].status == "forbidden" and rows["2.1"].points == 0
-    assert "softmax" in rows["2.1"].message and f"{reference.name}:" in rows["2.1"].message
-    # 2.2 builds on that softmax: it is graded on the grader's own, and earns its points.
-    assert rows["2.2"].status == "passed" and "2.1" in rows["2.2"].message, rows["2.2"]
+    assert "softmax" in rows["2.1"].message and "line" in rows["2.1"].message
+    # 2.2 builds on that softmax: torch.softmax anywhere in the file is forbidden there too.
+    assert rows["2.2"].status == "forbidden" and rows["2.2"].points == 0
     assert rows["2.3"].status == "passed", "the rest is graded as usual"
+
+
+def test_a_namespace_merged_by_update_wrapper_is_refused(tmp_path):
+    """The exercise module's namespace widened by ``functools.update_wrapper`` (attribute
+    names as strings), then a module it never imported (``os``) used by name: the file is
+    never run, and every exercise of its chapter is forbidden."""
+    reference = stubs.SOLUTIONS_DIR / "ch02_attention.py"
+    text = reference.read_text()
+    start = text.index("    # BEGIN SOLUTION 2.1")
+    end = text.index("    # END SOLUTION", start)
+    attack = ("import functools\n\n\ndef _anchor():\n    pass\n\n\n"
+              "functools.update_wrapper(_anchor, torch.cuda.is_available, assigned=(),\n"
+              "                         updated=('__glo' + 'bals__',))\n")
+    body = ("    os.environ.get('HOME')\n"
+            "    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)\n")
+    (tmp_path / reference.name).write_text(text[:start] + body + text[end:] + attack)
+    rows = {r.id: r for r in grade_run([2], str(tmp_path)).rows()}
+    assert {r.status for r in rows.values()} == {"forbidden"}, rows
+    assert all(r.points == 0 for r in rows.values())
+    assert "update_wrapper" in rows["2.1"].message or "`os`" in rows["2.1"].message
 
 
 @pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
@@ -280,10 +299,7 @@ def test_one_exercise_from_an_earlier_report(tmp_path):
 
 
 @pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
-def test_a_file_that_reads_the_reference_finds_none(tmp_path):
-    """The reference is out of the worker's reach: 2.1, which imports it, is an error naming
-    the missing module; 2.2 runs on the grader's softmax and 2.3 on its own code, as usual;
-    the capstone, built from every chapter of the folder, meets the error."""
+def test_a_file_that_reads_the_reference_is_forbidden_in_all_its_chapter(tmp_path):
     for path in stubs.SOLUTIONS_DIR.glob("ch0[1-6]_*.py"):
         shutil.copy(path, tmp_path)
     target = tmp_path / "ch02_attention.py"
@@ -294,10 +310,13 @@ def test_a_file_that_reads_the_reference_finds_none(tmp_path):
                       '"solutions.ch02_attention")\n    return reference.softmax(x, dim=dim)\n'
                       + text[end:])
     rows = {r.id: r for r in grade_run([1, 2, 6], str(tmp_path)).rows()}
-    assert rows["2.1"].status == "error" and rows["2.1"].points == 0
-    assert "No module named 'solutions'" in rows["2.1"].message, rows["2.1"].message
-    assert {rows[e].status for e in ("1.1", "1.2", "2.2", "2.3", "6.1", "6.4")} == {"passed"}
-    assert rows["6.6"].status != "passed" and rows["6.6"].points == 0
+    for exercise in ("2.1", "2.2", "2.3"):
+        assert rows[exercise].status == "forbidden" and rows[exercise].points == 0
+        assert "ch02_attention.py" in rows[exercise].message, rows[exercise].message
+        assert "__import__" in rows[exercise].message, rows[exercise].message
+    assert {rows[e].status for e in ("1.1", "1.2", "6.1", "6.4")} == {"passed"}
+    # The capstone builds its model from every chapter of the folder, chapter 2's included.
+    assert rows["6.6"].status == "forbidden" and "ch02_attention.py" in rows["6.6"].message
 
 
 # ---------------------------------------------------------------- tamper evidence
@@ -395,30 +414,13 @@ def test_the_manifest_names_missing_added_and_changed_files(tmp_path):
 
 
 def test_a_memorized_answer_cannot_be_kept_between_runs(tmp_path):
-    """Answers recorded in one run and replayed in the next need a file that outlives the
-    worker: every place the learner's code may write (its folder, the working folder, its
-    home, /tmp) is gone or read-only once the run ends (and the inputs come from a fresh
-    seed each run). The file records where it could write and fails where it finds a file."""
+    """Answers recorded in one run and replayed in the next need a file: an exercise file
+    may not read or write one (and the inputs come from a fresh seed each run)."""
     reference = (stubs.SOLUTIONS_DIR / "ch03_multi_head.py").read_text()
-    replay = reference + textwrap.dedent("""
-
-        import os as _os
-        _PLACES = [_os.path.dirname(_os.path.abspath(__file__)), _os.getcwd(),
-                   _os.path.expanduser("~"), "/tmp"]
-        _FOUND = [p for p in _PLACES if _os.path.exists(_os.path.join(p, "answers.pt"))]
-        if _FOUND:
-            raise RuntimeError(f"replayed from {_FOUND}")
-        for _place in _PLACES:
-            try:
-                torch.save({"kept": 1}, _os.path.join(_place, "answers.pt"))
-            except Exception:  # a read-only place
-                pass
-        """)
+    replay = reference + "\n\nANSWERS = torch.load('answers.pt')\n"
     (tmp_path / "ch03_multi_head.py").write_text(replay)
-    for seed in (12, 13):
-        row = next(r for r in grade_run([3], str(tmp_path), exercises=["3.2"], seed=seed).rows())
-        assert row.status == "passed", (row.status, row.message)
-    assert not (tmp_path / "answers.pt").exists()
+    row = next(r for r in grade_run([3], str(tmp_path), exercises=["3.2"], seed=12).rows())
+    assert row.status == "forbidden" and "load" in row.message, (row.status, row.message)
 
 
 # ---------------------------------------------------------------- one exercise, what it builds on

@@ -52,61 +52,67 @@ return exps / torch.where(total == 0, torch.ones_like(total), total)""")
 CHEATS = {
     "alias outside the function": (with_softmax(
         "return SOFT(x, dim).nan_to_num(0.0)", footer="\nSOFT = torch.softmax\n"),
-        "forbidden", "aten._softmax"),
+        "forbidden", "softmax"),
     "helper function": (with_softmax(
         "return helper(x, dim)", footer="\n\ndef helper(x, dim):\n"
-        "    return x.softmax(dim).nan_to_num(0.0)\n"), "forbidden", "aten._softmax"),
+        "    return x.softmax(dim).nan_to_num(0.0)\n"), "forbidden", "softmax"),
     "getattr with a computed name": (with_softmax(
         'return getattr(torch, "soft" + "max")(x, dim).nan_to_num(0.0)'), "forbidden",
-        "aten._softmax"),
+        "getattr"),
     "eval": (with_softmax('return eval("torch.soft" + "max")(x, dim).nan_to_num(0.0)'),
-             "forbidden", "aten._softmax"),
+             "forbidden", "eval"),
     "aten directly": (with_softmax("return torch.ops.aten._softmax(x, dim, False)"),
-                      "forbidden", "aten._softmax"),
+                      "forbidden", "ops"),
     "nn.Softmax": (with_softmax("return torch.nn.Softmax(dim)(x).nan_to_num(0.0)"),
-                   "forbidden", "aten._softmax"),
+                   "forbidden", "Softmax"),
     "softmin of -x": (with_softmax(
-        "return torch.nn.functional.softmin(-x, dim).nan_to_num(0.0)"), "forbidden",
-        "aten._softmax"),
+        "return torch.nn.functional.softmin(-x, dim).nan_to_num(0.0)"), "forbidden", "softmin"),
     "log_softmax then exp": (with_softmax("return x.log_softmax(dim).exp().nan_to_num(0.0)"),
-                             "forbidden", "aten._log_softmax"),
+                             "forbidden", "log_softmax"),
     # In UTF-7, "+AG0-" is "m": Python reads torch.softmax where a UTF-8 reader does not.
     "utf-7 cookie": ("# coding: utf-7\n" + with_softmax(
-        "return torch.soft+AG0-ax(x, dim).nan_to_num(0.0)"), "forbidden", "aten._softmax"),
-    # The reference is out of the worker's reach: the parts mean the learner's own file
-    # (whose softmax then calls itself), and no module named solutions is found.
+        "return torch.soft+AG0-ax(x, dim).nan_to_num(0.0)"), "forbidden", "softmax"),
     "the reference through the parts": (with_softmax(
         'return Parts("solutions").module(2).softmax(x, dim)',
-        header="from annotated_transformer.parts import Parts\n"), "error", "RecursionError"),
+        header="from annotated_transformer.parts import Parts\n"), "forbidden", "Parts"),
     "the reference through pydoc": (with_softmax(
         'return pydoc.locate("solutions.ch02_attention.softmax")(x, dim)',
-        header="import pydoc\n"), "error", "'NoneType' object is not callable"),
+        header="import pydoc\n"), "forbidden", "pydoc"),
     "a helper file of the folder": (with_softmax(
-        "return helper.softmax(x, dim)", header="import helper\n"), "error",
-        "No module named 'helper'"),
+        "return helper.softmax(x, dim)", header="import helper\n"), "forbidden", "helper"),
     # The tests compare in the grader's process: a patch in the worker changes nothing.
     "patch what the tests compare with": (with_softmax(
         "return x", footer="\ntorch.allclose = lambda *args, **kwargs: True\n"), "failed",
         "softmax"),
     "the grader's modules": (with_softmax(
         "return x", header="import sys\n",
-        footer='\nsys.modules["checks"].assert_close = lambda *a, **k: None\n'), "failed",
-        "softmax"),
+        footer='\nsys.modules["checks"].assert_close = lambda *a, **k: None\n'), "forbidden",
+        "sys"),
     "rewrite the report at exit": (with_softmax(
         "return x", header="import atexit\n",
-        footer='\natexit.register(lambda: open("grade.json", "w").write("{}"))\n'), "failed",
-        "softmax"),
-    "exit the grader": (with_softmax("os._exit(0)", header="import os\n"), "error",
-                        "exited with code 0"),
-    "pytest.exit": (with_softmax('pytest.exit("done")', header="import pytest\n"), "error",
-                    "Exit: done"),
-    "pin the seed": (with_softmax("torch.manual_seed(0)\nreturn x"), "failed",
-                     "softmax"),
+        footer='\natexit.register(lambda: open("grade.json", "w").write("{}"))\n'), "forbidden",
+        "atexit"),
+    "exit the grader": (with_softmax("os._exit(0)", header="import os\n"), "forbidden", "os"),
+    "pytest.exit": (with_softmax('pytest.exit("done")', header="import pytest\n"), "forbidden",
+                    "pytest"),
+    "pin the seed": (with_softmax("torch.manual_seed(0)\nreturn x"), "forbidden",
+                     "manual_seed"),
     "a file written and read back": (with_softmax(
-        'return torch.load("answers.pt")'), "error", "No such file"),
+        'return torch.load("answers.pt")'), "forbidden", "load"),
+    # The guard's own exemption, found among the collector's objects and entered for good:
+    # refused before it runs (with the source rules off, it earns 9/9: book/instructor.md).
+    "the guard's exemption, through gc": (with_softmax("""\
+import gc
+import types
+for found in gc.get_objects():
+    if isinstance(found, types.FunctionType) and found.__name__ == "exempt":
+        kept = found()
+        kept.__enter__()
+        torch.kept_exemption = kept
+return torch.softmax(x, dim).nan_to_num(0.0)"""), "forbidden", "import gc"),
     "a subprocess": (with_softmax(
-        'return subprocess.run(["true"])', header="import subprocess\n"), "error",
-        "Operation not permitted"),
+        'return subprocess.run(["true"])', header="import subprocess\n"), "forbidden",
+        "subprocess"),
 }
 # Code that breaks nothing but itself: it must cost 2.1 and leave the report whole.
 BROKEN = {

@@ -403,7 +403,7 @@ def folder():
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = WorkerPool(lambda source: source.folder, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
@@ -411,7 +411,7 @@ def pool():
 @pytest.fixture
 def fresh():
     """A pool of its own: what earlier tests taught it (a chapter that waits) is not there."""
-    pool = WorkerPool(lambda source: source.folder, probes=PROBES)
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES)
     yield pool
     pool.close()
 
@@ -420,7 +420,7 @@ def fresh():
 def fresh_tasks():
     """A pool whose worker may start threads and processes: the bounds of the cgroup and of
     the grader's count, tested alone (a grading worker never may)."""
-    pool = WorkerPool(lambda source: source.folder, probes=PROBES,
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES,
                       new_tasks=True)
     yield pool
     pool.close()
@@ -785,7 +785,7 @@ def test_without_the_boundary_as_nobody_the_course_is_read_only(folder):
     target = Path(tempfile.mkdtemp(prefix="course-"))
     (target / "grade.json").write_text("{}")
     os.chmod(target, 0o755)
-    pool = WorkerPool(lambda source: source.folder, probes=PROBES, user="nobody",
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES, user="nobody",
                       sandboxed=False)
     try:
         with pytest.raises(LearnerRaised, match="PermissionError"):

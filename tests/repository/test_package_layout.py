@@ -50,10 +50,11 @@ LAYERS = {
     "annotated_transformer.commands": 4,
     "annotated_transformer.__main__": 4,
     "annotated_transformer.bench": 4,
-    # The course's tools, in layers of their own: distribution above grading.
+    # The course's tools, in layers of their own: distribution above grading above its rules.
     "annotated_transformer.course": 4,  # its __init__: the map of the tools
     "annotated_transformer.course.authoring": 4,  # the stubs
     "annotated_transformer.course.hints": 4,  # hints in three levels, for the command and the book
+    "annotated_transformer.course.grading.source_rules": 4,  # what an exercise file may do
     "annotated_transformer.course.grading.exercise_id": 4,  # an exercise's id, read once
     "annotated_transformer.course.grading": 5,  # the grader and its worker
     "annotated_transformer.course.distribution": 6,  # the release and the Classroom workflow
@@ -119,20 +120,20 @@ def test_a_made_up_module_without_a_layer_fails_the_check():
     module inside a subpackage takes the subpackage's layer."""
     assert without_a_layer(["annotated_transformer.made_up"]) == ["annotated_transformer.made_up"]
     assert layer_of("annotated_transformer.course.grading.made_up") == 5
-    assert layer_of("annotated_transformer.course.authoring.made_up") == 4
+    assert layer_of("annotated_transformer.course.grading.source_rules.made_up") == 4
     assert layer_of("annotated_transformer") == 0
 
 
 
 def test_the_course_tools_have_layers_of_their_own():
     """course/ is not one layer: what goes to learners (distribution) stands on the grader,
-    and the grader on an exercise's id, never the other way."""
-    exercise_id = layer_of("annotated_transformer.course.grading.exercise_id")
+    and the grader on its rules of what an exercise file may do, never the other way."""
+    rules = layer_of("annotated_transformer.course.grading.source_rules.rules")
     grading = layer_of("annotated_transformer.course.grading.engine")
     distribution = layer_of("annotated_transformer.course.distribution.release")
-    assert exercise_id < grading < distribution
+    assert rules < grading < distribution
     assert layer_of("annotated_transformer.course.authoring.stubs") < grading
-    assert layer_of("annotated_transformer.train") < exercise_id  # the library below every tool
+    assert layer_of("annotated_transformer.train") < rules  # the library below every tool
 
 def test_every_entry_is_a_module_of_the_package():
     """No stale entry: each names a module or subpackage that exists."""

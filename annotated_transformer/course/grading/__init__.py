@@ -12,7 +12,7 @@ Running (the trusted side)
   - :mod:`.runspec`: one grading run described once (sources, seed, CPU seconds, sandbox,
     exercises, where the records go), handed to the graded tests as one file.
   - :mod:`.plugin`: the graded tests' pytest plugin (their ``conftest.py`` loads it): the
-    run, the code under test (``learner``), seeding, the records.
+    run, the code under test (``learner``), the source rules' gate, seeding, the records.
   - :mod:`.results`: a graded test's record (JSON), and an exercise's result, the one shape
     the report, the gradebook and the class's summary share, and its formats (JSON, the
     gradebook's line and CSV).
@@ -37,7 +37,7 @@ The worker (where the learner's code runs)
   - :mod:`.limits`: a cgroup per worker (its memory and processes together), or why not.
   - :mod:`.output`: what the worker prints, drained as it comes and kept bounded.
   - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
-  - :mod:`.confinement`: every source means the learner's folder.
+  - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
   - :mod:`.allowed_ops`: the aten ops a guarded exercise's code may reach (an allow-list),
     refused at PyTorch's dispatcher whatever name reached the others.
   - :mod:`.switches`: every other way to PyTorch's mode stacks taken out of reach, and no
@@ -46,4 +46,7 @@ The worker (where the learner's code runs)
     that each is graded on its own code.
   - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``) and the
     worker's :class:`~.protocol.Reply`, checked on arrival.
+
+Rules
+  - :mod:`.source_rules`: what an exercise file may not do, read without running it.
 """

@@ -2,7 +2,7 @@
 
 Each graded test file declares, next to its tests, ``BUILDS_ON = {"5.4": ("3.3", "5.1", ...)}``:
 the learner's earlier exercises whose code an exercise's code uses (directly; what those use
-counts too). The files are read, never imported.
+counts too). The files are read, never imported, as the grader reads ``FORBIDDEN``.
 
 An exercise is graded with the grader's stand-ins for the earlier exercises it builds on
 that have one (:mod:`.standins`, which ``BUILDS_ON`` chooses), and on the learner's own for

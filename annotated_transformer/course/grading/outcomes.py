@@ -103,6 +103,12 @@ def imported(module: object) -> None:
     run by the sandbox in the worker to tell a chapter whose import crashes."""
 
 
+def unreadable(message: str) -> bool:
+    """Whether a static finding says the file cannot be read as Python at all (an error of
+    the learner's, not a forbidden use)."""
+    return "is not valid Python" in message or "cannot be read" in message
+
+
 BUSY_LIMIT = 2  # calls of one worker stopped for a busy machine, before its others end at once
 # What one source's calls may use together in a grading run, each call within its own
 # limits: code that stays just under them in every test would hold a class regrade for

@@ -18,9 +18,11 @@ the ``learner`` fixture, a handle on the code under test, which runs in a worker
 file that calls the code and returns plain data, and checks it against what it computes
 itself with PyTorch's own ops. No learner code is ever imported here. In the worker every
 chapter comes from the source under test (a learner's chapter 5 is built on the learner's
-own chapters 1 to 4), so a file gets the same points everywhere. While a probe runs, the
-test file's ``FORBIDDEN_OPS`` for its exercise are refused at PyTorch's dispatch level
-(:mod:`.allowed_ops`).
+own chapters 1 to 4), so a file gets the same points everywhere. Before a learner's folder
+is used, its chapter files are read (never run) for what an exercise file may not do
+(:mod:`.source_rules`): a file that breaks a rule is never imported, and the tests that need
+it are ``forbidden``. While a probe runs, the test file's ``FORBIDDEN_OPS`` for its exercise
+are refused at PyTorch's dispatch level.
 
 The records. A grading run's tests each write one :class:`~.results.TestRecord` to its
 ``records`` file, anew after every test. A test of the values the code computes says
@@ -32,11 +34,12 @@ values are right (:class:`.engine.Graded`).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import random
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -50,7 +53,9 @@ from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
+    ForbiddenCall,
     LearnerNotImplemented,
+    LearnerRaised,
     WorkerPool,
 )
 from annotated_transformer.layout import (
@@ -59,6 +64,7 @@ from annotated_transformer.layout import (
     SOLUTIONS_DIR,
     TESTS_DIR,
     VARIANTS_DIR,
+    chapter_test_files,
 )
 from annotated_transformer.sources import Source
 
@@ -109,7 +115,8 @@ def pytest_configure(config: pytest.Config) -> None:
     source's worker now: it imports PyTorch while this process collects the tests. The
     others start when first needed, one at a time."""
     spec = run_spec(config)
-    pool = config.stash[POOL] = WorkerPool(_learner_dir, sandboxed=spec.sandbox == "bubblewrap")
+    pool = config.stash[POOL] = WorkerPool(_learner_dir, _blocked,
+                                           sandboxed=spec.sandbox == "bubblewrap")
     if not spec.records:
         return
     config.pluginmanager.register(GradeRecorder(spec.records), "grade-recorder")
@@ -177,7 +184,8 @@ def _variants_importable() -> None:
 
 @pytest.fixture
 def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
-    """The code under test of the test's chapter, from the source it runs against."""
+    """The code under test of the test's chapter, from the source it runs against; a file
+    that breaks a source rule for its exercise ends the test before anything runs."""
     parts: Source = request.param
     chapter: int = request.module.CHAPTER
     exercise = _exercise(request.node)
@@ -190,6 +198,12 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
                 raise LearnerNotImplemented(f"the capstone builds and trains a model from your "
                                             f"parts; Exercise {first}: {stub}")
             raise LearnerNotImplemented(f"Exercise {exercise}: {stub}")
+        found = _violations(parts)
+        own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
+        if own and outcomes.unreadable(own[0].message):
+            raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
+        if own:
+            raise ForbiddenCall(_say(own[0]))
     spec = run_spec(request.config)
     cpu_seconds = spec.cpu_seconds
     limit = request.node.get_closest_marker("cpu_seconds")
@@ -240,7 +254,7 @@ def _exercise(node: pytest.Item) -> str | None:
     return marker.args[0] if marker else None
 
 
-# ---------------------------------------------------------------- the untouched stub
+# ---------------------------------------------------------------- the source rules' gate
 
 
 @cache
@@ -271,6 +285,35 @@ def _all_untouched(parts: Source) -> bool:
 def _learner_dir(parts: Source) -> Path | None:
     """The folder of a learner's parts, None for the course's own code (a variant too)."""
     return parts.learner_folder
+
+
+@cache
+def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
+    """``{chapter: FORBIDDEN}`` read from the graded test files (without importing them)."""
+    from annotated_transformer.course.grading.dependencies import constants
+
+    found = {c: constants(ast.parse(p.read_text())).get("FORBIDDEN")
+             for c, p in chapter_test_files().items()}
+    return {c: names for c, names in found.items() if names is not None}
+
+
+@cache
+def _violations(parts: Source) -> Mapping[int, list]:
+    from annotated_transformer.course.grading import source_rules
+
+    folder = _learner_dir(parts)
+    return source_rules.check_folder(folder, _forbidden_names()) if folder else {}
+
+
+def _blocked(parts: Source) -> Mapping[int, str]:
+    """Chapter files that break a rule for every exercise: never imported in the worker."""
+    general = {c: [v for v in found if v.exercise is None]
+               for c, found in _violations(parts).items()}
+    return {c: _say(found[0]) for c, found in general.items() if found}
+
+
+def _say(violation) -> str:
+    return f"{Path(violation.path).name}, line {violation.line}: {violation.message}"
 
 
 # ---------------------------------------------------------------- the records

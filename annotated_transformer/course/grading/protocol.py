@@ -31,6 +31,7 @@ class Ended(str, Enum):
     """How a call the worker answered without a value ended."""
 
     RAISED = "raised"  # the code under test raised (its types, message, place)
+    BLOCKED = "blocked"  # its chapter file may not be imported (a source rule)
     FORBIDDEN = "forbidden"  # it reached what an exercise may not use
 
 

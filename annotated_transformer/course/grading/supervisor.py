@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +72,10 @@ class WorkerProcess:
     """One worker: a fresh interpreter in its own session, fed requests one at a time,
     started at once and waited for at its first call (it imports PyTorch meanwhile)."""
 
-    def __init__(self, source: str, learner_dir: Path | None, user: str | None = None,
-                 memory_bytes: int = DEFAULT_MEMORY, sandboxed: bool = True,
-                 probes: Path = GRADED_DIR, new_tasks: bool = False) -> None:
+    def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
+                 user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
+                 sandboxed: bool = True, probes: Path = GRADED_DIR,
+                 new_tasks: bool = False) -> None:
         self.home: tempfile.TemporaryDirectory[str] | None = None
         self.staged, self.renamed = None, None  # a private copy, and (its path, the folder's own)
         if sandboxed and learner_dir is not None:
@@ -82,6 +83,7 @@ class WorkerProcess:
             self.renamed, learner_dir = (str(copy), str(learner_dir)), copy
         self.learner_dir, self.probes = learner_dir, probes
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
+                  "blocked": {str(c): why for c, why in blocked.items()},
                   "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
                   "user": user, "memory_bytes": memory_bytes, "new_tasks": new_tasks}
         argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
@@ -338,7 +340,9 @@ class CodeUnderTest:
         if reply.ended is None:
             return reply.value
         message = reply.message
-        if reply.ended is Ended.FORBIDDEN:
+        if reply.ended is Ended.BLOCKED and outcomes.unreadable(message):  # it does not parse
+            raise LearnerRaised(["SyntaxError"], message, "")
+        if reply.ended in (Ended.FORBIDDEN, Ended.BLOCKED):
             raise ForbiddenCall(message)
         if reply.stub and "NotImplementedError" in reply.types:
             raise LearnerNotImplemented(message)
@@ -362,7 +366,8 @@ class CodeUnderTest:
 
 class WorkerPool:
     """One worker per source under test, started when first needed and again after a
-    crash or a timeout.
+    crash or a timeout. ``blocked_for(source)`` gives the chapters a learner's folder may
+    not import (decided by the trusted static checks).
 
     ``probes``: the folder of the probes' files (the graded tests).
     ``sandboxed``: inside bubblewrap's boundary (:mod:`~annotated_transformer.course.grading.
@@ -370,10 +375,10 @@ class WorkerPool:
     grader running as root always makes it ``nobody`` at least."""
 
     def __init__(self, learner_dir_for: Callable[[Source], Path | None],
-                 user: str | None = None,
+                 blocked_for: Callable[[Source], Mapping[int, str]], user: str | None = None,
                  sandboxed: bool = True, probes: Path = GRADED_DIR,
                  new_tasks: bool = False) -> None:
-        self.learner_dir_for, self.probes = learner_dir_for, probes
+        self.learner_dir_for, self.blocked_for, self.probes = learner_dir_for, blocked_for, probes
         self.new_tasks = new_tasks  # threads and processes allowed: the boundary's tests only
         self.user = user or ("nobody" if os.geteuid() == 0 else None)
         self.sandboxed = sandboxed
@@ -403,7 +408,8 @@ class WorkerPool:
             if worker is not None:
                 worker.close()
             learner_dir = self.learner_dir_for(source)
-            worker = WorkerProcess("solutions" if key == "trusted" else key, learner_dir, self.user,
+            worker = WorkerProcess("solutions" if key == "trusted" else key, learner_dir,
+                                   self.blocked_for(source) if learner_dir else {}, self.user,
                                    sandboxed=self.sandboxed, probes=self.probes,
                                    new_tasks=self.new_tasks)
             self.workers[key] = worker

@@ -44,7 +44,7 @@ from annotated_transformer.course.grading.messages import cut
 from annotated_transformer.course.grading.protocol import Ended, Reply
 from annotated_transformer.sources import VARIANT
 
-# Modules an exercise file imports (the chapters name them), and what probes use: loaded once.
+# Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
 PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
              "numbers", "numpy", "torch.nn.functional", "torch.autograd.functional",
              "annotated_transformer.batch", "annotated_transformer.model",
@@ -118,7 +118,8 @@ class Worker:
         from annotated_transformer.course.grading import confinement
 
         if self.learner_dir is not None:  # every source, the reference included, is its folder
-            parts.install_policy(confinement.Confinement(self.learner_dir))
+            parts.install_policy(confinement.Confinement(
+                self.learner_dir, {int(c): why for c, why in config["blocked"].items()}))
         self.parts = parts
         for name in PRELOADED:  # what an exercise file may import, loaded once, up front
             try:
@@ -160,6 +161,7 @@ class Worker:
     def handle(self, request: dict[str, Any]) -> Reply:
         import torch
 
+        from annotated_transformer.course.grading.confinement import BlockedChapter
         from annotated_transformer.parts import use_parts
 
         probe = self.probe(request["file"], request["function"])
@@ -193,6 +195,8 @@ class Worker:
                     reply = Reply(value=self._plain(value))
                 except TypeError as error:
                     reply = unsendable(error)
+            except BlockedChapter as error:
+                reply = Reply(Ended.BLOCKED, message=_text(error))
             except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
                 reply = self.describe(error, request.get("chapter"))
             finally:
@@ -225,8 +229,10 @@ class Worker:
         message, whether it is an untouched stub's, and where: the innermost line of the
         learner's files, and, when that is in another chapter's file, the line of chapter
         ``chapter``'s file (the one graded) that led there."""
-        where = ""  # a SyntaxError's own message names its file and line
+        where = ""
         frames = traceback.extract_tb(error.__traceback__)
+        if isinstance(error, SyntaxError) and error.filename:
+            where = f"{Path(error.filename).name}:{error.lineno}"
         learner = [(Path(frame.filename).name, frame.lineno) for frame in frames
                    if self.learner_dir is not None
                    and Path(frame.filename).resolve().is_relative_to(self.learner_dir)]
