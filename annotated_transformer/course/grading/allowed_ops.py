@@ -168,6 +168,13 @@ def guard_factory():
                         f"(through torch's own function or module)")
 
         class Ops(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # Else PyTorch wraps __torch_dispatch__ to keep its compiler out, and its
+                # first op imports that compiler: 2.3 s of a learner's wait, for nothing
+                # here (an exercise file may not reach the compiler).
+                return False
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if exemption[0]:
                     return func(*args, **(kwargs or {}))

@@ -20,6 +20,7 @@ import os
 import platform
 from dataclasses import replace
 from datetime import datetime, timezone
+from importlib.metadata import version
 from pathlib import Path
 
 from annotated_transformer.course.grading import manifest
@@ -64,9 +65,8 @@ def _digest(path: Path) -> str:
 def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
     """The key of a result graded from ``parts``'s files of ``chapters`` by ``test_file``
     (the sha256 of each, of the files that decide a grade and of the versions of Python
-    and PyTorch); None when ``parts`` is not one folder."""
-    import torch
-
+    and PyTorch, read from its installed metadata: importing it would cost this process
+    seconds); None when ``parts`` is not one folder."""
     folder = source_folder(parts)
     if folder is None:
         return None
@@ -77,7 +77,7 @@ def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
             learner[path.name] = _digest(path)
     grading = {**manifest.compute(ROOT)["files"], relative(test_file): _digest(test_file)}
     facts = {"parts": parts, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),
-             "python": platform.python_version(), "torch": torch.__version__}
+             "python": platform.python_version(), "torch": version("torch")}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
