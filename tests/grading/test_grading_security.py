@@ -101,7 +101,7 @@ CHEATS = {
         'return torch.load("answers.pt")'), "forbidden", "load"),
     # The guard's own exemption, found among the collector's objects and entered for good:
     # refused before it runs (with the source rules off, it earns 9/9: book/instructor.md).
-    "the guard's exemption, through gc": (with_softmax("""\
+    "the guard's exemption found by gc": (with_softmax("""\
 import gc
 import types
 for found in gc.get_objects():
