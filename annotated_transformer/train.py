@@ -104,6 +104,7 @@ class History:
     tokens: int = 0  # target tokens trained on (all processes)
     eval_examples: int = 0  # held-out examples per evaluation (a corpus may have fewer)
     budget: dict = field(default_factory=dict)  # a budgeted run's budget and plans
+    machine: dict = field(default_factory=dict)  # the machine's matrix-product rate, if measured
 
 
 def make_optimizer(model: Model, config: TrainConfig
@@ -288,6 +289,9 @@ class TrainingRun:
             self.loss_fn.compile(dynamic=True, backend=runtime.compile_backend)
         self.net = distributed.wrap(model, self.device)
         self.metrics = Metrics(runtime.out if self.rank == 0 else None, append=runtime.resume)
+        if runtime.machine is not None:  # this start's machine (a resumed run: the latest)
+            self.history.machine = runtime.machine
+            self.metrics.write(step=self.start_step, machine=runtime.machine)
         self.planner = None if config.time_budget is None else Planner(
             config.time_budget, clock_start, config.eval_every, config.warmup_steps,
             config.steps, average_checkpoints=runtime.keep_last)

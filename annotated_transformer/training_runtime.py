@@ -33,6 +33,8 @@ class Runtime:
     keep_last: int = 0  # also keep the last N checkpoints as checkpoint-STEP.pt (averaging)
     started: float | None = None  # time.perf_counter() when the command started (a budget's
     # clock; default: when `train` starts)
+    machine: dict | None = None  # the machine's measured matrix-product rate (machine.measure),
+    # recorded in the metrics and the checkpoint's history
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):

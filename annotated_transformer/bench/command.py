@@ -22,8 +22,8 @@ from annotated_transformer.bench.profiling import profile_step
 from annotated_transformer.bench.report import environment, markdown
 from annotated_transformer.bench.shapes import PAPER, PAPER_TOKENS, SHAPES
 from annotated_transformer.bench.throughput import attention_alone, throughput
-from annotated_transformer.bench.timing import matmul_ceiling
 from annotated_transformer.data.copy import CopyTask
+from annotated_transformer.machine import matmul_ceiling
 from annotated_transformer.parts import has_reference
 
 PROG = "python -m annotated_transformer bench"

@@ -11,9 +11,9 @@ from dataclasses import asdict, replace
 import torch
 
 from annotated_transformer.bench.contenders import REFERENCE, TorchTransformer
-from annotated_transformer.bench.timing import synchronize
 from annotated_transformer.data.copy import CopyTask
 from annotated_transformer.data.vocab import PAD
+from annotated_transformer.machine import synchronize
 from annotated_transformer.model import EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES

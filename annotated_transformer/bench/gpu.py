@@ -7,7 +7,7 @@ import torch
 from annotated_transformer.bench.contenders import CONTENDERS
 from annotated_transformer.bench.shapes import paper_shape
 from annotated_transformer.bench.throughput import throughput
-from annotated_transformer.bench.timing import matmul_ceiling
+from annotated_transformer.machine import matmul_ceiling
 from annotated_transformer.model import EncoderDecoder
 from annotated_transformer.parts import Parts
 from annotated_transformer.recipes import RECIPES

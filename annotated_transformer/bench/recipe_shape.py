@@ -34,7 +34,8 @@ from annotated_transformer.bench import recipe_batches
 from annotated_transformer.bench.contenders import Trainer
 from annotated_transformer.bench.recipe_batches import Lengths
 from annotated_transformer.bench.shapes import SHAPES, step_flops
-from annotated_transformer.bench.timing import matmul_ceiling, summary, timed
+from annotated_transformer.bench.timing import summary
+from annotated_transformer.machine import matmul_ceiling, timed
 
 SHAPE = next(s for s in SHAPES if s.name == "multi30k-cpu")
 CONTENDERS = ("fast", "torch")

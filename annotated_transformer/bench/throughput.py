@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from annotated_transformer.bench.contenders import CONTENDERS, REFERENCE, Trainer
 from annotated_transformer.bench.shapes import Shape, model_flops
-from annotated_transformer.bench.timing import summary, timed
+from annotated_transformer.bench.timing import summary
+from annotated_transformer.machine import timed
 from annotated_transformer.parts import Parts
 
 

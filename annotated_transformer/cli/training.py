@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer import checkpoint, distributed
+from annotated_transformer import checkpoint, distributed, machine
 from annotated_transformer.cli.common import UsageError, parse_parts, pick_device
 from annotated_transformer.cli.translation import (
     add_translation_options,
@@ -234,13 +234,14 @@ def run_train(args) -> int:
         torch.set_num_threads(args.threads)
     device = distributed.setup(pick_device(args.device))
     try:
+        figure = machine.measure(device)  # before the seed: the probe draws random matrices
         torch.manual_seed(config.seed)
         model_config = recipe.model_config(task)
         model = model_for(task)(model_config, parts=parts).to(device)
         runtime = Runtime(precision=args.precision, compile=args.compile is not None,
                           compile_backend=args.compile or "inductor",
                           out=args.out, resume=args.resume, keep_last=args.keep_last or 0,
-                          started=started,
+                          started=started, machine=figure,
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
@@ -257,6 +258,7 @@ def run_train(args) -> int:
                      f"as many steps as fit in {format_duration(budget)} (time budget)")
                   + " of " + (f"{config.batch_size} examples" if config.max_tokens is None else
                               f"at most {config.max_tokens} tokens"))
+            print(f"this machine: {machine.describe(figure)}")
         log = functools.partial(print, flush=True) if main else None
         history = train(model, task, config, log=log, runtime=runtime)
         if main:

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from annotated_transformer import cli
+from annotated_transformer import checkpoint, cli, machine
 
 TINY = ["--steps", "12", "--batch-size", "16", "--eval-size", "20", "--device", "cpu",
         "--no-progress"]
@@ -45,6 +45,21 @@ def test_train_writes_a_checkpoint_and_metrics(copy_run):
     assert [r["step"] for r in steps] == [10, 12] and steps[0]["tokens_per_second"] > 0
     assert evals[-1]["step"] == 12 and 0 <= evals[-1]["exact_match"] <= 1
     assert not list(copy_run.glob("*.tmp")), "the atomic save leaves no temporary file"
+
+
+def test_train_prints_and_records_the_machine_it_measured(tmp_path, capsys, monkeypatch):
+    """The machine's matrix-product rate, measured at the start: on the start's lines, in
+    the metrics' first line and in the checkpoint's history (a figure given here, so that
+    nothing depends on this machine's speed)."""
+    figure = {"gflops": 123.4, "size": 512, "dtype": "float32", "device": "cpu",
+              "threads": 3, "by_size": {"512": 123.4, "1024": 99.0}}
+    monkeypatch.setattr(machine, "measure", lambda device: dict(figure))
+    status, out, _ = run(capsys, "train", "--task", "copy", "--out", tmp_path, *TINY)
+    assert status == 0
+    assert "this machine: 123 GFLOP/s of float32 matrix products (cpu, 3 threads)" in out, out
+    first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert first == {"step": 0, "machine": figure}
+    assert checkpoint.load(tmp_path / "checkpoint.pt")["history"]["machine"] == figure
 
 
 def test_evaluate_json_parses(capsys, copy_run):

@@ -27,6 +27,7 @@ LAYERS = {
     "annotated_transformer.batch": 0,  # the batch type chapter 6 builds (chapter files import it)
     "annotated_transformer.data": 1,  # tasks, vocabularies, batches: tokens only
     "annotated_transformer.plots": 1,
+    "annotated_transformer.machine": 1,  # the matrix-product rate a run measures at its start
     "annotated_transformer.distributed": 1,
     "annotated_transformer.glue": 1,  # numbers for the book's prose
     "annotated_transformer.fast_parts": 1,  # the reference on fused kernels
