@@ -226,7 +226,7 @@ def test_one_verdict_in_the_course_and_in_a_release(python: Path, out: Path, tmp
     """The same files get the same points from the course's grader and from a release's,
     forbidden-op checks included (a release has no reference to compare with, and needs
     none)."""
-    from test_grading_security import CHEATS, HONEST
+    from grading.test_grading_security import CHEATS, HONEST  # tests/grading
 
 
     verdicts = {}

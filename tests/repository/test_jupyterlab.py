@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_interactive import fake_maps
+from library.test_interactive import fake_maps  # tests/library, a folder of tests/
 
 from annotated_transformer import interactive
 from annotated_transformer.interactive import PLOTLY_MIME
