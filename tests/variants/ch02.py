@@ -310,27 +310,25 @@ def jacobian_of_torch_softmax(p):
     return torch.stack(jacobians).reshape(*p.shape, p.size(-1))
 
 
+def _own_softmax(z):
+    """A softmax of elementary ops over the last axis (what autograd differentiates below)."""
+    e = torch.exp(z - z.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
 @wrong("2.3", "softmax_jacobian", "autograd's Jacobian of a softmax written by hand, at log p",
        says="autograd")
 def jacobian_of_own_softmax(p):
-    def own_softmax(z):
-        e = torch.exp(z - z.amax(-1, keepdim=True))
-        return e / e.sum(-1, keepdim=True)
-
     rows = p.reshape(-1, p.size(-1))
-    jacobians = [torch.autograd.functional.jacobian(own_softmax, row.log()) for row in rows]
+    jacobians = [torch.autograd.functional.jacobian(_own_softmax, row.log()) for row in rows]
     return torch.stack(jacobians).reshape(*p.shape, p.size(-1))
 
 
 @wrong("2.3", "softmax_jacobian", "torch.func.jacfwd of a softmax written by hand, at log p",
        says="forward mode")
 def forward_jacobian_of_own_softmax(p):
-    def own_softmax(z):
-        e = torch.exp(z - z.amax(-1, keepdim=True))
-        return e / e.sum(-1, keepdim=True)
-
     rows = p.reshape(-1, p.size(-1))
-    return torch.func.vmap(torch.func.jacfwd(own_softmax))(rows.log()).reshape(
+    return torch.func.vmap(torch.func.jacfwd(_own_softmax))(rows.log()).reshape(
         *p.shape, p.size(-1))
 
 
