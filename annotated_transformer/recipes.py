@@ -132,6 +132,32 @@ CPU_TRANSLATION = TranslationRecipe(
                       length_penalty=1.0),  # beam 4's best on the validation split
     vocab_size=8000, parts="fast")  # the reference's function on fused kernels
 
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One model of a ladder (``train --model auto``, :mod:`~annotated_transformer.
+    recipe_fit`): trained when the budget fits at least ``min_steps`` of its steps on this
+    machine, the fewest at which it was measured to end better than the next rung down."""
+
+    name: str
+    recipe: Recipe
+    min_steps: int = 0
+
+
+def _cpu_translation(**sizes) -> TranslationRecipe:
+    return dataclasses.replace(CPU_TRANSLATION, model={**CPU_TRANSLATION.model, **sizes})
+
+
+# `--model auto`: the CPU recipe's run, on the largest of these models that its 28 minutes
+# train enough steps of on the machine at hand (the Performance page: BLEU against a
+# machine's speed, for each rung and for the CPU recipe alone).
+CPU_LADDER = (
+    Rung("3 + 3 layers of 256", CPU_TRANSLATION, min_steps=2000),
+    Rung("3 + 3 layers of 192", _cpu_translation(d_model=192, d_ff=768), min_steps=1200),
+    Rung("2 + 2 layers of 192", _cpu_translation(num_layers=2, d_model=192, d_ff=768)),
+)
+
 RECIPES: dict[str, Recipe] = {
     # The chapter 6 capstone's run (train.train_copy_task): one layer each way.
     "copy": Recipe(model=dict(COPY_MODEL), train=TrainConfig()),

@@ -105,6 +105,7 @@ class History:
     eval_examples: int = 0  # held-out examples per evaluation (a corpus may have fewer)
     budget: dict = field(default_factory=dict)  # a budgeted run's budget and plans
     machine: dict = field(default_factory=dict)  # the machine's matrix-product rate, if measured
+    recipe: dict = field(default_factory=dict)  # the model `--model auto` chose, and why
 
 
 def make_optimizer(model: Model, config: TrainConfig
@@ -292,6 +293,9 @@ class TrainingRun:
         if runtime.machine is not None:  # this start's machine (a resumed run: the latest)
             self.history.machine = runtime.machine
             self.metrics.write(step=self.start_step, machine=runtime.machine)
+        if runtime.recipe is not None:  # --model auto's choice for this machine
+            self.history.recipe = runtime.recipe
+            self.metrics.write(step=self.start_step, recipe=runtime.recipe)
         self.planner = None if config.time_budget is None else Planner(
             config.time_budget, clock_start, config.eval_every, config.warmup_steps,
             config.steps, average_checkpoints=runtime.keep_last)

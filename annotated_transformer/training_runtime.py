@@ -35,6 +35,8 @@ class Runtime:
     # clock; default: when `train` starts)
     machine: dict | None = None  # the machine's measured matrix-product rate (machine.measure),
     # recorded in the metrics and the checkpoint's history
+    recipe: dict | None = None  # the model `--model auto` chose and why (recipe_fit.Choice),
+    # recorded there too
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):

@@ -122,6 +122,24 @@ def resized(recipe, args):
         raise UsageError(f"--d-model and --heads (or --model's): {error}") from None
 
 
+def auto_ladder(args) -> tuple:
+    """``--model auto``'s ladder of models (``recipes.CPU_LADDER``), or ``()`` for another
+    ``--model``; :class:`UsageError` for another task or a size given with it."""
+    if args.model != "auto":
+        return ()
+    if args.task != "translation":
+        raise UsageError(f"--model auto fits the CPU translation recipe to this machine: it "
+                         f"is for --task translation, not {args.task!r}")
+    given = [f"--{flag.replace('_', '-')}" for flag in SIZE_FLAGS
+             if getattr(args, flag) is not None]
+    if given:
+        raise UsageError(f"--model auto chooses the model's sizes: {', '.join(given)} goes "
+                         f"with --model cpu (or small, base, big)")
+    from annotated_transformer.recipes import CPU_LADDER
+
+    return CPU_LADDER
+
+
 def recipe_parts(recipe) -> str:
     """The parts a recipe trains with unless ``--parts`` says otherwise: its own (the
     fast ones compute the reference's function), or the reference where those are not
@@ -190,8 +208,9 @@ def run_train(args) -> int:
         if args.task != "text":
             raise UsageError(f"--context is for --task text; {args.task!r} has no windows")
         options["context"] = args.context
-    recipe = RECIPES[args.task] if args.model is None else RECIPES[args.task].with_model(
-        args.model)  # --model small|cpu|base|big
+    ladder = auto_ladder(args)  # --model auto: a model of CPU_LADDER, chosen below
+    recipe = (ladder[0].recipe if ladder else RECIPES[args.task] if args.model is None
+              else RECIPES[args.task].with_model(args.model))  # --model small|cpu|base|big
     recipe = resized(recipe, args)  # --layers, --d-model, --heads, --d-ff, --dropout
     # --task translation's corpus, and its vocabulary's size (default: the recipe's)
     options = translation_task_options(args, getattr(recipe, "vocab_size", None)) or options
@@ -221,13 +240,22 @@ def run_train(args) -> int:
     if budget is not None and distributed.world_size() > 1:
         raise UsageError("a time budget is planned by one process: under torchrun, give "
                          "--steps N")
-    recipe = dataclasses.replace(recipe, train=dataclasses.replace(
-        recipe.train, time_budget=budget,
-        decay="linear" if budget is not None else recipe.train.decay))
-    config = recipe.train_config(steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-                                 eval_every=args.eval_every, eval_size=args.eval_size,
-                                 decay=args.decay, lr_factor=args.lr_factor,
-                                 max_tokens=args.max_tokens, warmup_steps=args.warmup)
+    if ladder and budget is None:
+        raise UsageError("--model auto fits the model to a time budget: give --time-budget "
+                         "(or none: the recipe's), not --steps")
+
+    def run_config(recipe):
+        """The run of ``recipe`` with the budget and the command line's changes."""
+        recipe = dataclasses.replace(recipe, train=dataclasses.replace(
+            recipe.train, time_budget=budget,
+            decay="linear" if budget is not None else recipe.train.decay))
+        return recipe.train_config(steps=args.steps, batch_size=args.batch_size,
+                                   seed=args.seed, eval_every=args.eval_every,
+                                   eval_size=args.eval_size, decay=args.decay,
+                                   lr_factor=args.lr_factor, max_tokens=args.max_tokens,
+                                   warmup_steps=args.warmup)
+
+    config = run_config(recipe)
     if args.resume and not (args.out / checkpoint.FILE_NAME).is_file():
         raise UsageError(f"--resume: {args.out / checkpoint.FILE_NAME} does not exist")
     if args.threads:
@@ -235,6 +263,15 @@ def run_train(args) -> int:
     device = distributed.setup(pick_device(args.device))
     try:
         figure = machine.measure(device)  # before the seed: the probe draws random matrices
+        choice = None
+        if ladder:  # --model auto: time each rung's steps, train the one that fits
+            from annotated_transformer import recipe_fit
+
+            seconds = (started + budget - time.perf_counter()) * recipe_fit.TRAINING_SHARE
+            choice = recipe_fit.choose(ladder, lambda rung: recipe_fit.time_steps(
+                rung.recipe.model_config(task), run_config(rung.recipe), task, parts, device,
+                args.precision, limit=recipe_fit.TRIAL_SHARE * budget), seconds)
+            recipe, config = choice.rung.recipe, run_config(choice.rung.recipe)
         torch.manual_seed(config.seed)
         model_config = recipe.model_config(task)
         model = model_for(task)(model_config, parts=parts).to(device)
@@ -242,6 +279,7 @@ def run_train(args) -> int:
                           compile_backend=args.compile or "inductor",
                           out=args.out, resume=args.resume, keep_last=args.keep_last or 0,
                           started=started, machine=figure,
+                          recipe=None if choice is None else choice.record(),
                           progress=not args.no_progress and sys.stderr.isatty())
         main = distributed.rank() == 0
         if main:
@@ -259,6 +297,8 @@ def run_train(args) -> int:
                   + " of " + (f"{config.batch_size} examples" if config.max_tokens is None else
                               f"at most {config.max_tokens} tokens"))
             print(f"this machine: {machine.describe(figure)}")
+            if choice is not None:
+                print(f"--model auto chose {choice.describe()}")
         log = functools.partial(print, flush=True) if main else None
         history = train(model, task, config, log=log, runtime=runtime)
         if main:

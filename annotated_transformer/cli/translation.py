@@ -31,11 +31,13 @@ def add_translation_options(p) -> None:
     p.add_argument("--max-length", type=int, metavar="N",
                    help="--task translation: leave out training pairs longer than N tokens "
                    "(default 256)")
-    p.add_argument("--model", choices=tuple(MODEL_SIZES),
+    p.add_argument("--model", choices=(*MODEL_SIZES, "auto"),
                    help="the model's size: small (2 layers of 64), cpu (3 layers of 256; "
                    "with --task translation, the whole CPU run: vocabulary, batches, "
-                   "schedule), or the paper's base or big (Table 3, with label smoothing "
-                   "0.1) (default: the recipe's; translation: base)")
+                   "schedule), auto (--task translation: the CPU run on the largest model "
+                   "that this machine trains long enough in its time budget, chosen from "
+                   "a few timed steps), or the paper's base or big (Table 3, with label "
+                   "smoothing 0.1) (default: the recipe's; translation: base)")
     p.add_argument("--warmup", type=int, metavar="STEPS",
                    help="steps of the learning rate's warmup (default: the recipe's)")
     p.add_argument("--keep-last", type=int, metavar="N",
