@@ -43,6 +43,7 @@ LAYERS = {
     "annotated_transformer.average": 3,
     "annotated_transformer.metrics": 3,
     "annotated_transformer.recipes": 3,
+    "annotated_transformer.recipe_fit": 3,  # --model auto: the rung this machine trains enough
     "annotated_transformer.inspect_attention": 3,
     "annotated_transformer.interactive": 3,  # the book's figures to play with (plotly)
     "annotated_transformer.language_model": 3,  # chapter 8's capstone: a small language learnt
