@@ -1,5 +1,5 @@
-"""What this machine computes: its rate of matrix products, measured in a fraction of a
-second, which the ``train`` command prints at its start and records in its metrics and its
+"""What this machine computes: its rate of matrix products, measured in a second or two,
+which the ``train`` command prints at its start and records in its metrics and its
 checkpoint (a run's speed, and so what a time budget trains, follows it), and the benchmark
 reports beside its figures (:mod:`annotated_transformer.bench`).
 
