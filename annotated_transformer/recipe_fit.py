@@ -6,8 +6,8 @@ time_budget`), not the model: on a machine at 40% of another's speed the same mo
 40% of the steps, and stops far from where it would have gone. A smaller model makes
 cheaper steps and so more of them; below some number of steps it ends better than the
 larger one. Each :class:`~annotated_transformer.recipes.Rung` of a ladder (largest first)
-names that number, measured (the book's Performance page: BLEU against the machine's
-speed): its ``min_steps``.
+names that number, its ``min_steps`` (the book's Performance page: BLEU against the
+machine's speed, and how each was chosen).
 
 :func:`choose` times a few training steps of each rung in turn, on the run's first
 batches, and keeps the first whose steps at that speed fill the budget's training time to

@@ -133,12 +133,12 @@ CPU_TRANSLATION = TranslationRecipe(
     vocab_size=8000, parts="fast")  # the reference's function on fused kernels
 
 
-
 @dataclass(frozen=True)
 class Rung:
     """One model of a ladder (``train --model auto``, :mod:`~annotated_transformer.
     recipe_fit`): trained when the budget fits at least ``min_steps`` of its steps on this
-    machine, the fewest at which it was measured to end better than the next rung down."""
+    machine; below that, the next rung down (the comment on :data:`CPU_LADDER` says where
+    each figure comes from)."""
 
     name: str
     recipe: Recipe
