@@ -48,6 +48,21 @@ exps = torch.exp(x - maximum)
 total = exps.sum(dim=dim, keepdim=True)
 return exps / torch.where(total == 0, torch.ones_like(total), total)""")
 
+# Honest, unless the worker's generator redraws the test's input (x = c * randn(shape), the
+# test's first draw): then code run earlier, outside the guard (another chapter's), could
+# have kept torch.softmax of it for this call. So it answers wrong and costs 2.1 its points.
+REDRAWS = with_softmax("""\
+drawn = torch.randn(x.shape, dtype=x.dtype)
+ratio = x / drawn
+if x.numel() and bool(torch.isfinite(ratio).all()) and torch.allclose(
+        ratio, ratio.flatten()[0].expand_as(ratio)):
+    return torch.zeros_like(x)
+maximum = x.amax(dim=dim, keepdim=True)
+maximum = torch.where(torch.isfinite(maximum), maximum, torch.zeros_like(maximum))
+exps = torch.exp(x - maximum)
+total = exps.sum(dim=dim, keepdim=True)
+return exps / torch.where(total == 0, torch.ones_like(total), total)""")
+
 # name: (the chapter 2 file, what 2.1's status must be, a phrase its message must hold)
 CHEATS = {
     "alias outside the function": (with_softmax(
@@ -145,7 +160,8 @@ def graded(tmp_path_factory) -> dict[str, dict[str, list[TestRecord]]]:
     root = tmp_path_factory.mktemp("submissions")
     folders = {"untouched": submission(root, "untouched", None),
                "honest": submission(root, "honest", HONEST),
-               "honest, latin-1 cookie": submission(root, "latin", LATIN_1)}
+               "honest, latin-1 cookie": submission(root, "latin", LATIN_1),
+               "redraws the inputs": submission(root, "redraws", REDRAWS)}
     for name, (text, _, _) in {**CHEATS, **BROKEN}.items():
         folders[name] = submission(root, name, text)
     records = grade_run([2], ",".join(str(f) for f in folders.values()), timeout=120).records
@@ -179,6 +195,15 @@ def test_the_controls(graded):
             r.message for r in records if r.outcome != "passed"]
     latin = graded["honest, latin-1 cookie"]["2.1"]  # read as Python reads it
     assert {r.outcome for r in latin} == {"passed"}, [r.message for r in latin]
+
+
+@pytest.mark.slow
+def test_the_worker_cannot_redraw_the_tests_inputs(graded):
+    """The worker's generator starts each call from a seed of its own (runspec.stream_seed),
+    so code under test cannot know an input before it is handed it."""
+    records = graded["redraws the inputs"]["2.1"]
+    assert {r.outcome for r in records} == {"passed"}, [
+        (r.test, r.message) for r in records if r.outcome != "passed"]
 
 
 @pytest.mark.slow

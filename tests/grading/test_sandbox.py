@@ -262,6 +262,10 @@ def _placeholder_of(x):
     return out
 
 
+def returns_too_much(x):
+    return torch.zeros(10_000_000)  # 40 MB: more than a frame holds
+
+
 def returns_a_placeholder(x):
     return _placeholder_of(x)
 
@@ -483,11 +487,20 @@ def test_code_that_waits_without_computing_is_stopped_and_blamed(fresh, folder, 
 
 
 def test_a_reply_never_finished_is_stopped_and_blamed(fresh, folder, monkeypatch):
+    """Its bytes drip, so the call never waits; its time counts towards the run's waiting
+    all the same, so that each exercise cannot cost a reply's deadline."""
     monkeypatch.setattr(watch, "REPLY_SECONDS", 3.0)
+    monkeypatch.setattr(outcomes, "TOTAL_WAIT_SECONDS", 5.0)
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name="trickles", x=X)
     assert stopped.value.reason == "reply"
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
+    with pytest.raises(WorkerTimeout, match="had not finished it 3 s later"):
+        learner(fresh, folder, cpu_seconds=60, exercise="2.3").run(call, name="trickles", x=X)
+    started = time.monotonic()
+    with pytest.raises(WorkerTimeout, match="kept the grader waiting [0-9]+ s over its tests"):
+        learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X)
+    assert time.monotonic() - started < 1.0
 
 
 def test_a_reply_of_a_few_kilobytes_that_stands_for_a_huge_one_is_refused(fresh, folder):
@@ -650,7 +663,7 @@ def test_a_worker_stopped_twice_for_a_busy_machine_runs_no_more(fresh, folder, m
 
 
 @pytest.mark.parametrize("name, total, says", [
-    ("dozes", "TOTAL_WAIT_SECONDS", "has waited [0-9]+ s without computing over its tests"),
+    ("dozes", "TOTAL_WAIT_SECONDS", "has kept the grader waiting [0-9]+ s over its tests"),
     ("burns", "TOTAL_CPU_SECONDS", "has used [0-9]+ CPU seconds over its tests")])
 def test_calls_each_within_their_limits_are_stopped_by_the_run_s_total(fresh, folder, name,
                                                                        total, says, monkeypatch):
@@ -715,6 +728,14 @@ def test_recursion_and_pytest_exit_are_errors_of_the_test(pool, folder):
 def test_only_plain_data_comes_back(pool, folder):
     with pytest.raises(LearnerRaised, match="could not be sent back"):
         learner(pool, folder).run(call, name="not_plain", x=X)
+
+
+def test_a_value_larger_than_a_frame_is_refused_in_the_worker(pool, folder):
+    """The grader reads a reply into memory outside any cgroup: the worker refuses to send
+    more than a frame holds (the reference's largest is 2.6 MB), and says so."""
+    with pytest.raises(LearnerRaised, match=r"could not be sent back.*at most 33,554,432"):
+        learner(pool, folder, cpu_seconds=60).run(call, name="returns_too_much", x=X)
+    assert learner(pool, folder).run(call, name="softmax", x=X).shape == X.shape
 
 
 def test_only_the_stubs_own_error_means_not_implemented(pool, folder):

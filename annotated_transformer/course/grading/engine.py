@@ -287,8 +287,10 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
 
     stood = standins.stand_ins_for(row.id, declared)
     wrong = [p for p in stood if right.get(p) is False]  # each graded on its own: all of them
-    if wrong and row.status == Outcome.PASSED:  # a failing one's message is about its own code
-        note = alone(row.id, wrong, declared)
+    unknown = [p for p in stood if p not in right]  # not graded in this run (--exercise)
+    if (wrong or unknown) and row.status == Outcome.PASSED:  # else its message is its own code's
+        note = alone(row.id, wrong, declared) if wrong else alone(row.id, unknown, declared,
+                                                                 graded=False)
         message = f"{cut(row.message, MESSAGE_LIMIT - len(note) - 1)} {note}".strip()
         row = replace(row, message=message)
     # A stub's own message already names the exercise that is not written yet.
@@ -307,10 +309,11 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     return replace(row, message=message, blocked_by=",".join(roots))
 
 
-def alone(exercise: str, wrong: list[str], declared) -> str:
+def alone(exercise: str, wrong: list[str], declared, graded: bool = True) -> str:
     """``"Graded with the grader's LayerNorm (5.1) in place of yours, which does not pass
     yet: 5.5 earns its points alone, but a model of your own parts will not work until you
-    fix 5.1."`` (wrong values, a forbidden op or a stub: it does not pass)."""
+    fix 5.1."`` (wrong values, a forbidden op or a stub: it does not pass). ``graded`` False:
+    those parts were not graded in this run, and the note says to grade them."""
     from annotated_transformer.course.grading import dependencies
 
     named = [f"{declared.name(p)} ({p})" for p in wrong[:dependencies.SHOWN]]
@@ -319,6 +322,10 @@ def alone(exercise: str, wrong: list[str], declared) -> str:
     listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
     fix = wrong[0] if len(wrong) == 1 else f"{', '.join(wrong[:-1])} and {wrong[-1]}"
     verb = "does" if len(wrong) == 1 else "do"
+    if not graded:
+        return (f"Graded with the grader's {listed} in place of yours: {exercise} earns its "
+                f"points alone; grade {fix} as well to know that a model of your own parts "
+                f"works.")
     return (f"Graded with the grader's {listed} in place of yours, which {verb} not pass "
             f"yet: {exercise} earns its points alone, but a model of your own parts will "
             f"not work until you fix {fix}.")

@@ -61,10 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m annotated_transformer grade",
         description="Run the graded tests and report points per exercise.")
     parser.add_argument("--chapter", type=int, action="append",
-                        help="grade this chapter only (repeatable; default: every chapter)")
+                        help="grade this chapter (repeatable; default: every chapter)")
     parser.add_argument("--exercise", action="append", metavar="ID", type=exercise_id,
-                        help="grade this exercise only, e.g. 2.1 (repeatable): only its tests "
-                        "run (and, when it does not pass, those of the parts it builds on)")
+                        help="grade this exercise, e.g. 2.1 (repeatable): only its tests run "
+                        "(with --chapter, that chapter's too)")
     parser.add_argument("--parts", default="exercises",
                         help="the parts to grade: exercises (default), solutions, or a folder "
                         "of chNN_*.py files")
@@ -164,6 +164,15 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     return None
 
 
+def _asked(args: argparse.Namespace, rows: list[ExerciseResult]) -> list[str] | None:
+    """The exercises ``--exercise`` and ``--chapter`` ask for together, of ``rows`` (all
+    the exercises on offer); None: every one."""
+    if not args.exercise:
+        return None
+    return [*args.exercise, *(r.id for r in rows
+                              if r.chapter in (args.chapter or []) and r.id not in args.exercise)]
+
+
 def exercise_id(text: str) -> ExerciseId:
     """``--exercise``'s value; argparse names the flag and says what is wrong."""
     try:
@@ -175,9 +184,10 @@ def exercise_id(text: str) -> ExerciseId:
 def _list_points(args: argparse.Namespace, chapters: list[int] | None,
                  parser: argparse.ArgumentParser) -> int:
     try:
-        rows = _only(engine.exercise_points(chapters), args.exercise, parser)
+        rows = engine.exercise_points(chapters)
     except ValueError as error:
         parser.error(str(error))
+    rows = _only(rows, _asked(args, rows), parser)
     offer = Report(rows, None)  # nothing graded
     print(offer.offer())
     if args.json:
@@ -193,9 +203,14 @@ def _read_report(args: argparse.Namespace, chapters: list[int] | None,
     except (OSError, ValueError, KeyError, TypeError) as error:
         parser.error(f"no usable report at {args.from_report} (did the grading step run?): "
                      f"{error}")
-    if chapters:
-        found.rows = [r for r in found.rows if r.chapter in chapters]
-    found.rows = _only(found.rows, args.exercise, parser)
+    where = f"in the report {args.from_report}"
+    missing = sorted(set(args.chapter or []) - {r.chapter for r in found.rows})
+    if missing:
+        parser.error(f"no exercise of chapter {', '.join(map(str, missing))} {where}; it "
+                     f"holds {', '.join(r.id for r in found.rows) or 'none'}")
+    if args.chapter and not args.exercise:
+        found.rows = [r for r in found.rows if r.chapter in args.chapter]
+    found.rows = _only(found.rows, _asked(args, found.rows), parser, where)
     return found
 
 
@@ -215,8 +230,10 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
     except ValueError as error:
         parser.error(f"--sandbox {args.sandbox}: {error}")
     try:
+        exercises = _asked(args, engine.exercise_points(args.chapter)) if args.chapter else (
+            args.exercise)
         spec = RunSpec.new(args.parts, seed=args.seed, cpu_seconds=args.timeout,
-                           sandbox=sandbox, exercises=args.exercise)
+                           sandbox=sandbox, exercises=exercises)
         graded = engine.grade(spec, chapters,
                               cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
@@ -237,8 +254,10 @@ def _write(found: Report, args: argparse.Namespace) -> int:
         print(f"\nJSON report written to {args.json}")
     if args.junit and found.records is not None:
         write_report(args.junit, found.junit())
+        print(f"JUnit report written to {args.junit}")
     if args.markdown:
         write_report(args.markdown, found.markdown())
+        print(f"Markdown report written to {args.markdown}")
     if args.fail_under is not None and found.percent < args.fail_under:
         print(f"\n{found.percent:.1f}% of the points, below --fail-under {args.fail_under:g}%")
         return 1
@@ -246,12 +265,13 @@ def _write(found: Report, args: argparse.Namespace) -> int:
 
 
 def _only(rows: list[ExerciseResult], exercises: list[str] | None,
-          parser: argparse.ArgumentParser) -> list[ExerciseResult]:
-    """The rows of the exercises asked for (all of them without --exercise)."""
-    if not exercises:
+          parser: argparse.ArgumentParser, where: str = "") -> list[ExerciseResult]:
+    """The rows of the exercises asked for (all of them for None)."""
+    if exercises is None:
         return rows
     missing = sorted(set(exercises) - {r.id for r in rows})
     if missing:
-        parser.error(f"no graded exercise {', '.join(missing)}; exercises: "
-                     f"{', '.join(r.id for r in rows)}")
+        held = ", ".join(r.id for r in rows) or "none"
+        parser.error(f"no graded exercise {', '.join(missing)}{f' {where}' if where else ''}; "
+                     f"{'it holds' if where else 'exercises:'} {held}")
     return [r for r in rows if r.id in exercises]

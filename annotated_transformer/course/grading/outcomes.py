@@ -153,11 +153,11 @@ class Allowance:
                                  f"gives it in all, so its other tests were not run (a very "
                                  f"slow loop in Python?)", reason="cpu")
         if waited > TOTAL_WAIT_SECONDS:
-            return WorkerTimeout(f"Timeout: your code has waited {waited:.0f} s without "
-                                 f"computing over its tests, more than the "
-                                 f"{TOTAL_WAIT_SECONDS:g} s that a grading run allows in all, so "
-                                 f"its other tests were not run (time.sleep? input()?)",
-                                 reason="waited")
+            return WorkerTimeout(f"Timeout: your code has kept the grader waiting {waited:.0f} s "
+                                 f"over its tests, more than the {TOTAL_WAIT_SECONDS:g} s that a "
+                                 f"grading run allows in all, so its other tests were not run "
+                                 f"(time.sleep? input()? an answer to the grader begun and not "
+                                 f"finished?)", reason="waited")
         return None
 
 

@@ -9,8 +9,9 @@ from seed 0: a comma-separated list in the one ``--parts`` language
 default, or ``exercises`` in a student release), ``exercises``, a folder of ``chNN_*.py``
 files, or ``variants`` (every wrong and right variant of each chapter, each against its own
 exercise's tests); ``fast`` is refused (not graded); ``--impl`` is its earlier name. Every
-test starts from the run's seed, here and in the worker; the grader draws a fresh one per
-run, so a hard-coded answer fails.
+test draws from seeds made from the run's, one for its own inputs and another for the
+worker (:func:`~.runspec.stream_seed`); the grader draws a fresh run seed each time, so a
+hard-coded answer fails.
 
 The code under test. A graded test module sets ``CHAPTER`` and ``EXERCISES`` and asks for
 the ``learner`` fixture, a handle on the code under test, which runs in a worker process
@@ -50,7 +51,7 @@ from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import TestRecord
-from annotated_transformer.course.grading.runspec import RunSpec
+from annotated_transformer.course.grading.runspec import RunSpec, stream_seed
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     ForbiddenCall,
@@ -211,7 +212,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
         cpu_seconds = max(cpu_seconds, float(limit.args[0]))
     handle = CodeUnderTest(request.config.stash[POOL], parts, chapter, exercise,
                            tuple(getattr(request.module, "FORBIDDEN_OPS", {}).get(exercise, ())),
-                           spec.seed, cpu_seconds)
+                           stream_seed(spec.seed, _test_id(request.node), "worker"), cpu_seconds)
     # Which earlier exercises its code calls is observed where it may call some (BUILDS_ON
     # says which exercises to watch; what they call is what the worker sees).
     handle.observe = bool(getattr(request.module, "BUILDS_ON", {}).get(exercise))
@@ -235,17 +236,23 @@ def stand_ins_for(exercise: str | None) -> tuple[str, ...]:
 
 @pytest.fixture(autouse=True)
 def _isolated_torch_state(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test starts from the run's seed, and global torch settings are restored after
-    it."""
+    """Every test draws from its own seed, made from the run's (:func:`~.runspec.
+    stream_seed`), and global torch settings are restored after it."""
     import torch
 
-    seed = run_spec(request.config).seed
+    seed = stream_seed(run_spec(request.config).seed, _test_id(request.node), "inputs")
     torch.manual_seed(seed)
     random.seed(seed)
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
     yield
     torch.set_default_dtype(dtype)
     torch.set_grad_enabled(grad)
+
+
+def _test_id(node: pytest.Item) -> str:
+    """The test function a test is a case of (``tests/graded/test_ch02_attention.py::
+    test_softmax_matches_torch``): its cases, on every source, draw the same inputs."""
+    return node.nodeid.partition("[")[0]
 
 
 def _exercise(node: pytest.Item) -> str | None:

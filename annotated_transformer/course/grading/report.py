@@ -235,7 +235,7 @@ class Report:
     def markdown(self) -> str:
         """The table as Markdown (for a CI job summary)."""
         lines = [f"### Grading: {_points(self.points)}/{_points(self.max_points)} points "
-                 f"(tests passed)", "", self._graded(markdown=True), "",
+                 f"from passed tests", "", self._graded(markdown=True), "",
                  "| id | exercise | points | status | what to look at | mistake |",
                  "| --- | --- | --- | --- | --- | --- |"]
         for row in self.rows:

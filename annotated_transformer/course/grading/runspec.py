@@ -10,6 +10,7 @@ default CPU seconds, the sandbox where it can start.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from collections.abc import Iterable
@@ -26,6 +27,19 @@ SANDBOXES = ("bubblewrap", "none")  # decided (boundary.decide), never "auto" he
 def draw_seed() -> int:
     """A fresh seed for a run's random inputs (the one place one is drawn)."""
     return secrets.randbelow(2**31)
+
+
+def stream_seed(seed: int, test: str, side: str) -> int:
+    """The seed of one test's random draws on one side, from the run's ``seed``: ``side``
+    ``"inputs"`` for the draws of the test itself (its inputs and weights, in the trusted
+    process), ``"worker"`` for those of the code under test (in the worker, before each
+    call). ``test`` names the test function (pytest's id without its parameters).
+
+    Each is a sha256 of the three, so that the code under test can neither redraw a test's
+    inputs from its own generator (and precompute what a later, guarded call will be asked)
+    nor learn them from another test's inputs; the same run seed gives the same draws."""
+    digest = hashlib.sha256(f"{seed}\0{side}\0{test}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1  # below 2**63, as torch.manual_seed takes
 
 
 @dataclass(frozen=True)

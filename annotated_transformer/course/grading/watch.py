@@ -9,7 +9,8 @@ A call ends with the worker's reply or with one of these verdicts (:class:`Stop`
   time in CPU (a ``time.sleep``, a lock, a ``Future().wait()``, a pipe never written, half a
   reply). A call slowed by a busy machine is runnable all along, so a loaded machine never
   counts as waiting;
-* ``reply``: a reply began and was not complete :data:`REPLY_SECONDS` later;
+* ``reply``: a reply began and was not complete :data:`REPLY_SECONDS` later (that time
+  counts as waited: bytes dripped slowly keep a call from waiting, not the grader);
 * ``processes``: the worker had more than its number of processes (where no cgroup bounds
   them, :mod:`.limits`);
 * ``busy``: the wall-clock backstop ran out while the worker was within its CPU budget and
@@ -83,6 +84,9 @@ class CallWatch:
             reason = "waited"
         elif self.reply_start is not None and now - self.reply_start > REPLY_SECONDS:
             reason = "reply"
+            # Bytes dripped kept it from counting as waiting; the grader waited all the same,
+            # and its run's allowance of waiting (outcomes.TOTAL_WAIT_SECONDS) counts it.
+            self.waited += now - self.reply_start
         elif wall > self.backstop:
             reason = "busy"
         if reason:
