@@ -55,7 +55,12 @@ from annotated_transformer.layout import (
 
 # Left out of every release (folders end with "/").
 ANSWERS = tuple(folder_name(d) for d in (SOLUTIONS_DIR, *PARTS_PACKAGES.values(), VARIANTS_DIR))
-MAINTAINERS_ONLY = (".ci/", "CONTRIBUTING.md", relative(WORKFLOWS_DIR / "book.yml"))
+# The course's own checks and tools, which need the reference or the variants, or would write
+# the stubs' errors into the notebooks' committed outputs (execute_notebooks.sh).
+MAINTAINERS_ONLY = (".ci/", "CONTRIBUTING.md", relative(WORKFLOWS_DIR / "book.yml"),
+                    *(f"scripts/{name}" for name in (
+                        "bench_grading.py", "execute_notebooks.sh",
+                        "simulate_class.py", "worst_learner.py")))
 WORKFLOWS = {name: relative(WORKFLOWS_DIR / f"{name}.yml") for name in ("grade", "classroom")}
 TESTS, GRADED = folder_name(TESTS_DIR), folder_name(GRADED_DIR)
 COURSE_ONLY = re.compile(r"^<!-- course-only -->\n.*?^<!-- /course-only -->\n",

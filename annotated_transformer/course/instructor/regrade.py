@@ -76,6 +76,8 @@ from annotated_transformer.course.instructor.submissions import (
     check_tests,
     check_workflows,
     collect_exercises,
+    course_exercise_files,
+    pristine_stub,
     real_dir,
 )
 from annotated_transformer.layout import (
@@ -265,7 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "grader into one gradebook (CSV and JSON), a wide CSV for an LMS, a "
                      "feedback file per learner and the class's summary. A gradebook already "
                      "in --out is updated: the learners graded replace their own rows only. "
-                     "'regrade merge DIR ... --out DIR' merges gradebooks (shards).")
+                     "'regrade snapshot URL ... --out DIR' records each repository's head "
+                     "at a deadline (then --snapshot FILE); 'regrade merge DIR ... --out DIR' "
+                     "merges gradebooks (shards); 'regrade export --out DIR' writes the "
+                     "gradebook as the CSV an LMS imports.")
     parser.add_argument("submissions", nargs="*", metavar="SUBMISSION",
                         help="a submission's folder or git URL (or --roster)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -378,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--out {args.out} is not a folder")
         overrides = (gradebook.read_overrides(args.overrides) if args.overrides is not None
                      else [])
-    except (OSError, ValueError) as error:
+        for name in course_exercise_files().values():  # what a missing file is graded as
+            pristine_stub(name)
+    except (OSError, ValueError, RuntimeError) as error:
         parser.error(str(error))
     if args.seed is not None and args.seed < 0:
         parser.error(f"--seed must be 0 or more, got {args.seed}")
