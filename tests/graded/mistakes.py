@@ -73,6 +73,9 @@ MISTAKES = {
     "it with x.sum(dim, keepdim=True) (and the maximum with x.amax(dim, keepdim=True)).",
     "2.1/dim-ignored": "This is the softmax over the last axis whatever dim is: take the "
     "maximum and the sum over dim, with keepdim=True.",
+    "2.1/keepdim-forgotten": "The maximum or the sum lost the dimension it was taken over, "
+    "so it does not line up with x any more: take them with keepdim=True "
+    "(x.amax(dim, keepdim=True), e.sum(dim, keepdim=True)) so that they broadcast back.",
     # 2.2 scaled_dot_product_attention
     "2.2/no-scaling": "These are the weights with no scaling, softmax(Q K^T): divide the "
     "scores by sqrt(d_k) = {sqrt_d_k} before the softmax.",

@@ -17,6 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from annotated_transformer.course.grading.supervisor import LearnerRaised
+
 from checks import ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor
 from mistakes import first_match, named
 
@@ -54,6 +56,21 @@ f64 = torch.float64
 
 def softmax_of(impl, x, dim=None):
     return impl.softmax(x) if dim is None else impl.softmax(x, dim=dim)
+
+
+BROADCAST = re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b")
+
+
+def run_softmax(learner, **inputs):
+    """``learner.run(softmax_of, ...)``; a maximum or a sum that cannot broadcast back
+    against ``x`` is explained: it lost its dimension (an error of the code all the same)."""
+    try:
+        return learner.run(softmax_of, **inputs)
+    except LearnerRaised as error:
+        if BROADCAST.search(error.message) is None:
+            raise
+        raise LearnerRaised(error.types, f"{error.message}: {named('2.1/keepdim-forgotten')}",
+                            error.where) from None
 
 
 def softmax_gradient(impl, x, upstream):
@@ -160,7 +177,7 @@ def check_weights(weights, query, key, name, hint, mask=None, value=None):
                                         ((2, 3, 5), -1), ((2, 3, 4, 6), 2)])
 def test_softmax_matches_torch(learner, shape, dim):
     x = torch.randn(shape, dtype=f64) * 3
-    out = assert_tensor(learner.run(softmax_of, x=x, dim=dim), f"softmax(x, dim={dim})",
+    out = assert_tensor(run_softmax(learner, x=x, dim=dim), f"softmax(x, dim={dim})",
                         shape=shape, dtype=f64)
     mistakes = {"2.1/sum-over-everything": torch.exp(x - x.amax(dim, keepdim=True))
                 / torch.exp(x - x.amax(dim, keepdim=True)).sum()}
@@ -176,14 +193,14 @@ def test_softmax_matches_torch(learner, shape, dim):
 @pytest.mark.grade("2.1", points=1)
 def test_softmax_default_dim_is_last(learner):
     x = torch.randn(3, 4, dtype=f64)
-    assert_close(learner.run(softmax_of, x=x), torch.softmax(x, dim=-1),
+    assert_close(run_softmax(learner, x=x), torch.softmax(x, dim=-1),
                  "softmax(x) (default dim=-1)")
 
 
 @pytest.mark.grade("2.1", points=2, values=True)
 def test_softmax_does_not_overflow(learner):
-    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=f64)
-    out = learner.run(softmax_of, x=x)
+    x = torch.tensor([[1000.0], [-1000.0]], dtype=f64) + torch.randn(2, 3, dtype=f64)
+    out = run_softmax(learner, x=x)
     naive = torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
     overflowed = (isinstance(out, torch.Tensor) and out.shape == x.shape
                   and torch.allclose(out.double(), naive, equal_nan=True))
@@ -191,7 +208,7 @@ def test_softmax_does_not_overflow(learner):
                  hint=named("2.1/no-maximum-subtracted") if overflowed else
                  "exp(1000) overflows to inf: subtract each row's maximum first.")
     x32 = torch.randn(5, 8) * 200
-    assert_close(learner.run(softmax_of, x=x32), torch.softmax(x32, dim=-1),
+    assert_close(run_softmax(learner, x=x32), torch.softmax(x32, dim=-1),
                  "softmax of float32 scores up to about 800", atol=1e-6,
                  hint="Subtract the maximum before exp.")
 
@@ -202,7 +219,7 @@ def test_all_minus_inf_slice_gives_zeros(learner):
     x[1] = float("-inf")
     x[2, :3] = float("-inf")
     expected = torch.softmax(x, dim=-1).nan_to_num(nan=0.0)
-    out = learner.run(softmax_of, x=x)
+    out = run_softmax(learner, x=x)
     unguarded = (isinstance(out, torch.Tensor) and out.shape == x.shape
                  and bool(torch.isnan(out[1]).all())
                  and torch.allclose(out[[0, 2]].double(), expected[[0, 2]]))
@@ -378,7 +395,9 @@ def test_jacobian_matches_autograd(learner, batch):
 
 @pytest.mark.grade("2.3", points=1)
 def test_jacobian_vanishes_when_saturated(learner):
-    p = torch.softmax(torch.tensor([30.0, 0.0, 0.0, 0.0], dtype=f64), dim=-1)
+    scores = torch.randn(4, dtype=f64) * 0.1
+    scores[torch.randint(4, ())] += 30.0  # one score far above the others, at random
+    p = torch.softmax(scores, dim=-1)
     jacobian = learner.run(jacobian_of, p=p)
     assert_tensor(jacobian, "softmax_jacobian(p)", shape=(4, 4))
     assert jacobian.abs().max() < 1e-12, (

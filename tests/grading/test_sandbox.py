@@ -203,6 +203,37 @@ def replies_a_bomb(x):
     torch.futures.Future().wait()
 
 
+def replies_deflated(x):
+    import io
+    import zipfile
+    channel, data, deflated = _reply_channel(), io.BytesIO(), io.BytesIO()
+    torch.save({"ended": None, "value": torch.zeros(2**26), "message": "", "types": [],
+                "where": "", "stub": False, "called": []}, data)  # 256 MiB of zeros
+    with zipfile.ZipFile(data) as stored, zipfile.ZipFile(deflated, "w",
+                                                         zipfile.ZIP_DEFLATED) as packed:
+        for part in stored.infolist():
+            packed.writestr(part.filename, stored.read(part.filename))
+    channel.write(len(deflated.getvalue()).to_bytes(8, "big") + deflated.getvalue())
+    channel.flush()
+    torch.futures.Future().wait()
+
+
+def reads_slowly(x):
+    """From the next call on, the worker reads its request a page at a time."""
+    from annotated_transformer.course.grading import protocol
+
+    def read_frame(fd):
+        (size,) = protocol.HEADER.unpack(protocol._read_exactly(fd, protocol.HEADER.size))
+        data = b""
+        while len(data) < size:
+            data += os.read(fd, min(size - len(data), 4096))
+            __import__("time").sleep(0.2)
+        return protocol.decode(data)
+
+    protocol.read_frame = read_frame
+    return x
+
+
 def trickles(x):
     channel = _reply_channel()
     channel.write((10**6).to_bytes(8, "big"))
@@ -506,8 +537,29 @@ def test_a_reply_never_finished_is_stopped_and_blamed(fresh, folder, monkeypatch
 def test_a_reply_of_a_few_kilobytes_that_stands_for_a_huge_one_is_refused(fresh, folder):
     """Pickle's shared references: 2 KB that would be 2**40 items as text. The grader refuses
     the message (the learner's doing) without building what it stands for."""
-    with pytest.raises(WorkerCrashed, match="stands for more than 1,000,000 items"):
+    with pytest.raises(WorkerCrashed, match="stands for more than 100,000 items"):
         learner(fresh, folder, cpu_seconds=60).run(call, name="replies_a_bomb", x=X)
+    assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
+
+
+def test_a_request_read_a_page_at_a_time_is_stopped_and_counted(fresh, folder, monkeypatch):
+    """Its bytes move, so the call never waits; it is stopped all the same, and its time
+    counts towards the run's waiting."""
+    monkeypatch.setattr(watch, "REPLY_SECONDS", 3.0)
+    monkeypatch.setattr(outcomes, "TOTAL_WAIT_SECONDS", 2.0)
+    learner(fresh, folder).run(call, name="reads_slowly", x=X)
+    with pytest.raises(WorkerTimeout, match="had not read the grader's request 3 s") as stopped:
+        learner(fresh, folder, cpu_seconds=60).run(call, name="softmax", x=torch.zeros(10**6))
+    assert stopped.value.reason == "request"
+    with pytest.raises(WorkerTimeout, match="kept the grader waiting [0-9]+ s over its tests"):
+        learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X)
+
+
+def test_a_reply_whose_parts_are_compressed_is_refused_before_it_is_inflated(fresh, folder):
+    """A few hundred kilobytes of deflated zeros that torch.load would inflate to 256 MiB
+    (a megabyte can stand for gigabytes): refused unread, the learner's doing."""
+    with pytest.raises(WorkerCrashed, match="parts are compressed"):
+        learner(fresh, folder, cpu_seconds=60).run(call, name="replies_deflated", x=X)
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
 
 
@@ -566,14 +618,15 @@ class FakeMeter:
         return boundary.Sample(self.total, self.runnable, 3)
 
 
-def watched(cpu: float, runnable: bool, moved: bool, looks: int, budget: float = 1000) -> str:
+def watched(cpu: float, runnable: bool, moved: bool, looks: int, budget: float = 1000,
+            sending: bool = False) -> str:
     """The verdict after ``looks`` looks, one second apart, at a worker that way."""
     clock = iter(range(looks + 2)).__next__
     calls = watch.CallWatch(FakeMeter(cpu, runnable), cpu_seconds=budget, wait_seconds=10,
                             clock=clock)
     try:
         for _ in range(looks):
-            calls.look(moved, False)
+            calls.look(moved, False, sending)
     except watch.Stop as stop:
         return stop.reason
     return "running"
@@ -584,6 +637,8 @@ def test_only_a_worker_that_wants_no_cpu_is_waiting():
     assert watched(cpu=0.01, runnable=True, moved=False, looks=200) == "running"  # starved
     assert watched(cpu=0.9, runnable=False, moved=False, looks=200) == "running"  # computing
     assert watched(cpu=0.0, runnable=False, moved=True, looks=200) == "running"  # talking
+    # reading the request a page at a time: bytes move, but not for ever
+    assert watched(cpu=0.0, runnable=False, moved=True, looks=200, sending=True) == "request"
     assert watched(cpu=0.01, runnable=True, moved=False, looks=400, budget=10) == "busy"
     assert watched(cpu=0.9, runnable=False, moved=False, looks=200, budget=10) == "cpu"
 

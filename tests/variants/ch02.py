@@ -37,6 +37,16 @@ def global_sum(x, dim=-1):
     return e / e.sum().clamp_min(1e-300)
 
 
+@wrong("2.1", "softmax", "keepdim forgotten: the maximum and the sum do not broadcast back",
+       mistake="2.1/keepdim-forgotten")
+def keepdim_forgotten(x, dim=-1):
+    m = x.amax(dim)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    total = e.sum(dim)
+    return e / torch.where(total == 0, torch.ones_like(total), total)
+
+
 @wrong("2.1", "softmax", "dim ignored: always the last axis",
        mistake="2.1/dim-ignored")
 def always_last_axis(x, dim=-1):

@@ -61,9 +61,10 @@ class ForbiddenCall(RuntimeError):
 
 class WorkerTimeout(RuntimeError):
     """The code under test used more CPU time than its test allows, waited without
-    computing, or did not finish its reply (the worker was stopped): ``reason`` is
-    ``cpu``, ``waited`` or ``reply`` (:mod:`.watch`); ``where`` the learner's ``file:line``
-    it was running, when known; ``at_import`` whether that was the chapter file's import."""
+    computing, or did not read its request or finish its reply (the worker was stopped):
+    ``reason`` is ``cpu``, ``waited``, ``request`` or ``reply`` (:mod:`.watch`); ``where``
+    the learner's ``file:line`` it was running, when known; ``at_import`` whether that was
+    the chapter file's import."""
 
     outcome = Outcome.TIMEOUT
 
@@ -177,6 +178,10 @@ def stopped(stop: watch.Stop, cpu_seconds: float, where: str, at_import: bool) -
         unit = "second" if cpu_seconds == 1 else "seconds"
         message = (f"Timeout: your code used more than {cpu_seconds:g} CPU {unit} and was "
                    f"stopped (an endless loop? a very slow loop in Python?).{at}")
+    elif stop.reason == "request":
+        message = (f"Timeout: the process running your code had not read the grader's "
+                   f"request {watch.REPLY_SECONDS:g} s after it was sent, and was stopped "
+                   f"(does your code read from the grader's channel?).{at}")
     elif stop.reason == "reply":
         message = (f"Timeout: the process running your code began its answer to the grader "
                    f"but had not finished it {watch.REPLY_SECONDS:g} s later, and was stopped "

@@ -171,7 +171,7 @@ class WorkerProcess:
         and no learner code has run yet, so a failure here is the grader's."""
         start = time.monotonic()
 
-        def look(moved: bool, started: bool) -> None:
+        def look(moved: bool, started: bool, sending: bool) -> None:
             if time.monotonic() - start > START_SECONDS:
                 raise EOFError(f"it did not start within {START_SECONDS:g} s")
 
@@ -185,9 +185,10 @@ class WorkerProcess:
                               f"no fault of the code under test") from None
         self.ready = True
 
-    def _exchange(self, send: bytes, look: Callable[[bool, bool], None]) -> dict[str, Any]:
+    def _exchange(self, send: bytes, look: Callable[[bool, bool, bool], None]
+                  ) -> dict[str, Any]:
         """Write ``send`` to the worker and read its reply, never blocking: ``look(moved,
-        started)`` runs after each pass (at least every :data:`POLL` seconds) and raises to
+        started, sending)`` runs after each pass (at least every :data:`POLL` seconds) and raises to
         stop. ``EOFError`` when the worker ended or answered something that is not a reply."""
         from annotated_transformer.course.grading import protocol
 
@@ -223,7 +224,7 @@ class WorkerProcess:
                             return reply
                     except protocol.ProtocolError as error:
                         raise EOFError(f"it answered {error}") from None
-            look(moved, reader.started)
+            look(moved, reader.started, bool(left))
 
     def _stopped(self, stop: watch.Stop, cpu_seconds: float, locate: bool) -> Exception:
         """The exception that tells what stopped a call (the worker is stopped too)."""
@@ -443,8 +444,8 @@ class WorkerPool:
             else:
                 self.waited.add((key, chapter))
                 what = "Importing your chapter file" if stopped.at_import else "Your exercise"
-                how = ("waited" if stopped.reason == "waited"
-                       else "did not finish its answer")  # "reply": half an answer, then nothing
+                how = {"waited": "waited", "request": "did not read the grader's request"}.get(
+                    stopped.reason, "did not finish its answer")  # "reply": half an answer
                 message = (f"{stopped} {what} {how}: its other tests are not run (fix it, "
                            f"then grade again).")
                 self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (

@@ -11,6 +11,8 @@ A call ends with the worker's reply or with one of these verdicts (:class:`Stop`
   counts as waiting;
 * ``reply``: a reply began and was not complete :data:`REPLY_SECONDS` later (that time
   counts as waited: bytes dripped slowly keep a call from waiting, not the grader);
+* ``request``: the worker had not read the whole request :data:`REPLY_SECONDS` after the
+  call began (counted as waited too: a request read a page at a time moves bytes);
 * ``processes``: the worker had more than its number of processes (where no cgroup bounds
   them, :mod:`.limits`);
 * ``busy``: the wall-clock backstop ran out while the worker was within its CPU budget and
@@ -58,10 +60,11 @@ class CallWatch:
         self.backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
         self.waited, self.reply_start = 0.0, None  # type: float, float | None
 
-    def look(self, moved: bool, reply_started: bool) -> None:
+    def look(self, moved: bool, reply_started: bool, sending: bool = False) -> None:
         """Raise :class:`Stop` when a deadline has passed. ``moved``: bytes of the request or
-        the reply went through since the last look; ``reply_started``: a reply has begun.
-        While bytes flow, the worker's processes are read at most every LOOK_SECONDS."""
+        the reply went through since the last look; ``reply_started``: a reply has begun;
+        ``sending``: part of the request is not sent yet. While bytes flow, the worker's
+        processes are read at most every LOOK_SECONDS."""
         now = self.clock()
         if reply_started and self.reply_start is None:
             self.reply_start = now
@@ -82,6 +85,9 @@ class CallWatch:
             reason = "processes"
         elif self.waited > self.wait_seconds:
             reason = "waited"
+        elif sending and wall > REPLY_SECONDS:
+            reason = "request"
+            self.waited += wall
         elif self.reply_start is not None and now - self.reply_start > REPLY_SECONDS:
             reason = "reply"
             # Bytes dripped kept it from counting as waiting; the grader waited all the same,

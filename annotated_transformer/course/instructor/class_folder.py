@@ -2,8 +2,8 @@
 
 ``regrade merge`` (shards and overrides into one gradebook), ``regrade snapshot`` (each
 repository's head at the deadline, :mod:`.snapshot`) and ``regrade export`` (the gradebook
-as the CSV an LMS imports, :mod:`.lms`); the class's seed, kept in its gradebook; the
-identical-file flag; the learners' names; the files written after every run.
+as the CSV an LMS imports, :mod:`.lms`); the identical-file flag; the learners' names;
+the files written after every run.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading.runspec import draw_seed
 from annotated_transformer.course.instructor import (
     class_summary,
     gradebook,
@@ -96,18 +95,6 @@ def learner_names(sources: list[str], names: str | None) -> list[str]:
             name, number = f"{default_name(source)}-{number}", number + 1
         found.append(name)
     return found
-
-
-def class_seed(out: Path) -> int:
-    """The class's seed: the one its gradebook was graded with, else a new one."""
-    try:
-        seed = json.loads((out / "gradebook.json").read_text()).get("seed")
-    except (OSError, ValueError, AttributeError):
-        seed = None
-    if isinstance(seed, int) and seed >= 0:
-        print(f"Seed {seed}: the class's, from {out / 'gradebook.json'} (--seed to change it)")
-        return seed
-    return draw_seed()
 
 
 def flag_same_files(book: gradebook.Gradebook) -> None:

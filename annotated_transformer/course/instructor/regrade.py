@@ -15,7 +15,7 @@ only the course's regular exercise files are used; the release's own stub stands
 chapter it lacks, and its tests, grader, workflows and committed reports are only compared
 with the course's, each difference a flag (:mod:`.submissions`, ``FLAGS``): a reason to
 look, not a verdict. Every submission is graded by the course's tests and grader with the
-same seed (drawn once, unless ``--seed``), ``--jobs`` at a time, its code inside
+same seed (drawn afresh each run, unless ``--seed``), ``--jobs`` at a time, its code inside
 bubblewrap (:mod:`annotated_transformer.course.grading.boundary`; where bubblewrap cannot
 start, ``--unsafe`` is needed).
 
@@ -52,11 +52,10 @@ from typing import Any
 from annotated_transformer.course.grading import boundary, engine, manifest
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import ExerciseResult
-from annotated_transformer.course.grading.runspec import RunSpec
+from annotated_transformer.course.grading.runspec import RunSpec, draw_seed
 from annotated_transformer.course.instructor import gradebook, lms, repositories, snapshot
 from annotated_transformer.course.instructor.class_folder import (
     _Parser,
-    class_seed,
     export_main,
     flag_same_files,
     is_git_url,
@@ -283,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="grade this chapter only (repeatable; default: every chapter)")
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs, the same for every "
-                        "submission (default: the class's, kept in --out's gradebook; the "
-                        "first run draws it)")
+                        "submission of this run (default: a fresh one each run; a learner's "
+                        "feedback names their run's, so a later run must not reuse it)")
     parser.add_argument("--names", metavar="A,B,...",
                         help="the learners' names, one per submission, in order (default: "
                         "each folder's or repository's name)")
@@ -398,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"start here: {why}. Install it (Debian/Ubuntu: apt-get install "
                      f"bubblewrap), or pass --unsafe to grade without it (the learners' code "
                      f"then runs with your rights)")
-    seed = args.seed if args.seed is not None else class_seed(args.out)
+    seed = args.seed if args.seed is not None else draw_seed()
     run = Run(chapters, seed, expected, sandbox, args.branch, taken, deadline, branches)
     try:
         with gradebook.locked(args.out):  # read, graded and written by this run alone
