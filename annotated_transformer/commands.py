@@ -35,6 +35,7 @@ class Command:
     help: str
     entry: str
     takes_name: bool = False
+    maintainers: bool = False  # the course's own tool: a student release does not list it
 
     def run(self, argv: list[str]) -> int:
         module, _, function = self.entry.partition(":")
@@ -47,9 +48,10 @@ COURSE_COMMANDS = (
             "annotated_transformer.course.grading.grade:main"),
     Command("stubs", f"regenerate or check {folder_name(EXERCISES_DIR)} from "
             f"{folder_name(SOLUTIONS_DIR)}",
-            "annotated_transformer.course.authoring.stubs:main"),
+            "annotated_transformer.course.authoring.stubs:main", maintainers=True),
     Command("release", "write a student release of the course: the repository without its "
-            "answers", "annotated_transformer.course.distribution.release:main"),
+            "answers", "annotated_transformer.course.distribution.release:main",
+            maintainers=True),
     Command("classroom", "write the GitHub Classroom workflow, one step per exercise",
             "annotated_transformer.course.distribution.classroom:main"),
     Command("regrade", "re-grade many submissions into one gradebook (for instructors)",
@@ -57,7 +59,7 @@ COURSE_COMMANDS = (
     Command("hint", "the next hint for an exercise: the idea, the approach, the tricky line",
             "annotated_transformer.course.hints:main"),
     Command("bench", "how fast the course's Transformer trains, beside PyTorch's own",
-            "annotated_transformer.bench.command:main"),
+            "annotated_transformer.bench.command:main", maintainers=True),
 )
 
 
@@ -100,6 +102,8 @@ def overview(commands: dict[str, Command]) -> str:
              "", "models:"]
     lines += [f"  {c.name:<{width}}  {c.help}" for c in commands.values() if c.name not in course]
     lines += ["", "the course:"]
-    lines += [f"  {c.name:<{width}}  {c.help}" for c in commands.values() if c.name in course]
+    listed = SOLUTIONS_DIR.is_dir()  # the course's repository, not a student release
+    lines += [f"  {c.name:<{width}}  {c.help}" for c in commands.values()
+              if c.name in course and (listed or not c.maintainers)]
     lines += ["", f"`{PROG} <command> --help` describes each."]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from annotated_transformer import __main__ as tree
-from annotated_transformer import cli
+from annotated_transformer import cli, commands
 from annotated_transformer.commands import COURSE_COMMANDS, all_commands
 from annotated_transformer.course.grading import grade
 
@@ -62,6 +62,15 @@ def test_the_top_level_help_lists_every_command_with_its_line(capsys):
     for command in COMMANDS.values():
         assert any(line.split() == [command.name, *command.help.split()]
                    for line in out.splitlines()), f"no line for {command.name}"
+
+
+def test_a_student_release_lists_only_the_commands_that_work_there(monkeypatch, tmp_path):
+    monkeypatch.setattr(commands, "SOLUTIONS_DIR", tmp_path / "solutions")  # none: a release
+    listed = commands.overview(all_commands())
+    for command in COURSE_COMMANDS:
+        assert (f"  {command.name} " in listed) != command.maintainers, command.name
+    assert {"grade", "regrade", "hint"} <= {c.name for c in COURSE_COMMANDS
+                                           if not c.maintainers}
 
 
 def test_an_unknown_command_lists_the_commands_and_exits_2():
