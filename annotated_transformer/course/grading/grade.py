@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.points:
         return _list_points(args, chapters, parser)
-    found = (_read_report(args, chapters, parser) if args.from_report
+    found = (_read_report(args, parser) if args.from_report
              else _run(args, chapters, parser))
     return _write(found, args)
 
@@ -167,10 +167,11 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
 def _asked(args: argparse.Namespace, rows: list[ExerciseResult]) -> list[str] | None:
     """The exercises ``--exercise`` and ``--chapter`` ask for together, of ``rows`` (all
     the exercises on offer); None: every one."""
-    if not args.exercise:
+    if not args.exercise and not args.chapter:
         return None
-    return [*args.exercise, *(r.id for r in rows
-                              if r.chapter in (args.chapter or []) and r.id not in args.exercise)]
+    named = list(args.exercise or [])
+    return [*named, *(r.id for r in rows if r.chapter in (args.chapter or [])
+                      and r.id not in named)]
 
 
 def exercise_id(text: str) -> ExerciseId:
@@ -195,8 +196,7 @@ def _list_points(args: argparse.Namespace, chapters: list[int] | None,
     return 0
 
 
-def _read_report(args: argparse.Namespace, chapters: list[int] | None,
-                 parser: argparse.ArgumentParser) -> Report:
+def _read_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Report:
     """The report an earlier ``--json`` wrote, cut to the chapters and exercises asked for."""
     try:
         found = Report.from_json(json.loads(args.from_report.read_text()))
@@ -208,8 +208,6 @@ def _read_report(args: argparse.Namespace, chapters: list[int] | None,
     if missing:
         parser.error(f"no exercise of chapter {', '.join(map(str, missing))} {where}; it "
                      f"holds {', '.join(r.id for r in found.rows) or 'none'}")
-    if args.chapter and not args.exercise:
-        found.rows = [r for r in found.rows if r.chapter in args.chapter]
     found.rows = _only(found.rows, _asked(args, found.rows), parser, where)
     return found
 
@@ -230,8 +228,8 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
     except ValueError as error:
         parser.error(f"--sandbox {args.sandbox}: {error}")
     try:
-        exercises = _asked(args, engine.exercise_points(args.chapter)) if args.chapter else (
-            args.exercise)
+        exercises = (_asked(args, engine.exercise_points(args.chapter))
+                     if args.chapter and args.exercise else args.exercise)
         spec = RunSpec.new(args.parts, seed=args.seed, cpu_seconds=args.timeout,
                            sandbox=sandbox, exercises=exercises)
         graded = engine.grade(spec, chapters,

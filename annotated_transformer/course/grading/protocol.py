@@ -115,7 +115,7 @@ def _check_stored(data: bytes) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             parts = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as error:
+    except (zipfile.BadZipFile, ValueError, EOFError) as error:
         raise ProtocolError(f"a message that is not plain data: {error}") from None
     if any(p.compress_type != zipfile.ZIP_STORED or p.file_size != p.compress_size
            for p in parts) or sum(p.file_size for p in parts) > len(data):
