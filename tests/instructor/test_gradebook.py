@@ -25,6 +25,7 @@ from annotated_transformer.course.instructor import (
     submissions,
 )
 from annotated_transformer.course.instructor.gradebook import Gradebook, Learner, Override
+from annotated_transformer.course.instructor.spreadsheet import spreadsheet_safe, spreadsheet_text
 from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR
 
 
@@ -371,6 +372,71 @@ def test_the_moodle_export_has_one_line_a_known_user_and_nothing_else(tmp_path):
     assert lines == [["ID number", "Transformer course"], ["1001", "6.0"], ["1002", "3.0"]]
 
 
+# Names a spreadsheet would run as formulas (OWASP's CSV injection: = + - @, tab, CR first).
+FORMULA_NAMES = ('=HYPERLINK("evil.example","Open")', "+1+cmd|' /C calc'!A0", "-2+3",
+                 "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1")
+
+
+def is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_name_that_starts_a_formula_is_text_in_every_csv_of_the_class_folder(tmp_path):
+    """A class whose learners are named like formulas, one of them with a formula for an LMS
+    id and section, a negative override and an override of no graded exercise: every CSV
+    of the folder (the gradebook's, the unmatched overrides, each LMS export) holds each
+    name escaped and reading back as the name, no cell that starts a formula but the
+    numbers, and the numbers as written (``-1.5``, not ``'-1.5``)."""
+    out = tmp_path / "class"
+    book = book_of(("ann", (2, 2, 2)), *((name, (0, 1, 2)) for name in FORMULA_NAMES))
+    first = FORMULA_NAMES[0]
+    book.add_overrides([Override(first, "1.1", -1.5, "=penalty"),
+                        Override(FORMULA_NAMES[1], "9.9", 1, "-no such exercise")])
+    gradebook.write(out, book, {"seed": 1})
+    # the roster's reader strips each value: a name that starts with a tab or CR cannot be
+    # matched there, so the LMS exports leave it out (and say so)
+    in_roster = [n for n in FORMULA_NAMES if n == n.strip()]
+    roster = tmp_path / "roster.csv"
+    with roster.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["learner", "repository", "branch", "lms_id", "section"])
+        writer.writerow(["ann", "", "", "1000", "A"])
+        writer.writerow([first, "", "", "=1001", "@A"])
+        for k, name in enumerate(in_roster[1:], 2):
+            writer.writerow([name, "", "", f"100{k}", "B"])
+    for format_ in ("canvas", "moodle", "csv"):
+        assert regrade.main(["export", "--out", str(out), "--format", format_, "--roster",
+                             str(roster)]) == 0
+    expected = {"gradebook.csv": FORMULA_NAMES, "grades-wide.csv": FORMULA_NAMES,
+                "overrides-unmatched.csv": FORMULA_NAMES[1:2], "grades-csv.csv": FORMULA_NAMES,
+                "grades-canvas.csv": in_roster, "grades-moodle.csv": ("=1001",)}
+    tables = {}
+    for path in sorted(out.glob("*.csv")):
+        with path.open(newline="", encoding="utf-8") as handle:
+            tables[path.name] = list(csv.reader(handle))
+    assert set(expected) <= set(tables)
+    for name, lines in tables.items():
+        cells = [cell for line in lines for cell in line]
+        formulas = [cell for cell in cells
+                    if cell.startswith(("=", "+", "-", "@", "\t", "\r")) and not is_number(cell)]
+        assert not formulas, (name, formulas)
+        for text in expected.get(name, ()):
+            assert spreadsheet_safe(text) in cells, (name, text)
+            assert text not in cells, (name, text)
+        assert all(spreadsheet_text(spreadsheet_safe(t)) == t for t in expected.get(name, ()))
+    wide = {line[0]: line for line in tables["grades-wide.csv"]}
+    assert wide[spreadsheet_safe(first)][1] == "-1.5" and wide["ann"][1:4] == ["2", "2", "2"]
+    canvas = {line[0]: line for line in tables["grades-canvas.csv"]}
+    assert canvas[spreadsheet_safe(first)] == [
+        "'" + first, "'=1001", "'" + first, "'" + first, "'@A", "-0.5", "2.0"]
+    assert canvas["ann"] == ["ann", "1000", "ann", "ann", "A", "4.0", "2.0"]
+    assert tables["grades-canvas.csv"][1][5:] == ["4.0", "2.0"]
+
+
 def test_chapter_files_alike_but_for_comments_and_spacing_are_flagged(tmp_path):
     source = (SOLUTIONS_DIR / "ch04_masking.py").read_text()
     copied = "# my own work\n\n" + "\n".join(  # comments added, spacing changed
@@ -387,3 +453,4 @@ def test_chapter_files_alike_but_for_comments_and_spacing_are_flagged(tmp_path):
     found = submissions.same_files(learners)
     assert found == {"ann": ["ch04_masking.py is the same as ben's, comments and spacing aside"],
                      "ben": ["ch04_masking.py is the same as ann's, comments and spacing aside"]}
+

@@ -18,16 +18,21 @@ Exports (``regrade export --out DIR --format F --roster FILE``), one column an a
   Moodle stops the whole import at a line whose user it cannot find, so there is no
   points-possible line, and a learner without an ``lms_id`` is left out (and named).
 - ``csv``: ``learner``, ``lms_id``, ``section``, the assignments and ``possible``.
+
+Each is written by the class folder's own CSV writer
+(:func:`~annotated_transformer.course.instructor.spreadsheet.csv_text`): a name or id that
+would start a formula (``=HYPERLINK(...)``, ``+``, ``-``, ``@``) is written after a ``'``,
+so the LMS or a spreadsheet shows it as text; the points are numbers, written as they are.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from annotated_transformer.course.grading.exercise_id import ExerciseId, order
+from annotated_transformer.course.instructor.spreadsheet import csv_text
 
 ROSTER_COLUMNS = ("learner", "repository", "branch", "lms_id", "section")
 FORMATS = ("canvas", "moodle", "csv")
@@ -87,7 +92,6 @@ def assignments(totals: dict[str, dict[str, float]], possible: dict[str, float],
     return names, points, out_of
 
 
-
 def export(format_: str, totals: dict[str, dict[str, float]], possible: dict[str, float],
            roster: list[Enrolled], columns: str = "chapters") -> tuple[str, list[str]]:
     """The file's text and the learners left out of it (graded but without what the
@@ -98,23 +102,21 @@ def export(format_: str, totals: dict[str, dict[str, float]], possible: dict[str
     enrolled = {e.learner: e for e in roster}
     left_out = [who for who in totals if format_ != "csv" and not enrolled.get(
         who, Enrolled(who)).lms_id]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
     kept = [who for who in totals if who not in left_out]
     if format_ == "canvas":
-        writer.writerow([*CANVAS_COLUMNS, *names])
-        writer.writerow(["    Points Possible", "", "", "", "", *(out_of[n] for n in names)])
+        header = [*CANVAS_COLUMNS, *names]
+        lines = [["    Points Possible", "", "", "", "", *(out_of[n] for n in names)]]
         for who in kept:
             e = enrolled[who]
-            writer.writerow([who, e.lms_id, who, who, e.section, *(points[who][n] for n in names)])
+            lines.append([who, e.lms_id, who, who, e.section, *(points[who][n] for n in names)])
     elif format_ == "moodle":
-        writer.writerow([MOODLE_ID, *names])
-        for who in kept:
-            writer.writerow([enrolled[who].lms_id, *(points[who][n] for n in names)])
+        header = [MOODLE_ID, *names]
+        lines = [[enrolled[who].lms_id, *(points[who][n] for n in names)] for who in kept]
     else:
-        writer.writerow(["learner", "lms_id", "section", *names, "possible"])
+        header = ["learner", "lms_id", "section", *names, "possible"]
+        lines = []
         for who in kept:
             e = enrolled.get(who, Enrolled(who))
-            writer.writerow([who, e.lms_id, e.section, *(points[who][n] for n in names),
-                             round(sum(out_of.values()), 2)])
-    return buffer.getvalue(), left_out
+            lines.append([who, e.lms_id, e.section, *(points[who][n] for n in names),
+                          round(sum(out_of.values()), 2)])
+    return csv_text(header, lines), left_out

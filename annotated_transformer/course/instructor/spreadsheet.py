@@ -85,11 +85,13 @@ def _unescape(match: re.Match[str]) -> str:
 
 
 def csv_text(header: Iterable[str], lines: Iterable[Iterable[Any]]) -> str:
-    """A CSV file whose every cell is :func:`spreadsheet_safe`."""
+    """A CSV file (RFC 4180: ``\\r\\n`` between lines) whose every cell, the header's
+    too, is :func:`spreadsheet_safe`: text (a learner's name, a message, a roster's id) is
+    escaped, a number the tools computed (``int``, ``float``: ``-1.5``) is written as
+    itself. The one writer of every CSV of the class's folder and of the LMS exports."""
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(header)
-    for line in lines:
+    for line in (header, *lines):
         writer.writerow([spreadsheet_safe(cell) for cell in line])
     return out.getvalue()
 
