@@ -99,7 +99,8 @@ def learner_names(sources: list[str], names: str | None) -> list[str]:
 
 def flag_same_files(book: gradebook.Gradebook) -> None:
     """Flag, in every learner's record and rows, the chapter files another learner of the
-    class handed in too (comments and spacing aside)."""
+    class handed in too (comments, spacing and docstrings aside:
+    :func:`.submissions.fingerprint`)."""
     found = same_files(book.learners)
     for name, who in book.learners.items():
         who.flags.pop("identical-file", None)

@@ -75,7 +75,8 @@ class Learner:
     graded_at: str = ""  # when this learner was graded (UTC, ISO 8601)
     seed: int | None = None
     seconds: float = 0.0  # how long fetching, checking and grading took
-    # {chapter file: digest of its code, comments and spacing aside} (the identical-file flag)
+    # {chapter file: digest of its code, comments, spacing and docstrings aside}
+    # (submissions.fingerprint: the identical-file flag)
     fingerprints: dict[str, str] = field(default_factory=dict)
 
     def flag(self, name: str, what: str) -> None:

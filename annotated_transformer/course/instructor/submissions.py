@@ -5,6 +5,8 @@ committed reports) is only compared with the course's, each difference a flag.""
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import os
 import stat
 import tempfile
@@ -112,22 +114,34 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
 
 
 def fingerprint(data: bytes) -> str | None:
-    """A digest of a Python file's code, comments and spacing aside (its syntax tree); None
-    for a file that does not parse."""
-    import ast
-    import hashlib
-
+    """A digest of a Python file's syntax tree without its docstrings (module, class and
+    function) or any other string that stands alone as a statement; None for a file that
+    does not parse. Two files share it when their statements, names, operators and literal
+    values are the same: comments, spacing, line breaks, quotes and docstrings do not
+    count, a renamed variable or a reordered statement does."""
     try:
-        tree = ast.dump(ast.parse(data))
+        tree = ast.parse(data)
+        for node in ast.walk(tree):
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list):
+                    setattr(node, name, [s for s in block if not _lone_string(s)])
+        dumped = ast.dump(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return hashlib.sha256(tree.encode()).hexdigest()[:16]
+    return hashlib.sha256(dumped.encode()).hexdigest()[:16]
+
+
+def _lone_string(statement: object) -> bool:
+    """Whether ``statement`` is a string alone (a docstring, or one that does nothing)."""
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str))
 
 
 def same_files(learners: dict[str, Learner]) -> dict[str, list[str]]:
-    """``{learner: ["chNN_x.py is the same as bob's, comments and spacing aside", ...]}``:
-    each chapter file that another learner of the class handed in too (the release's
-    untouched stub aside)."""
+    """``{learner: ["chNN_x.py is the same as bob's, comments, spacing and docstrings
+    aside", ...]}``: each chapter file whose :func:`fingerprint` another learner's file of
+    the class has too (the release's untouched stub aside)."""
     holders: dict[tuple[str, str], list[str]] = {}
     for name, who in learners.items():
         for file, digest in who.fingerprints.items():
@@ -137,7 +151,7 @@ def same_files(learners: dict[str, Learner]) -> dict[str, list[str]]:
         for name in names if len(names) > 1 else ():
             others = ", ".join(n for n in names if n != name)
             found.setdefault(name, []).append(
-                f"{file} is the same as {others}'s, comments and spacing aside")
+                f"{file} is the same as {others}'s, comments, spacing and docstrings aside")
     return found
 
 
