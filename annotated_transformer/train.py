@@ -301,9 +301,11 @@ class TrainingRun:
             config.steps, average_checkpoints=runtime.keep_last)
         # A budget's total is known once planned.
         self.total = config.steps if self.planner is None else 10**9
+        # Only a bar that shows is made: any tqdm bar, a disabled one too, starts tqdm's
+        # monitor thread, and warns on stderr where threads are refused (the grading worker).
         self.bar = tqdm(total=config.steps if self.planner is None else None,
-                        initial=self.start_step, disable=not runtime.progress or self.rank,
-                        unit="step", dynamic_ncols=True)
+                        initial=self.start_step, unit="step", dynamic_ncols=True
+                        ) if runtime.progress and not self.rank else None
         self.say = log if log is None or not runtime.progress else tqdm.write
         self.started = self.since = time.perf_counter()
         self.tokens_since = 0
@@ -337,7 +339,8 @@ class TrainingRun:
         self.history.lr.append(lr)
         self.history.tokens += batch_tokens
         self.tokens_since += batch_tokens
-        self.bar.update(1)
+        if self.bar is not None:
+            self.bar.update(1)
         return lr
 
     def evaluate_and_save(self, step: int) -> None:
@@ -398,7 +401,8 @@ class TrainingRun:
         plan = planner.plan(step, time.perf_counter())
         self.scheduler.lr_lambdas[0].replan(step, plan.total, plan.warmup)
         self.metrics.write(step=step, plan=dataclasses.asdict(plan))
-        self.bar.total = plan.total
+        if self.bar is not None:
+            self.bar.total = plan.total
         if self.say and (previous is None or abs(plan.total - previous) > 0.01 * previous):
             when = f"{format_duration(plan.seconds)} into {format_duration(planner.budget)}"
             self.say(f"time budget: {'planned' if previous is None else 're-planned'} at "
@@ -435,7 +439,8 @@ class TrainingRun:
         loss = self.read_losses()
         now = time.perf_counter()
         rate = self.tokens_since / (now - self.since)
-        self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
         self.metrics.write(step=step, loss=round(loss, 5), lr=lr, tokens_per_second=round(rate),
                            seconds=round(self.seconds_before + now - self.started, 2))
         self.tokens_since, self.since = 0, now
@@ -451,7 +456,8 @@ class TrainingRun:
                 self.log(step, lr)
             if (step % self.config.eval_every == 0 or step == self.total) and not evaluated:
                 self.evaluate_and_save(step)
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
         self.metrics.close()
         self.history.seconds = self.seconds_before + time.perf_counter() - self.started
         if self.planner is not None:

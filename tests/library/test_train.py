@@ -183,3 +183,31 @@ def test_the_capstone_and_train_task_copy_train_the_same_model(tmp_path, capsys)
     different = [name for name, tensor in model.state_dict().items()
                  if not torch.equal(weights[name], tensor)]
     assert not different, f"the two runs trained different weights: {different[:5]}"
+
+
+def test_a_run_without_a_progress_bar_prints_nothing_where_threads_are_refused(
+        monkeypatch, capfd):
+    """The grading worker refuses every new thread, and what a run prints there is shown to
+    the learner as their code's output. A run without a progress bar (the default) starts
+    no thread (a tqdm bar, even a disabled one, starts tqdm's monitor thread, and warns when
+    it cannot) and prints nothing."""
+    import threading
+    import warnings
+
+    from tqdm import tqdm
+
+    def refused(thread):
+        raise RuntimeError(f"can't start new thread ({thread.name})")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    monkeypatch.setattr(tqdm, "monitor_interval", 10)  # tqdm's default, as in a fresh process
+    monkeypatch.setattr(tqdm, "monitor", None)
+    torch.manual_seed(0)
+    task = CopyTask(min_len=2, max_len=4)
+    model = EncoderDecoder(TransformerConfig.small(task.vocab_size, num_layers=1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(model, task, TrainConfig(steps=3, eval_every=3, eval_size=4), log=None)
+    printed = capfd.readouterr()
+    assert not caught, f"the run warned: {[str(w.message) for w in caught]}"
+    assert printed.out == printed.err == "", f"the run printed: {printed}"
