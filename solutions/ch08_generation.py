@@ -2,14 +2,17 @@
 
 A decoder-only Transformer (a "GPT") is the decoder without cross-attention: Chapter 5's
 layers over one sequence with Chapter 4's causal mask. It learns to predict every token
-from the ones before it (:func:`language_model_loss`), and it writes by predicting a
-token, appending it and predicting again. This chapter's exercises are the three pieces
-that writing needs: turning the last position's logits into a distribution to draw from
-(:func:`next_token_distribution`), drawing from it reproducibly (:func:`sample_next`), and
-one step of self-attention that reuses the keys and values of the positions already
-written instead of recomputing them (:func:`attention_step`). The model itself is
-:class:`DecoderOnlyTransformer`, Chapter 5's encoder stack between an embedding and a
-generator that share one matrix.
+from the ones before it, and it writes by predicting a token, appending it and predicting
+again. This chapter has five exercises and a capstone. Three are what writing needs:
+turning the last position's logits into a distribution to draw from
+(:func:`next_token_distribution`, 8.1), drawing from it reproducibly (:func:`sample_next`,
+8.2), and one step of self-attention that reuses the keys and values of the positions
+already written instead of recomputing them (:func:`attention_step`, 8.3). Two are what
+learning needs: the loss of every position's prediction of the next token
+(:func:`language_model_loss`, 8.4), and the model itself (:class:`DecoderOnlyTransformer`,
+8.5), Chapter 5's encoder stack between an embedding and a generator that share one
+matrix. The capstone (8.6) trains that model, built from your parts, on arithmetic
+progressions.
 """
 
 from __future__ import annotations
