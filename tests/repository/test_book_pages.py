@@ -30,3 +30,48 @@ def test_the_landing_figure_redraws(tmp_path):
     assert out.is_file(), f"the script did not write {out}:\n{run.stdout}"
     height, width, _ = matplotlib.image.imread(out).shape
     assert height > 100 and width > 100, f"the image is {width} x {height} pixels"
+
+
+def exercises_of_solutions() -> dict[str, str]:
+    """Every exercise of ``solutions/``, by id (``"5.6"``), and the public name that holds
+    it (the function or class around its ``# BEGIN SOLUTION`` marker)."""
+    from annotated_transformer.course.authoring import stubs
+
+    exercises: dict[str, str] = {}
+    for path in stubs.solution_files():
+        source = path.read_text()
+        enclosing = stubs.enclosing_names(source)
+        for number, line in enumerate(source.splitlines(), start=1):
+            if begin := stubs.BEGIN.match(line):
+                exercises[begin["id"]] = enclosing[number].split(".")[0]
+    return exercises
+
+
+def intro_table(text: str) -> dict[int, set[str]]:
+    """The names in the "you write" column of the intro's table, by chapter number."""
+    rows = re.findall(r"^\| \[(\d+)\. [^|]*\| ([^|]*) \|", text, flags=re.MULTILINE)
+    return {int(chapter): set(re.findall(r"`([^`]+)`", names)) for chapter, names in rows}
+
+
+def test_the_intro_names_every_exercise_of_its_chapter_and_nothing_else():
+    """The intro's "What you will build" names, in each chapter's row, the function or
+    class of every exercise of that chapter (read from ``solutions/``' markers), and only
+    those."""
+    table = intro_table((ROOT / "book/intro.md").read_text())
+    assert set(table) >= set(range(9)), f"the table's chapters: {sorted(table)}"
+    exercises = exercises_of_solutions()
+    missing = sorted((number, name) for number, name in exercises.items()
+                     if name not in table[int(number.split(".")[0])])
+    assert not missing, f"book/intro.md's table leaves out these exercises: {missing}"
+    extra = {chapter: names - set(exercises.values()) for chapter, names in table.items()}
+    assert not any(extra.values()), (
+        f"book/intro.md's table names, under 'you write', what is no exercise: {extra}")
+
+
+def test_the_readers_find_a_table_s_names_and_the_exercises():
+    table = intro_table("| [5. Layers](x.ipynb) | `LayerNorm`, `Encoder` | stacks |\n"
+                        "| [6. Training](y.ipynb) | `noam_lr` | a model |\n")
+    assert table == {5: {"LayerNorm", "Encoder"}, 6: {"noam_lr"}}
+    exercises = exercises_of_solutions()
+    assert exercises["5.6"] == "Encoder" and exercises["8.5"] == "DecoderOnlyTransformer"
+    assert exercises["6.5"] == "train_step" and exercises["1.2"] == "PositionalEncoding"
