@@ -19,6 +19,31 @@ exercise (``encoder_layers.0...``) under these names.
 
 Which implementation each part comes from is a :class:`~annotated_transformer.parts.Parts`.
 
+Two classes of each name, one inside the other. Each kind of model has a *network* and a
+*model* of the same name, because they are one Transformer seen from two sides:
+
+- The network is the exercise: ``parts.EncoderDecoder(src_vocab_size, tgt_vocab_size,
+  d_model, num_heads, d_ff, num_layers, dropout, norm_first, tie_embeddings, max_len)``
+  (exercise 5.8) and ``parts.DecoderOnlyTransformer(vocab_size, d_model, ...)`` (exercise
+  8.5), in ``solutions/`` or the learner's ``exercises/``: a plain ``nn.Module`` with the
+  paper's sizes as its arguments, which computes logits and knows nothing of tasks,
+  batches, decoding or checkpoints. Chapters 5 and 8 build it where they teach it, and
+  the graded tests of 5.8 and 8.5 call it.
+- The model is this module's :class:`EncoderDecoder` ``(config, parts=None)`` and
+  :class:`DecoderOnlyTransformer` ``(config, parts=None)``: from a
+  :class:`TransformerConfig` (the sizes a checkpoint saves and the command line sets) and
+  a ``Parts`` (whose code), it builds ``parts``' network of its name, makes the network's
+  modules its own (:func:`adopt`: the same objects under the same names, so its state dict
+  is the network's) and adds what training, decoding, checkpoints and the command line ask
+  of every kind (:class:`Model`). Chapters 6 to 8 train with it; ``checkpoint.load`` and
+  the commands build it.
+
+The model's ``forward`` is its network's, and its weights are the network's: built from
+the learner's parts, the model *is* the learner's Transformer, with the package's
+training and decoding around it. The network inside a model is ``model.network``; a class
+of ``parts`` (``parts.EncoderDecoder``) is always the network, one of this module
+(``model.EncoderDecoder``) always the model.
+
 Each kind of model owns what differs between the kinds (:class:`Model`): how a batch is
 taught (``teacher_forcing``, then ``loss``), how it decodes (``generate``), which decoding
 options it accepts, and which attention it has to show. Training, decoding, checkpoints
@@ -175,8 +200,9 @@ class Model(nn.Module, metaclass=ABCMeta):
 
 
 class EncoderDecoder(Model):
-    """The Transformer: chapter 5's ``EncoderDecoder`` of ``parts``, with what the package
-    asks of every model (:class:`Model`).
+    """The Transformer: chapter 5's ``EncoderDecoder`` of ``parts`` (the network, exercise
+    5.8, built from ``config``'s sizes), with what the package asks of every model
+    (:class:`Model`). Two classes, one name: the module's docstring says which is which.
 
     The network (embeddings, stacks, generator, its initialisation and tied weights) is the
     parts' own (exercise 5.8): ``forward(src, tgt_input, src_mask, tgt_mask)`` runs its
@@ -292,8 +318,9 @@ class EncoderDecoder(Model):
 
 
 class DecoderOnlyTransformer(Model):
-    """A language model: chapter 8's ``DecoderOnlyTransformer`` of ``parts`` (exercise 8.5),
-    with what the package asks of every model (:class:`Model`).
+    """A language model: chapter 8's ``DecoderOnlyTransformer`` of ``parts`` (the network,
+    exercise 8.5, built from ``config``'s sizes), with what the package asks of every model
+    (:class:`Model`). Two classes, one name: the module's docstring says which is which.
 
     A decoder layer without its cross-attention is self-attention and a feed-forward
     network, which is what chapter 5's ``EncoderLayer`` computes: its stack (``decoder``)

@@ -98,3 +98,25 @@ def test_a_checkpoint_written_before_the_stacks_were_an_exercise_loads():
     expected = raw["model"][former].float() * raw["scales"][former][:, None]
     model = checkpoint.build_model(checkpoint.load(path))
     assert torch.allclose(model.state_dict()[now], expected)
+
+
+def test_the_model_is_its_network_with_the_package_around_it():
+    """``model.EncoderDecoder(config, parts)`` holds ``parts.EncoderDecoder`` (the network of
+    exercise 5.8) built from the config's sizes, and likewise for the decoder-only kind: the
+    same parameters under the same names, and the network's forward pass."""
+    from annotated_transformer.model import DecoderOnlyTransformer
+
+    parts = Parts.reference()
+    config = TransformerConfig.small(17, num_layers=1)
+    src, tgt = torch.randint(3, 17, (2, 7)), torch.randint(3, 17, (2, 5))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    for kind, network_class, args in [
+            (EncoderDecoder, parts.EncoderDecoder, (src, tgt, None, causal)),
+            (DecoderOnlyTransformer, parts.DecoderOnlyTransformer, (tgt, causal))]:
+        torch.manual_seed(0)
+        model = kind(config, parts=parts).eval()
+        assert isinstance(model.network, network_class)
+        ours, its = model.state_dict(), model.network.state_dict()
+        assert list(ours) == list(its)
+        assert all(ours[name].data_ptr() == its[name].data_ptr() for name in ours)
+        assert torch.equal(model(*args), model.network(*args))
