@@ -130,3 +130,42 @@ def test_the_capstone_s_held_out_progressions_are_never_trained_on():
     assert len(HELD_OUT) == 20 and len(SEEN) == 80 and not set(HELD_OUT) & set(SEEN)
     seen = {tuple(row.tolist()) for row in progressions()[list(SEEN)]}
     assert not any(tuple(row.tolist()) in seen for row in progressions()[list(HELD_OUT)])
+
+
+def code_cells(notebook: dict) -> list[dict]:
+    return [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+
+
+def tags(cell: dict) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_numbers_that_move_with_the_processor_have_their_claims_checked(path):
+    """A training run's digits depend on the processor's kernels (the order of a sum), so a
+    cell that prints them is tagged `nbval-ignore-output`: nbval runs it but compares
+    nothing. If it glues numbers for the prose, the next code cell is tagged `check-claims`
+    and `remove-cell` (the book leaves it out) and asserts what the prose says of them,
+    so that every machine that runs the notebook checks the claims nbval no longer compares
+    digit by digit. A timing is this machine's measurement, which the prose must say
+    (`measured-here`), and is never asserted."""
+    cells = code_cells(json.loads(path.read_text()))
+    for number, (cell, after) in enumerate(zip(cells, cells[1:] + [{}]), start=1):
+        if "nbval-ignore-output" not in tags(cell) or "glue(" not in "".join(cell["source"]):
+            continue
+        if "measured-here" in tags(cell):
+            continue
+        assert {"check-claims", "remove-cell"} <= tags(after), (
+            f"{path.name}, code cell {number}: its glued numbers move with the processor and "
+            "nbval does not compare them; follow it with a cell tagged check-claims and "
+            "remove-cell that asserts what the prose says of them")
+        assert "assert " in "".join(after["source"]), (
+            f"{path.name}, code cell {number + 1} is tagged check-claims but asserts nothing")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_claim_checks_print_nothing(path):
+    """A check-claims cell is left out of the book: what it prints would be lost there."""
+    for number, cell in enumerate(code_cells(json.loads(path.read_text())), start=1):
+        if "check-claims" in tags(cell):
+            assert not cell["outputs"], f"{path.name}, code cell {number}: a claim check printed"
