@@ -22,6 +22,52 @@ dispatch (``linear``, ``einsum``, ``cross_entropy``) arrive as the ops they deco
 
 The worker builds its guard from this module when it starts, before any learner code is
 imported, and keeps it where no name of an exercise file reaches (:mod:`.worker`).
+
+The guard looks away in two places only, and no code of the learner's runs in either:
+
+- **Inside its own handlers.** PyTorch pops a mode while that mode's handler runs. The
+  torch-function handler puts its mode back before it looks at the call and runs it with
+  the next check skipped (``torch._C._skip_one_hop_torch_function``, what
+  ``torch.overrides.redispatch_function`` does): whatever the call runs in turn is seen
+  again. The dispatch handler cannot (its mode would see its own call again), so it runs
+  nothing of the learner's: no tensor subclass reaches it, no kernel of the learner's is
+  registered (:mod:`.switches`), no collection of garbage runs meanwhile.
+- **Under the exemption** (``exempt()``), where the grader's stand-ins compute
+  (:mod:`.standins`): on tensors the worker made, with every torch function override off,
+  saved-tensor hooks refused and no collection of garbage.
+
+Every callback PyTorch lets code register, and what keeps it from running unguarded:
+
+- ``torch.autograd.graph.saved_tensors_hooks`` (and ``save_on_cpu``): pack hooks run while
+  an op saves its inputs, unpack hooks in the backward pass; both inside a torch function's
+  call, which the guard's mode now sees; under the exemption, saved-tensor hooks are off
+  (an op that would run one raises).
+- ``Tensor.register_hook``, ``register_post_accumulate_grad_hook``, ``retain_grad``, a
+  node's ``register_hook`` and ``register_prehook``, ``torch.autograd.graph.
+  register_multi_grad_hook``, the engine's ``queue_callback``, a custom
+  ``torch.autograd.Function``'s ``forward``, ``setup_context``, ``backward`` and ``jvp``,
+  ``torch.utils.checkpoint``'s recomputation: they run in the backward pass or the forward
+  of a call that ``Tensor.backward``, ``torch.autograd.grad`` or ``Function.apply`` (torch
+  functions) started, with the mode in place. A stand-in hands its callers detached
+  results and computes on detached copies: no hook of the learner's is on its graph.
+- ``nn.Module`` hooks (forward, forward pre, backward, full backward, state-dict and
+  load-state-dict hooks, their global ``register_module_*`` forms) and parametrizations:
+  they run where the module is called, in the learner's code; a stand-in calls no module
+  under the exemption.
+- ``__torch_function__`` of a tensor subclass or any argument, and a
+  ``TorchFunctionMode`` of the learner's: the guard's mode comes first and skips them;
+  under the exemption every torch function override is off; a stand-in takes tensors of
+  exactly ``Tensor`` and ``Parameter`` only.
+- ``__torch_dispatch__`` of a tensor subclass: refused wherever it meets the dispatch
+  guard; a ``TorchDispatchMode`` of the learner's cannot be pushed (:mod:`.switches`).
+- ``torch.library`` kernels, fallbacks and definitions (an aten op's CPU kernel replaced
+  by a Python function would run inside the dispatch handler): refused (:mod:`.switches`).
+- Python's own: a finalizer (``__del__``, ``weakref.finalize``) run by the garbage
+  collector is held off inside the dispatch handler and under the exemption. Trace and
+  profile functions, signal handlers, audit hooks and ``warnings.showwarning`` need
+  ``sys``, ``signal`` or ``warnings``, which the source rules refuse, and reach the
+  process's own objects as ``gc.get_objects`` does: the limit stated in
+  ``book/instructor.md``.
 """
 
 from __future__ import annotations
@@ -107,6 +153,7 @@ def guard_factory():
     it) in a list that only the guard and its caller hold. Everything it needs is bound
     here, once, before any learner code runs, so that nothing an exercise file can later
     assign changes what it refuses."""
+    import gc
     import inspect
 
     import torch.nn.functional
@@ -127,17 +174,40 @@ def guard_factory():
     function_at = stacks._get_function_stack_at
     all_disabled = stacks._is_torch_function_all_disabled
     backward_running = stacks._current_graph_task_id  # -1 outside autograd's backward pass
+    skip_one_hop = stacks._skip_one_hop_torch_function  # runs a call, its check skipped
+    set_skip = stacks._set_skip_next_torch_function  # (False: what a call left unconsumed)
+    tensor_base = stacks.TensorBase
+    no_torch_function = stacks.DisableTorchFunction  # every override off, modes too
+    autograd = stacks._autograd
+    hooks_message = autograd._saved_tensors_hooks_get_disabled_error_message
+    hooks_off = autograd._saved_tensors_hooks_disable
+    hooks_on = autograd._saved_tensors_hooks_enable
+    collecting, stop_collecting, collect = gc.isenabled, gc.disable, gc.enable
+    plain, parameter = torch.Tensor, torch.nn.Parameter
     exemption = [0]  # > 0 while a stand-in of the grader computes (grading.standins)
 
     @contextlib.contextmanager
     def exempt():
-        """Ops are not checked inside: for the grader's stand-ins, which call no learner
-        code while exempt."""
+        """Ops are not checked inside: for the grader's stand-ins, which compute on tensors
+        the worker made. No code of the learner's runs here: every torch function override
+        (a mode, a subclass) is off, an op that would run a saved-tensor hook raises, and
+        the garbage collector (which runs finalizers) waits."""
+        was_collecting, message = collecting(), hooks_message()
+        stop_collecting()
+        hooks_off("saved-tensor hooks do not run while the grader's stand-in computes (it "
+                  "stands in for an earlier exercise and runs no code of yours)")
         exemption[0] += 1
         try:
-            yield
+            with no_torch_function():
+                yield
         finally:
             exemption[0] -= 1
+            if message is None:
+                hooks_on()
+            else:
+                hooks_off(message)
+            if was_collecting:
+                collect()
 
     functional = {name: (value, inspect.signature(value))
                   for name, value in vars(torch.nn.functional).items()
@@ -176,57 +246,90 @@ def guard_factory():
                 return False
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if exemption[0]:
+                # PyTorch pops this mode while this runs: the op below runs nothing of the
+                # learner's (a subclass's own __torch_dispatch__, a finalizer).
+                for kind in types:
+                    if kind is not plain and kind is not parameter:
+                        refuse("__torch_dispatch__ of a tensor subclass")
+                if not exemption[0]:
+                    name = name_of(func)
+                    if name not in allowed:
+                        refuse(f"aten.{name}")
+                    if no_backward and backward_running() != -1:
+                        refuse(f"autograd (aten.{name} in a backward pass)")
+                    if not functions_on():
+                        refuse(TAMPERED)
+                was_collecting = collecting()
+                stop_collecting()
+                try:
                     return func(*args, **(kwargs or {}))
-                name = name_of(func)
-                if name not in allowed:
-                    refuse(f"aten.{name}")
-                if no_backward and backward_running() != -1:
-                    refuse(f"autograd (aten.{name} in a backward pass)")
-                if not functions_on():
-                    refuse(TAMPERED)
-                return func(*args, **(kwargs or {}))
+                finally:
+                    if was_collecting:
+                        collect()
 
         class Functions(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                state.inside += 1  # PyTorch pops this mode while it runs: ops may run now
+                # PyTorch pops this mode while this runs; it goes back on at once, so that
+                # whatever the call runs in turn (a hook, a backward, an argument's
+                # __eq__) is seen too, and the call runs with its own check skipped.
+                set_skip(False)
+                kwargs = kwargs or {}
+                hop, state.hop = state.hop, None
+                if hop is not None and hop[0] is func and same(hop[1], args):
+                    # The call came back at once, as itself: a method of Tensor written in
+                    # Python that calls the C++ method of its name (unflatten), which
+                    # PyTorch dispatches as the Python one, runs that C++ method, its check
+                    # skipped. Anything else (a few of torch._C's functions check twice,
+                    # such as _set_grad_enabled) runs with the mode off, where every op is
+                    # refused (functions_on).
+                    name = text(attribute(func, "__name__", ""))
+                    if attribute(tensor_base, name, None) is None:
+                        return func(*args, **kwargs)
+                    func = attribute(tensor_base, name)
+                push_function(self)
                 try:
-                    return self.checked(func, args, kwargs)
+                    self.check(func, args, kwargs)
+                    state.hop = (func, args)
+                    return skip_one_hop(func, types, args, kwargs)
                 finally:
-                    state.inside -= 1
+                    state.hop = None
+                    set_skip(False)
+                    if depth_function() != state.at + 1 or function_at(state.at) is not self:
+                        hits.append(TAMPERED)
+                    while depth_function() > state.at:
+                        pop_function()
 
-            def checked(self, func, args, kwargs):
+            def check(self, func, args, kwargs):
                 if named and not exemption[0]:
                     name = text(attribute(func, "__name__", "")).split(".")[0]
                     if name in named:
                         refuse(named[name])
                 if func in arguments and not exemption[0]:
                     name, signature, argument = arguments[func]
-                    given = signature.bind(*args, **(kwargs or {})).arguments
+                    given = signature.bind(*args, **kwargs).arguments
                     if argument in given and given[argument] != signature.parameters[
                             argument].default:
                         refuse(f"F.{name} with {argument}")
-                return func(*args, **(kwargs or {}))
 
         class State:
-            inside = 0  # how deep in Functions.__torch_function__ the thread is
             at = -1  # where Functions' mode sits on the torch-function stack
+            hop: tuple[Any, Any] | None = None  # the call being run with its check skipped
 
         state = State()
 
         def functions_on() -> bool:
-            """Whether Functions' mode is on: in its place on the stack, or, while PyTorch
-            runs its ``__torch_function__`` (which pops it for that time), just popped.
-            Code that PyTorch calls back from there (a custom backward under
-            ``Tensor.backward``) runs without it, under the dispatch guard alone."""
-            if all_disabled():
-                return False
-            depth = depth_function()
-            if depth > state.at and function_at(state.at) is guard_modes[0]:
-                return True
-            return state.inside > 0 and depth == state.at
+            """Whether Functions' mode is in its place on the stack (its handler puts it
+            back while it runs)."""
+            return (not all_disabled() and depth_function() > state.at
+                    and function_at(state.at) is guard_modes[0])
 
         guard_modes: list[Any] = []
+
+        def same(these: Any, those: Any) -> bool:
+            """Whether two argument tuples hold the same objects (identity only: nothing of
+            the learner's runs)."""
+            return len(these) == len(those) and all(
+                a is b for a, b in zip(these, those, strict=True))
 
         class Guard:
             """On: the two modes pushed on their stacks; off: popped, each checked to be

@@ -3,13 +3,15 @@
 The guard of :mod:`.allowed_ops` is a pair of modes on PyTorch's thread-local mode stacks.
 Python can pop them (``torch._C._pop_torch_dispatch_stack``), read them to change them
 (``_get_dispatch_stack_at``), step below them (``_DisableTorchDispatch``, a dispatch key
-excluded, an op redispatched below the Python key, torch-function state disabled), or run
-code on a thread of its own, whose stacks are empty. :func:`seal` runs in the worker after
-the guard's factory has taken its own references and before any learner code is imported:
-every such function, wherever a loaded module holds it, is replaced by one that records the
-attempt and raises, so that the probe's reply is ``forbidden`` whatever the code did with
-the exception. :func:`forbid_new_tasks` then makes the kernel refuse every new thread and
-process of the worker (a seccomp filter), so no code runs outside the guard's thread.
+excluded, an op redispatched below the Python key, torch-function state disabled), run
+code where the dispatch mode is popped (a ``torch.library`` kernel, which runs inside the
+guard's own handler), or run code on a thread of its own, whose stacks are empty.
+:func:`seal` runs in the worker after the guard's factory has taken its own references and
+before any learner code is imported: every such function, wherever a loaded module holds
+it, is replaced by one that records the attempt and raises, so that the probe's reply is
+``forbidden`` whatever the code did with the exception. :func:`forbid_new_tasks` then
+makes the kernel refuse every new thread and process of the worker (a seccomp filter), so
+no code runs outside the guard's thread.
 
 What this holds is stated on the instructor page (``book/instructor.md``, "The allow-list at
 PyTorch's dispatcher, and what it cannot stop"): a switch
@@ -21,9 +23,11 @@ by anything inside the process.
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import struct
 import sys
+from pathlib import Path
 from typing import Any
 
 # torch._C's functions and context managers that pop, read, replace or step below the modes.
@@ -42,6 +46,16 @@ SWITCHES = (
 )
 # Methods of torch._C's classes that call an op below the Python dispatch key.
 METHODS = (("_DispatchOperatorHandle", "redispatch_boxed"),)
+# torch.library's registrations: a kernel of the learner's for an aten op (or a fallback)
+# would run inside the guard's own dispatch handler, where its mode is popped
+# (grading.allowed_ops). A library is made, or a kernel, fallback or op registered on one
+# (on a library PyTorch made before, too), only by a module of PyTorch's being imported
+# (the meta device imports PyTorch's compiler, which registers its own).
+LIBRARY = ("_dispatch_library",)
+LIBRARY_METHODS = tuple(("_DispatchModule", name) for name in (
+    "impl", "impl_t_t", "impl_with_aoti_compile", "fallback", "fallback_fallthrough", "def_",
+    "def_legacy", "def_name_t_t", "def_schema_t_t", "define",
+    "register_ad_inplace_or_view_fallback"))
 
 
 class SwitchRefused(RuntimeError):
@@ -50,36 +64,64 @@ class SwitchRefused(RuntimeError):
 
 def seal(attempts: list[str]) -> None:
     """Replace every switch, in ``torch._C`` and wherever a loaded module holds it, by a
-    function that appends its name to ``attempts`` and raises :class:`SwitchRefused`.
+    function that appends its name to ``attempts`` and raises :class:`SwitchRefused`
+    (``torch.library``'s registrations: unless a module of PyTorch's is being imported).
     Idempotent; the guard keeps the originals it took before."""
     import torch
 
-    originals: dict[int, str] = {}
-    for name in SWITCHES:
+    replaced: dict[int, Any] = {}  # id of an original -> what stands in its place
+    for name in (*SWITCHES, *LIBRARY):
         value = getattr(torch._C, name, None)
-        if value is not None:
-            originals[id(value)] = name
-            setattr(torch._C, name, _refuser(f"torch._C.{name}", attempts))
-    for owner, name in METHODS:
+        if value is not None and not getattr(value, "sealed", False):
+            replaced[id(value)] = _refuser(f"torch._C.{name}", attempts,
+                                           value if name in LIBRARY else None)
+            setattr(torch._C, name, replaced[id(value)])
+    for owner, name in (*METHODS, *LIBRARY_METHODS):
         cls = getattr(torch._C, owner, None)
-        if cls is not None and hasattr(cls, name):
-            setattr(cls, name, _refuser(f"torch._C.{owner}.{name}", attempts))
+        value = getattr(cls, name, None)
+        if value is not None and not getattr(value, "sealed", False):
+            setattr(cls, name, _refuser(f"torch._C.{owner}.{name}", attempts, value if (
+                owner, name) in LIBRARY_METHODS else None))
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
             continue
         for key, value in list(namespace.items()):
-            if id(value) in originals:
-                namespace[key] = _refuser(f"torch._C.{originals[id(value)]}", attempts)
+            if id(value) in replaced:
+                namespace[key] = replaced[id(value)]
 
 
-def _refuser(name: str, attempts: list[str]):
+def _refuser(name: str, attempts: list[str], original: Any = None):
+    """What stands in place of switch ``name``: records the call and raises, unless
+    ``original`` is given and PyTorch is importing one of its own modules (then it calls
+    ``original``)."""
     def refused(*args: Any, **kwargs: Any) -> Any:
+        if original is not None and _pytorch_importing(sys._getframe(1)):
+            return original(*args, **kwargs)
         attempts.append(name)
         raise SwitchRefused(f"{name} turns the grader's check of PyTorch's ops off; an "
                             f"answer to an exercise never needs it")
     refused.__name__ = refused.__qualname__ = name.rpartition(".")[2]
+    refused.sealed = True  # type: ignore[attr-defined]
     return refused
+
+
+def _pytorch_importing(frame: Any) -> bool:
+    """Whether ``frame``'s call comes from a module of PyTorch's being imported: outward
+    from ``frame``, PyTorch's own frames, the outermost of them a module's body, run by
+    Python's import system (its ``_call_with_frames_removed``: the code object itself, which
+    no other code is)."""
+    import importlib._bootstrap
+
+    import torch
+
+    imports = importlib._bootstrap._call_with_frames_removed.__code__
+    package = str(Path(torch.__file__).parent) + os.sep
+    inner = None
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        inner, frame = frame, frame.f_back
+    return (inner is not None and inner.f_code.co_name == "<module>" and frame is not None
+            and frame.f_code is imports)
 
 
 # ---------------------------------------------------------------- no new thread or process

@@ -108,10 +108,13 @@ class Worker:
         self.attempts: list[str] = []
         switches.seal(self.attempts)
         self._plain = plain_factory()  # the reply's conversion, bound before learner code too
-        # The grader's stand-ins for the earlier exercises an exercise builds on (grading.
-        # standins), built now too; each notes here that it ran.
+        # What the grader's stand-ins for the earlier exercises an exercise builds on compute
+        # under the guard's exemption (grading.standins), made now too; the stand-ins
+        # themselves are made for each request that is handed them, and revoked when it
+        # ends. Each notes here that it ran, or that it was called once revoked.
         self.stood_in: list[str] = []
-        self.standins = standins.build(self._guard.exempt, self.stood_in.append)
+        self.kept: list[tuple[str, str]] = []  # (the stand-in's exercise, the test's)
+        self._computed = standins.computations(self._guard.exempt)
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
 
         from annotated_transformer import parts
@@ -170,9 +173,12 @@ class Worker:
         guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
             "forbid_ops"] else None
         hits: list[str] = guarded[1] if guarded is not None else []
-        switched, ran = len(self.attempts), len(self.stood_in)
-        stand_ins = {standins.EXERCISES[e]: self.standins[e]
-                     for e in request.get("standins", ()) if e in self.standins}
+        switched, ran, kept = len(self.attempts), len(self.stood_in), len(self.kept)
+        made, revoke = standins.build(self._computed, self.stood_in.append, self.kept.append,
+                                      str(request["exercise"])) if request.get("standins") else (
+            {}, None)
+        stand_ins = {standins.EXERCISES[e]: made[e] for e in request["standins"] if e in made
+                     } if made else {}
         patched: dict[str, Any] = {}  # the chapter module's own names, while it runs
         # The guard is on before the chapter module is imported and stays on until the
         # reply is plain data: whatever the learner's code runs (its import, the probe, an
@@ -200,15 +206,25 @@ class Worker:
             except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
                 reply = self.describe(error, request.get("chapter"))
             finally:
+                if revoke is not None:
+                    revoke()
                 module_dict = module.__dict__ if patched else {}
                 module_dict.update(patched)
             called = seen.names()
         own = request["exercise"] in self.stood_in[ran:]
-        del self.stood_in[ran:]
+        revoked = self.kept[kept:]
+        del self.stood_in[ran:], self.kept[kept:]
         forbidden = ""
         if len(self.attempts) > switched:
             forbidden = (f"your code reached {self.attempts[switched]}, which turns the "
                          f"grader's check of PyTorch's ops off; an answer never needs it")
+        elif revoked:
+            exercise, owner = revoked[0]
+            forbidden = (f"your code ran the grader's stand-in for exercise {exercise} "
+                         f"({standins.EXERCISES[exercise]}), which a test of exercise {owner} "
+                         f"was handed and your code kept: a stand-in serves only the test it "
+                         f"is handed to, never another exercise (ask active_parts() for a part "
+                         f"where you use it, and keep none)")
         elif own:
             forbidden = (f"your code ran the grader's stand-in for exercise "
                          f"{request['exercise']} while that exercise was graded; write it "
