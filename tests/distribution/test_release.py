@@ -21,8 +21,9 @@ import torch
 from grading_run import grade_run
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.course.distribution import release
+from annotated_transformer.course.distribution import release, release_record
 from annotated_transformer.course.grading import manifest
+from annotated_transformer.course.grading.engine import exercise_points
 from annotated_transformer.layout import MANIFEST, ROOT, relative
 
 pytestmark = pytest.mark.skipif(not (ROOT / ".git").exists(),
@@ -88,6 +89,23 @@ def test_the_release_has_fresh_stubs_and_its_own_readme(out: Path):
         assert "solutions/" not in stub.read_text().split('"""')[0], stub.name
     course = (ROOT / "README.md").read_text()
     assert "A student release" not in release.COURSE_ONLY.sub("", course).split("<!--")[0]
+
+
+def test_the_release_records_what_it_is(out: Path):
+    """course-release.json: the commit it was made from, every exercise with the points the
+    grader offers, and the sha256 of each stub, grading file and the workflow kept."""
+    record = json.loads((out / release_record.RECORD).read_text())
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert record["commit"] == head and isinstance(record["uncommitted_changes"], bool)
+    assert {e: v["points"] for e, v in record["exercises"].items()} == {
+        r.id: r.max_points for r in exercise_points()}
+    assert record["stubs"] == {f"exercises/{p.name}": manifest.file_sha256(p)
+                               for p in sorted((out / "exercises").glob("ch*.py"))}
+    assert record["grading_files"] == manifest.compute(out)["files"]
+    assert record["workflows"] == {".github/workflows/grade.yml": manifest.file_sha256(
+        out / ".github" / "workflows" / "grade.yml")}
+    assert release_record.commit_of((out / release_record.RECORD).read_bytes()) == head
 
 
 def test_the_classroom_release_keeps_the_classroom_workflow_only():

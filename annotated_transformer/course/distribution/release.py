@@ -18,9 +18,12 @@ repository they copy privately. It holds the course's tracked files (as committe
   ``classroom.yml``, for GitHub Classroom);
 
 with ``exercises/`` written afresh from the solutions (whatever the maintainer's copy
-holds) and the README's course-only passages swapped for the release's (the HTML
+holds), the README's course-only passages swapped for the release's (the HTML
 comments ``<!-- course-only -->`` ... ``<!-- /course-only -->`` and
-``<!-- release-only ... -->``).
+``<!-- release-only ... -->``), and ``course-release.json``, the record of what the release
+is (its commit, exercises and points, and the hashes of its stubs, grading files and
+workflow: :mod:`.release_record`), by which ``regrade`` grades a learner on the exercises
+their release offered.
 
 In a release, whatever the course takes from the reference comes from the learner's
 ``exercises/`` (see :mod:`annotated_transformer.parts`): each notebook runs up to the
@@ -40,6 +43,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.distribution import release_record
 from annotated_transformer.layout import (
     EXERCISES_DIR,
     GRADED_DIR,
@@ -141,6 +145,8 @@ def write_release(out: Path, workflow: str = "grade", allow_dirty: bool = False)
     written = stubs.write_stubs(exercises, force=True)
     if not written:
         raise ReleaseError(f"no stubs were written to {exercises}")
+    written.append(release_record.write(out, _git("rev-parse", "HEAD").strip(),
+                                        uncommitted=bool(changed)))
     return sorted(set(files) | {p.relative_to(out).as_posix() for p in written})
 
 
@@ -152,7 +158,8 @@ def _summary(out: Path, files: Iterable[str], workflow: str) -> str:
                else "a learner's own copy (grade.yml)")
     return "\n".join([
         f"Wrote a student release of commit {commit[:12]}{dirty} to {out} "
-        f"({len(list(files))} files), graded in CI for {grading}.",
+        f"({len(list(files))} files), graded in CI for {grading}; "
+        f"{release_record.RECORD} records what it is, for regrade.",
         f"Left out: {folder_name(SOLUTIONS_DIR)}, the fast parts, {folder_name(VARIANTS_DIR)} "
         f"and the course's own tests.",
         f"Set the variable COURSE_REF to {commit} where the release is graded, so that "

@@ -6,9 +6,13 @@ grader runs uses them, so they are not among the files that decide a grade.
   - :mod:`.regrade`: ``python -m annotated_transformer regrade``: many submissions into
     one gradebook, each checked for changed grading files first.
   - :mod:`.class_folder`: ``regrade``'s other commands over a class's folder (``merge``,
-    ``snapshot``, ``export``), its seed, and the identical-file flag.
+    ``snapshot``, ``export``), its seed, and the flags that compare a learner with the
+    class (the identical-file flag, another release than the class's).
+  - :mod:`.releases`: what each learner is graded against: the release their repository
+    records, read from the course's history, or the course as it is now.
   - :mod:`.submissions`: a submission read without trusting it: its exercise files
-    copied out, everything else that could change a grade compared with the course's.
+    copied out, everything else that could change a grade compared with the course's (or
+    the learner's release's); what the copy check compares of each chapter file.
   - :mod:`.repositories`: a submission's repository at the commit to grade (branch,
     the deadline's snapshot), and the flags of what came after it.
   - :mod:`.snapshot`: each repository's head seen at the deadline, signed (``regrade

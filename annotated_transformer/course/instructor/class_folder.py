@@ -2,8 +2,9 @@
 
 ``regrade merge`` (shards and overrides into one gradebook), ``regrade snapshot`` (each
 repository's head at the deadline, :mod:`.snapshot`) and ``regrade export`` (the gradebook
-as the CSV an LMS imports, :mod:`.lms`); the identical-file flag; the learners' names;
-the files written after every run.
+as the CSV an LMS imports, :mod:`.lms`); the flags that compare a learner with the class
+(the identical-file flag, a release other than the class's); the learners' names; the files
+written after every run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -97,17 +99,30 @@ def learner_names(sources: list[str], names: str | None) -> list[str]:
     return found
 
 
-def flag_same_files(book: gradebook.Gradebook) -> None:
-    """Flag, in every learner's record and rows, the chapter files another learner of the
-    class handed in too (comments, spacing and docstrings aside:
-    :func:`.submissions.fingerprint`)."""
+def flag_against_class(book: gradebook.Gradebook) -> None:
+    """Flag, in every learner's record and rows, what compares them with the class: the
+    chapter files another learner handed in too (``identical-file``:
+    :func:`.submissions.same_files`), and a release other than most of the class's
+    (``release-other``, where the learners' own records chose)."""
     found = same_files(book.learners)
+    graded = {name for name, who in book.learners.items() if who.status != "error"}
+    releases = Counter(book.learners[name].release for name in graded)
+    usual, count = releases.most_common(1)[0] if graded else ("", 0)
     for name, who in book.learners.items():
-        who.flags.pop("identical-file", None)
+        for flag in gradebook.CLASS_FLAGS:
+            who.flags.pop(flag, None)
         if name in found:
             who.flags["identical-file"] = found[name]
+        if name in graded and who.release != usual:
+            who.flags["release-other"] = [
+                f"graded against {_release_name(who.release)}; {count} of {len(graded)} "
+                f"learners against {_release_name(usual)}"]
     book.rows = [replace(r, flags=";".join(sorted(book.learners[r.learner].flags)))
                  if r.learner in book.learners else r for r in book.rows]
+
+
+def _release_name(commit: str) -> str:
+    return f"the release of commit {commit[:12]}" if commit else "the course as it is now"
 
 
 def build_export_parser() -> argparse.ArgumentParser:
@@ -224,7 +239,7 @@ def _merge(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         parser.error(str(error))
     warn_unmatched(book, args.out)
-    flag_same_files(book)
+    flag_against_class(book)
     write_all(args.out, book, about)
     merged = (f"Merged {len(args.folders)} gradebook(s) into {args.out}" if args.folders
               else f"Updated {args.out}")

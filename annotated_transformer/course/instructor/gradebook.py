@@ -5,7 +5,9 @@ gradebook already there, replaces the rows of each learner it grades (every row 
 run's seed and time) and keeps everyone else's; shards graded on other machines are merged
 the same way (``regrade merge``). Manual adjustments (``--overrides``) are kept beside the
 rows and applied to every output: the long CSV and JSON, the wide CSV an LMS imports, and
-each learner's feedback file. A learner's text (the messages, quoting their code) is data
+each learner's feedback file. A learner's feedback names no one else: the flags that compare
+a learner with classmates (the copy check's pairs) are in the instructor's ``flags.md``
+only. A learner's text (the messages, quoting their code) is data
 in every format: a code span in Markdown, a cell that never runs as a formula in CSV.
 """
 
@@ -31,6 +33,10 @@ from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.instructor.spreadsheet import csv_text, from_row, to_csv, to_row
 
 OVERRIDE_COLUMNS = ("learner", "exercise", "points", "reason")
+# Flags that compare a learner with classmates, and may name them: the instructor's report
+# (flags.md, the gradebook) shows them, a learner's feedback never does.
+CLASS_FLAGS = ("identical-file", "release-other")
+NOT_IN_RELEASE = "not in your release"
 LOCK = ".regrade.lock"  # in the class's folder, held by the run that writes there
 
 
@@ -76,8 +82,12 @@ class Learner:
     seed: int | None = None
     seconds: float = 0.0  # how long fetching, checking and grading took
     # {chapter file: digest of its code, comments, spacing and docstrings aside}
-    # (submissions.fingerprint: the identical-file flag)
+    # (submissions.code_of: the identical-file flag)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    release: str = ""  # the commit of the release graded against; "" for the course now
+    release_note: str = ""  # what the learner's feedback says of it
+    # {exercise of the chapters graded: why it is not graded}: not in the learner's release
+    not_in_release: dict[str, str] = field(default_factory=dict)
 
     def flag(self, name: str, what: str) -> None:
         """Record one finding of the check ``name``."""
@@ -229,7 +239,7 @@ def read_overrides(path: Path) -> list[Override]:
 def wide_csv(book: Gradebook) -> str:
     """The LMS's table: one line a learner, a column an exercise and a chapter, the total;
     the second line gives each column's possible points (the ``Points Possible`` line that
-    LMS imports such as Canvas's read)."""
+    LMS imports such as Canvas's read). An exercise not in a learner's release is blank."""
     rows = book.effective_rows()
     exercises = sorted({r.id for r in rows if r.id}, key=dependencies.order)
     chapters = sorted({ExerciseId(e).chapter for e in exercises})
@@ -241,16 +251,19 @@ def wide_csv(book: Gradebook) -> str:
               round(sum(possible.values()), 2)]]
     for name in sorted(book.learners):
         mine = {r.id: r.points for r in rows if r.learner == name and r.id}
+        absent = book.learners[name].not_in_release  # blank: neither points nor a zero
         per_chapter = [round(sum(p for e, p in mine.items() if ExerciseId(e).chapter == c), 2)
                        for c in chapters]
-        lines.append([name, *(mine.get(e, 0) for e in exercises), *per_chapter,
-                      round(sum(mine.values()), 2)])
+        lines.append([name, *("" if e in absent else mine.get(e, 0) for e in exercises),
+                      *per_chapter, round(sum(mine.values()), 2)])
     return csv_text(header, lines)
 
 
 def feedback(book: Gradebook, name: str) -> str:
     """One learner's feedback as Markdown: what was graded, their total, every exercise with
-    its points, status, named mistake and message (as data), the adjustments and flags."""
+    its points, status, named mistake and message (as data), the exercises not in their
+    release, the adjustments and their own flags (never :data:`CLASS_FLAGS`, which may name
+    a classmate)."""
     who = book.learners[name]
     rows = [r for r in book.effective_rows() if r.learner == name]
     points, possible = book.totals()[name]
@@ -258,7 +271,8 @@ def feedback(book: Gradebook, name: str) -> str:
              f"**{points:g}/{possible:g} points.**", ""]
     if who.commit:
         lines.append(f"Graded commit {markdown_code(who.commit)} of {who.commit_time or '?'}.")
-    lines += [f"Graded at {who.graded_at or '?'} (seed {who.seed}).", ""]
+    lines += [f"Graded at {who.graded_at or '?'} (seed {who.seed})."]
+    lines += [who.release_note, ""] if who.release_note else [""]
     if who.status == "error":
         lines += ["Your submission could not be graded:", "",
                   markdown_code(rows[0].message if rows else "?"), ""]
@@ -271,15 +285,39 @@ def feedback(book: Gradebook, name: str) -> str:
             lines.append(f"| {row.id} {row.title.replace('|', '/')} | "
                          f"{row.points:g}/{row.max_points:g} | {row.status} | {mistake} | "
                          f"{message} |")
+        titles = dependencies.read().titles if who.not_in_release else {}
+        for exercise, why in sorted(who.not_in_release.items(),
+                                    key=lambda item: dependencies.order(item[0])):
+            title = titles.get(exercise, "").replace("|", "/")
+            lines.append(f"| {exercise} {title} | - | {NOT_IN_RELEASE} | | {why} |")
     adjusted = [r for r in rows if r.override]
     if adjusted:
         lines += ["", "## Adjusted by your instructor", ""]
         lines += [f"- {r.id}: {markdown_code(r.override)}" for r in adjusted]
-    if who.flags:
+    own = {flag: what for flag, what in who.flags.items() if flag not in CLASS_FLAGS}
+    if own:
         lines += ["", "## What the checks noticed (a reason to look, not a verdict)", ""]
         lines += [f"- {flag}: {markdown_code('; '.join(what))}"
-                  for flag, what in sorted(who.flags.items())]
+                  for flag, what in sorted(own.items())]
     return "\n".join(lines) + "\n"
+
+
+def flags_report(book: Gradebook) -> str:
+    """The instructor's report of every learner's flags as Markdown, the copy check's pairs
+    with them: for the instructor alone, since it names classmates."""
+    lines = ["# What the checks noticed, learner by learner", "",
+             "For you, not for the learners: the copy check names classmates, and no "
+             "learner's feedback shows it. Each flag is a reason to look, not a verdict "
+             "(gradebook.json's `flags` says what each means).", ""]
+    flagged = [(name, who) for name, who in book.learners.items() if who.flags]
+    for name, who in flagged:
+        lines += [f"## {markdown_code(name)}", ""]
+        lines += [f"- {flag}: {markdown_code('; '.join(what))}"
+                  for flag, what in sorted(who.flags.items())]
+        lines.append("")
+    if not flagged:
+        lines.append("No flag.")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def feedback_name(name: str) -> str:
@@ -293,7 +331,8 @@ def feedback_name(name: str) -> str:
 
 
 def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
-    """Write the gradebook (JSON, long and wide CSV) and a feedback file a learner."""
+    """Write the gradebook (JSON, long and wide CSV), a feedback file a learner and the
+    instructor's report of the flags."""
     out.mkdir(parents=True, exist_ok=True)
     write_report(out / "gradebook.json", json.dumps(book.to_json(about), indent=2) + "\n")
     write_report(out / "gradebook.csv", to_csv(book.effective_rows()))
@@ -308,4 +347,6 @@ def write(out: Path, book: Gradebook, about: dict[str, Any]) -> list[Path]:
         (out / "overrides-unmatched.csv").unlink()
     for name in book.learners:
         write_report(folder / f"{feedback_name(name)}.md", feedback(book, name))
-    return [out / "gradebook.json", out / "gradebook.csv", out / "grades-wide.csv", folder]
+    write_report(out / "flags.md", flags_report(book))
+    return [out / "gradebook.json", out / "gradebook.csv", out / "grades-wide.csv", folder,
+            out / "flags.md"]

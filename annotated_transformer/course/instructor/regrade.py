@@ -8,12 +8,13 @@
     python -m annotated_transformer regrade merge shard-1 shard-2 --out grades
 
 Each SUBMISSION is a folder or a git URL, cloned whole and checked out at its branch's
-(``--branch``) head, or at the commit ``regrade snapshot`` saw there at the deadline
-(``--snapshot``, :mod:`.snapshot`; git's own dates are the learner's to set and choose
-nothing) (:mod:`.repositories`). Of each,
+(``--branch``, or the roster's) head, or at the commit ``regrade snapshot`` saw there at
+the deadline (``--snapshot``, :mod:`.snapshot`; git's own dates are the learner's to set
+and choose nothing) (:mod:`.repositories`). Each learner is graded on the exercises of the
+release their repository records (``--release``, :mod:`.releases`). Of each submission,
 only the course's regular exercise files are used; the release's own stub stands in for a
 chapter it lacks, and its tests, grader, workflows and committed reports are only compared
-with the course's, each difference a flag (:mod:`.submissions`, ``FLAGS``): a reason to
+with the release's, each difference a flag (:mod:`.submissions`, ``FLAGS``): a reason to
 look, not a verdict. Every submission is graded by the course's tests and grader with the
 same seed (drawn afresh each run, unless ``--seed``), ``--jobs`` at a time, its code inside
 bubblewrap (:mod:`annotated_transformer.course.grading.boundary`; where bubblewrap cannot
@@ -23,10 +24,11 @@ The class's folder (``--out``) holds one gradebook however many runs fill it
 (:mod:`.gradebook`): each learner's rows are written as soon as they are graded, replacing
 only that learner's earlier rows; ``gradebook.csv`` and ``.json`` (a row per learner and
 exercise, with its run's seed and time and the known mistake the grader named),
-``grades-wide.csv`` (a row per learner, for an LMS), ``feedback/LEARNER.md``, and the
-class's summary rebuilt from the whole gradebook (:mod:`.class_summary`). ``--overrides``
-adds manual adjustments, shown in every output; ``--shard K/N`` grades a share of the
-class, and ``regrade merge`` puts the shares together.
+``grades-wide.csv`` (a row per learner, for an LMS), ``feedback/LEARNER.md`` (naming no
+one else), ``flags.md`` (every learner's flags, the copy check's pairs among them: the
+instructor's), and the class's summary rebuilt from the whole gradebook
+(:mod:`.class_summary`). ``--overrides`` adds manual adjustments, shown in every output;
+``--shard K/N`` grades a share of the class, and ``regrade merge`` puts the shares together.
 A submission that cannot be cloned or graded gets one row with status ``error`` and 0
 points, and the others go on. Exit status: 0, 1 when some submission got an ``error`` row,
 2 (with one ``error:`` line) for bad arguments.
@@ -42,22 +44,30 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from annotated_transformer.course.distribution import release_record
 from annotated_transformer.course.grading import boundary, engine, manifest
+from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import ExerciseResult
 from annotated_transformer.course.grading.runspec import RunSpec, draw_seed
-from annotated_transformer.course.instructor import gradebook, lms, repositories, snapshot
+from annotated_transformer.course.instructor import (
+    gradebook,
+    lms,
+    releases,
+    repositories,
+    snapshot,
+)
 from annotated_transformer.course.instructor.class_folder import (
     _Parser,
     export_main,
-    flag_same_files,
+    flag_against_class,
     is_git_url,
     learner_names,
     merge_main,
@@ -106,8 +116,14 @@ FLAGS = {
     "backdated": "a commit pushed after the snapshot that claims a date before the deadline",
     "dated-before-parent": "a commit that claims a date before its parent's (a clock set back)",
     "other-branch": "a branch holds commits the graded branch lacks (not graded)",
-    "identical-file": "a chapter file the same as another learner's of the class, comments "
-                      "and spacing aside (the release's stub aside)",
+    "identical-file": "a chapter file the same as another learner's of the class, comments, "
+                      "spacing and docstrings aside, shared by no more than a quarter of the "
+                      "class (or two), with at least 8 lines of code beside the release's "
+                      "stub (in the instructor's flags.md, never in a learner's feedback)",
+    "release-unknown": f"the repository's {release_record.RECORD} names no release of the "
+                       f"course's history (graded on the course as it is now)",
+    "release-other": "graded against another release than most of the class (in the "
+                     "instructor's flags.md, never in a learner's feedback)",
 }
 
 
@@ -129,13 +145,13 @@ class Run:
     snapshot: snapshot.Snapshot | None = None  # the heads seen at the deadline
     deadline: datetime | None = None  # what a backdated commit is compared with
     branches: dict[str, str] = field(default_factory=dict)  # a learner's own, from the roster
+    release: str = releases.OWN  # --release: own, current, or the commit of one release
 
 
 def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult]:
-    """Fetch, check and grade one submission; its rows (``who`` gets the flags)."""
+    """Fetch, check and grade one submission against what its learner was given (their
+    release, :mod:`.releases`); its rows (``who`` gets the flags)."""
     with tempfile.TemporaryDirectory(prefix="regrade-") as tmp:
-        branch = run.branches.get(who.learner) or run.branch
-        pinned = branch is not None or run.snapshot is not None
         seen = None
         if run.snapshot is not None:
             seen = run.snapshot.seen.get(who.learner)
@@ -145,6 +161,8 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
             if not seen.commit:
                 raise SubmissionError(f"at the deadline's snapshot ({seen.seen_at}) its "
                                       f"repository could not be read: {seen.error}")
+        branch = run.branches.get(who.learner) or run.branch
+        pinned = branch is not None or seen is not None
         if is_git_url(source) or (pinned and real_dir(Path(source) / ".git")):
             root = repositories.fetch(source, Path(tmp) / "clone", who,
                                       branch or (seen.branch if seen else None), seen,
@@ -156,13 +174,22 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
             root = Path(source)
             if not real_dir(root):
                 raise SubmissionError(f"{who.source} is not a folder (nor a git URL)")
-        check_workflows(root, who)
-        check_tests(root, run.expected, who)
+        basis = releases.for_learner(root, run.release, who)
+        graded = [e.id for e in engine.exercise_points(run.chapters)
+                  if basis.exercises is None or e.id in basis.exercises]
+        who.release, who.release_note = basis.commit, basis.note
+        who.not_in_release = {e: why for e, why in basis.left_out.items()
+                              if ExerciseId(e).chapter in run.chapters}
+        compared = releases.workflows_folder(basis, Path(tmp) / "release-workflows")
+        check_workflows(root, who, compared)
+        check_tests(root, basis.grading_files or run.expected, who)
         check_reports(root, who)
         impl = Path(tmp) / EXERCISES_DIR.name
         impl.mkdir()
-        collect_exercises(root, run.chapters, impl, who)
-        spec = RunSpec.new(str(impl), seed=run.seed, sandbox=run.sandbox)
+        collect_exercises(root, run.chapters, impl, who, basis.stubs)
+        if not graded:
+            return []
+        spec = RunSpec.new(str(impl), seed=run.seed, sandbox=run.sandbox, exercises=graded)
         return engine.grade(spec, run.chapters).rows()  # GraderFault: not the learner's doing
 
 
@@ -196,7 +223,8 @@ def grade_one(source: str, name: str, run: Run,
         return who, rows_for(who, results)
     except Exception as error:  # one submission must not stop the others
         who.graded_at, who.seconds = _now(), round(time.monotonic() - started, 1)
-        return who, [error_row(who, error, _possible_points(run.chapters))]
+        return who, [error_row(who, error, _possible_points(run.chapters,
+                                                           who.not_in_release))]
 
 
 def regrade(sources: list[str], names: list[str], run: Run, jobs: int = 1,
@@ -241,10 +269,12 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _possible_points(chapters: list[int]) -> float:
-    """The points on offer in these chapters (0 when even that cannot be read)."""
+def _possible_points(chapters: list[int], left_out: Container[str] = ()) -> float:
+    """The points on offer in these chapters, but for the exercises ``left_out`` (0 when
+    even that cannot be read)."""
     try:
-        return round(sum(r.max_points for r in engine.exercise_points(chapters)), 2)
+        return round(sum(r.max_points for r in engine.exercise_points(chapters)
+                         if r.id not in left_out), 2)
     except Exception:  # only the error row's max_points depends on it
         return 0.0
 
@@ -305,9 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shard", metavar="K/N",
                         help="grade only the K-th of N shares of the submissions (1 <= K <= N), "
                         "to split a class over machines; then 'regrade merge'")
+    parser.add_argument("--release", default=releases.OWN, metavar="WHICH",
+                        help=f"what each learner is graded against: 'own' (default), the "
+                        f"release their repository's {release_record.RECORD} names, read "
+                        f"from the course's history (only its exercises graded; without the "
+                        f"file, the course as it is now); 'current', every exercise of the "
+                        f"course as it is now (a class moved to a newer release); or a "
+                        f"commit or tag of the course, the release made from it, for every "
+                        f"learner")
     parser.add_argument("--manifest", type=Path, default=MANIFEST, metavar="PATH",
-                        help=f"the manifest of the grading files (default: the course's "
-                        f"{relative(MANIFEST)})")
+                        help=f"the manifest of the grading files that a learner graded on "
+                        f"the course as it is now is compared with (default: the course's "
+                        f"{relative(MANIFEST)}; a learner's release brings its own)")
     parser.add_argument("--unsafe", action="store_true",
                         help="grade without the sandbox where bubblewrap cannot start: the "
                         "learners' code then runs with your rights, and could read or change "
@@ -376,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         taken = snapshot.load(args.snapshot) if args.snapshot is not None else None
         if taken is not None and deadline is None:
             deadline = repositories.parse_deadline(taken.deadline or taken.taken_at)
+        release = args.release
+        if release not in (releases.OWN, releases.CURRENT):
+            release = release_record.at_commit(release_record.resolve(release)).commit
         chosen = (shard_of(args.shard, len(names)) if args.shard
                   else list(range(len(names))))
         if args.out.exists() and not args.out.is_dir():
@@ -398,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"bubblewrap), or pass --unsafe to grade without it (the learners' code "
                      f"then runs with your rights)")
     seed = args.seed if args.seed is not None else draw_seed()
-    run = Run(chapters, seed, expected, sandbox, args.branch, taken, deadline, branches)
+    run = Run(chapters, seed, expected, sandbox, args.branch, taken, deadline, branches,
+              release)
     try:
         with gradebook.locked(args.out):  # read, graded and written by this run alone
             try:
@@ -429,7 +472,7 @@ def _regrade_into(book: gradebook.Gradebook, args: argparse.Namespace, run: Run,
 
     graded = regrade(sources, names, run, args.jobs, on_graded=keep)
     book.order([*earlier, *names])
-    flag_same_files(book)
+    flag_against_class(book)
     warn_unmatched(book, args.out)
     write_all(args.out, book, about)
     print(f"Gradebook: {args.out / 'gradebook.csv'}, {args.out / 'gradebook.json'}, "

@@ -1,7 +1,8 @@
 """A submission read without trusting it: only the course's regular exercise files are
 copied out of it (no link followed, none over 1 MB), the release's own stub stands in for a
 chapter it lacks, and everything else that could change a grade (tests, grader, workflows,
-committed reports) is only compared with the course's, each difference a flag."""
+committed reports) is only compared with the course's (or the learner's release's), each
+difference a flag. What the copy check compares of each chapter file is kept too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import hashlib
 import os
 import stat
 import tempfile
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +83,13 @@ def pristine_stub(name: str) -> str:
     return text
 
 
-def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner) -> None:
+def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner,
+                      release_stubs: Mapping[str, str] | None = None) -> None:
     """Copy the submission's usable exercise files into ``dest``; the course's stub for any
-    other chapter. Flags what was left out, and each graded chapter without a usable file."""
+    other chapter. Flags what was left out, and each graded chapter without a usable file.
+    Records, for the copy check, the :func:`code_of` each graded chapter file whose code of
+    its own (beside the stub of the learner's release, ``release_stubs``, and the course's)
+    is at least :data:`MIN_OWN_LINES` lines."""
     names = course_exercise_files()
     folder = root / relative(EXERCISES_DIR)
     copied: set[str] = set()
@@ -90,7 +97,8 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
         who.flag("symlink", relative(EXERCISES_DIR) + "/")
     elif real_dir(folder):
         for entry in sorted(os.scandir(folder), key=lambda e: e.name)[:MAX_FILES]:
-            if not CHAPTER_FILE.match(entry.name):
+            named = CHAPTER_FILE.match(entry.name)
+            if not named:
                 continue
             if entry.name not in names.values():
                 who.flag("extra-file", relative(EXERCISES_DIR / entry.name))
@@ -101,11 +109,11 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
                 continue
             (dest / entry.name).write_bytes(data)
             copied.add(entry.name)
-            named = CHAPTER_FILE.match(entry.name)
-            graded = named is not None and int(named["chapter"]) in chapters
-            digest = fingerprint(data) if graded else None
-            if digest is not None and digest != fingerprint(pristine_stub(entry.name).encode()):
-                who.fingerprints[entry.name] = digest
+            if int(named["chapter"]) in chapters:
+                stubs = [pristine_stub(entry.name), (release_stubs or {}).get(entry.name, "")]
+                digest = own_code(data, stubs)
+                if digest is not None:
+                    who.fingerprints[entry.name] = digest
     for chapter, name in names.items():
         if name not in copied:
             (dest / name).write_text(pristine_stub(name))
@@ -113,12 +121,32 @@ def collect_exercises(root: Path, chapters: list[int], dest: Path, who: Learner)
                 who.flag("missing-chapter", f"chapter {chapter} ({name})")
 
 
-def fingerprint(data: bytes) -> str | None:
+MIN_OWN_LINES = 8  # fewer lines of code of its own than this: too short for the copy check
+
+
+def own_code(data: bytes, stubs: list[str]) -> str | None:
+    """The digest of ``data``'s code (:func:`code_of`) when it is none of ``stubs`` and
+    holds at least :data:`MIN_OWN_LINES` lines that the stub it is closest to lacks; else
+    None (an untouched stub, a few one-line answers, a file that does not parse)."""
+    digest, lines = code_of(data)
+    if digest is None:
+        return None
+    own = len(lines)
+    for stub in filter(None, stubs):
+        stub_digest, stub_lines = code_of(stub.encode())
+        if digest == stub_digest:
+            return None
+        own = min(own, sum((Counter(lines) - Counter(stub_lines)).values()))
+    return digest if own >= MIN_OWN_LINES else None
+
+
+def code_of(data: bytes) -> tuple[str | None, list[str]]:
     """A digest of a Python file's syntax tree without its docstrings (module, class and
-    function) or any other string that stands alone as a statement; None for a file that
-    does not parse. Two files share it when their statements, names, operators and literal
-    values are the same: comments, spacing, line breaks, quotes and docstrings do not
-    count, a renamed variable or a reordered statement does."""
+    function) or any other string that stands alone as a statement, and the lines of that
+    code as Python writes it back; ``(None, [])`` for a file that does not parse. Two files
+    share the digest when their statements, names, operators and literal values are the
+    same: comments, spacing, line breaks, quotes and docstrings do not count, a renamed
+    variable or a reordered statement does."""
     try:
         tree = ast.parse(data)
         for node in ast.walk(tree):
@@ -127,9 +155,10 @@ def fingerprint(data: bytes) -> str | None:
                 if isinstance(block, list):
                     setattr(node, name, [s for s in block if not _lone_string(s)])
         dumped = ast.dump(tree)
+        lines = [line.strip() for line in ast.unparse(tree).splitlines() if line.strip()]
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    return hashlib.sha256(dumped.encode()).hexdigest()[:16]
+        return None, []
+    return hashlib.sha256(dumped.encode()).hexdigest()[:16], lines
 
 
 def _lone_string(statement: object) -> bool:
@@ -138,20 +167,31 @@ def _lone_string(statement: object) -> bool:
             and isinstance(statement.value.value, str))
 
 
+def rare_enough(holders: int, learners: int) -> bool:
+    """Whether a file shared by ``holders`` of a class of ``learners`` is rare enough to
+    flag: by two, or by no more than a quarter of the class (a file most learners share is
+    the course's template or the one obvious answer, not a copy)."""
+    return 2 <= holders <= max(2, learners // 4)
+
+
 def same_files(learners: dict[str, Learner]) -> dict[str, list[str]]:
-    """``{learner: ["chNN_x.py is the same as bob's, comments, spacing and docstrings
-    aside", ...]}``: each chapter file whose :func:`fingerprint` another learner's file of
-    the class has too (the release's untouched stub aside)."""
+    """``{learner: ["chNN_x.py is the same as bob's (shared by 2 of 40), comments, spacing
+    and docstrings aside", ...]}``: each chapter file whose code (:func:`code_of`, the
+    release's stubs and files too short aside: :func:`collect_exercises`) another learner's
+    file has too, where the file is :func:`rare_enough` in the class."""
     holders: dict[tuple[str, str], list[str]] = {}
     for name, who in learners.items():
         for file, digest in who.fingerprints.items():
             holders.setdefault((file, digest), []).append(name)
     found: dict[str, list[str]] = {}
     for (file, _), names in sorted(holders.items()):
-        for name in names if len(names) > 1 else ():
+        if not rare_enough(len(names), len(learners)):
+            continue
+        for name in names:
             others = ", ".join(n for n in names if n != name)
             found.setdefault(name, []).append(
-                f"{file} is the same as {others}'s, comments, spacing and docstrings aside")
+                f"{file} is the same as {others}'s (shared by {len(names)} of "
+                f"{len(learners)}), comments, spacing and docstrings aside")
     return found
 
 
@@ -202,9 +242,10 @@ def check_tests(root: Path, expected: dict[str, Any], who: Learner) -> None:
         who.flag("tests-changed", f"{path} ({change})")
 
 
-def check_workflows(root: Path, who: Learner) -> None:
-    """Flag ``workflow-changed`` for each workflow file that is not the course's copy."""
-    for name, how in manifest.workflow_changes(root).items():
+def check_workflows(root: Path, who: Learner, course_dir: Path = WORKFLOWS_DIR) -> None:
+    """Flag ``workflow-changed`` for each workflow file that is not the copy in
+    ``course_dir`` (the course's, or the learner's release's)."""
+    for name, how in manifest.workflow_changes(root, course_dir).items():
         path = name if "/" in name else relative(WORKFLOWS_DIR / name)
         who.flag("workflow-changed", f"{path} ({how})")
 
