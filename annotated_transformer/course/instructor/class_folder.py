@@ -172,17 +172,22 @@ def export_main(argv: list[str]) -> int:
 
 def build_snapshot_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m annotated_transformer regrade snapshot",
-                     description="At the deadline: record each repository's head commit and "
-                     "the time it was seen, signed, into --out (snapshot-TIME.json); then "
-                     "'regrade ... --snapshot FILE' grades those commits.")
-    parser.add_argument("submissions", nargs="+", metavar="REPOSITORY",
-                        help="a learner's git URL (or repository folder)")
+                     description="At the deadline: record each repository's branch, its head "
+                     "commit, every branch's head and the time it was seen, signed, into "
+                     "--out (snapshot-TIME.json); then 'regrade ... --snapshot FILE' grades "
+                     "those commits.")
+    parser.add_argument("submissions", nargs="*", metavar="REPOSITORY",
+                        help="a learner's git URL (or repository folder), or --roster")
+    parser.add_argument("--roster", type=Path, metavar="FILE",
+                        help="the class's roster (learner, repository, branch, lms_id, "
+                        "section): each line's repository, at its branch, under its name")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="the class's folder (it keeps the key that signs snapshots)")
     parser.add_argument("--names", metavar="A,B,...",
                         help="the learners' names, one per repository, in order")
     parser.add_argument("--branch", metavar="NAME",
-                        help="the branch to record (default: each repository's default)")
+                        help="the branch to record where the roster names none (default: "
+                        "each repository's default, recorded by its name)")
     parser.add_argument("--deadline", metavar="WHEN",
                         help="the deadline it is taken for, e.g. 2026-12-01T23:59+01:00 "
                         "(recorded; later commits claiming an earlier date are flagged)")
@@ -193,16 +198,27 @@ def snapshot_main(argv: list[str]) -> int:
     parser = build_snapshot_parser()
     args = parser.parse_args(argv)
     try:
+        branches: dict[str, str] = {}
+        if args.roster is not None:
+            if args.submissions or args.names:
+                raise ValueError("--roster names the repositories and the learners: give no "
+                                 "REPOSITORY and no --names with it")
+            args.submissions, learners, branches = lms.repositories_of(args.roster)
+            args.names = ",".join(learners)
+        if not args.submissions:
+            raise ValueError("give each REPOSITORY (a git URL or folder), or --roster FILE")
         names = learner_names(args.submissions, args.names)
         deadline = repositories.parse_deadline(args.deadline) if args.deadline else None
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out {args.out} is not a folder")
-        path = snapshot.take(args.submissions, names, args.branch, args.out, deadline)
+        path = snapshot.take(args.submissions, names, args.branch, args.out, deadline,
+                             branches)
     except (OSError, ValueError) as error:
         parser.error(str(error))
     taken = snapshot.load(path)
     for seen in taken.seen.values():
-        print(f"{seen.learner}: {seen.commit[:10] or 'NOT READ'} at {seen.seen_at}"
+        where = f" on {seen.branch}" if seen.branch else ""
+        print(f"{seen.learner}: {seen.commit[:10] or 'NOT READ'}{where} at {seen.seen_at}"
               + (f" ({seen.error})" if seen.error else ""))
     print(f"Snapshot: {path} (grade it with: regrade ... --snapshot {path})")
     return 1 if any(not s.commit for s in taken.seen.values()) else 0

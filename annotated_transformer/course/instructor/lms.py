@@ -71,6 +71,16 @@ def read_roster(path: Path) -> list[Enrolled]:
     return found
 
 
+def repositories_of(path: Path) -> tuple[list[str], list[str], dict[str, str]]:
+    """The roster's lines that name a repository: their repositories, learners and
+    ``{learner: branch}`` where a branch is named; a ``ValueError`` for a roster with none."""
+    enrolled = [e for e in read_roster(path) if e.repository]
+    if not enrolled:
+        raise ValueError(f"--roster {path} has no line with a repository")
+    return ([e.repository for e in enrolled], [e.learner for e in enrolled],
+            {e.learner: e.branch for e in enrolled if e.branch})
+
+
 def assignments(totals: dict[str, dict[str, float]], possible: dict[str, float],
                 columns: str) -> tuple[list[str], dict[str, dict[str, float]], dict[str, float]]:
     """The assignment columns: ``chapters`` (``Chapter N``) or ``total`` (``Transformer

@@ -8,8 +8,9 @@
     python -m annotated_transformer regrade merge shard-1 shard-2 --out grades
 
 Each SUBMISSION is a folder or a git URL, cloned whole and checked out at its branch's
-(``--branch``, or the roster's) head, or at the commit ``regrade snapshot`` saw there at
-the deadline (``--snapshot``, :mod:`.snapshot`; git's own dates are the learner's to set
+(``--branch``, or the roster's) head, or at the commit ``regrade snapshot`` saw on the
+branch it recorded at the deadline (``--snapshot``, :mod:`.snapshot`; a roster or
+``--branch`` that names another branch is refused; git's own dates are the learner's to set
 and choose nothing) (:mod:`.repositories`). Each learner is graded on the exercises of the
 release their repository records (``--release``, :mod:`.releases`). Of each submission,
 only the course's regular exercise files are used; the release's own stub stands in for a
@@ -161,11 +162,12 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
             if not seen.commit:
                 raise SubmissionError(f"at the deadline's snapshot ({seen.seen_at}) its "
                                       f"repository could not be read: {seen.error}")
-        branch = run.branches.get(who.learner) or run.branch
+        # with a snapshot, the branch it recorded (main refused a roster that differs)
+        branch = seen.branch if seen is not None else (run.branches.get(who.learner)
+                                                       or run.branch)
         pinned = branch is not None or seen is not None
         if is_git_url(source) or (pinned and real_dir(Path(source) / ".git")):
-            root = repositories.fetch(source, Path(tmp) / "clone", who,
-                                      branch or (seen.branch if seen else None), seen,
+            root = repositories.fetch(source, Path(tmp) / "clone", who, branch, seen,
                                       run.deadline, is_url=is_git_url(source))
         elif pinned:
             raise SubmissionError(f"{who.source} is not a git repository: --branch and "
@@ -319,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "each folder's or repository's name)")
     parser.add_argument("--snapshot", type=Path, metavar="FILE",
                         help="grade each repository at the commit 'regrade snapshot' saw at "
-                        "the deadline (commits pushed later are flagged with their dates)")
+                        "the deadline on the branch it recorded (a roster or --branch that "
+                        "names another is refused; commits pushed later are flagged with "
+                        "their dates)")
     parser.add_argument("--deadline", metavar="WHEN",
                         help="with --snapshot: the deadline, e.g. 2026-12-01T23:59+01:00, "
                         "that a later commit claiming an earlier date is flagged against "
@@ -396,12 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.submissions or args.names:
                 raise ValueError("--roster names the submissions and the learners: give no "
                                  "SUBMISSION and no --names with it")
-            enrolled = [e for e in lms.read_roster(args.roster) if e.repository]
-            if not enrolled:
-                raise ValueError(f"--roster {args.roster} has no line with a repository")
-            args.submissions = [e.repository for e in enrolled]
-            args.names = ",".join(e.learner for e in enrolled)
-            branches = {e.learner: e.branch for e in enrolled if e.branch}
+            args.submissions, learners, branches = lms.repositories_of(args.roster)
+            args.names = ",".join(learners)
         if not args.submissions:
             raise ValueError("give each SUBMISSION (a folder or a git URL), or --roster FILE")
         chapters = sorted(chapter_test_files(args.chapter))
@@ -415,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         taken = snapshot.load(args.snapshot) if args.snapshot is not None else None
         if taken is not None and deadline is None:
             deadline = repositories.parse_deadline(taken.deadline or taken.taken_at)
+        if taken is not None:  # a branch graded must be the one the snapshot recorded
+            snapshot.check_branches(taken, {n: branches.get(n) or args.branch for n in names})
         release = args.release
         if release not in (releases.OWN, releases.CURRENT):
             release = release_record.at_commit(release_record.resolve(release)).commit

@@ -3,12 +3,14 @@ holds beyond them.
 
 ``regrade`` clones a repository whole (learners' repositories are small) and grades the head
 of the branch it is told (default: the repository's own default branch), or the commit a
-snapshot taken at the deadline saw there (:mod:`.snapshot`). Git's dates are the learner's
-to set, so they choose nothing: they are shown. Commits pushed after the snapshot are
-flagged (``after-deadline``, each with the date it claims), one that claims a date before the
-deadline all the same (``backdated``) or before its parent (``dated-before-parent``) too,
-and so is a branch that holds work the graded one lacks (``other-branch``). The commit
-graded and the date it claims are recorded in the gradebook.
+snapshot taken at the deadline saw on the branch it recorded (:mod:`.snapshot`). Git's dates
+are the learner's to set, so they choose nothing: they are shown. Commits of that branch
+that no branch held when the snapshot was taken are flagged (``after-deadline``, each with
+the date it claims), one that claims a date before the deadline all the same
+(``backdated``; never a commit of a branch the snapshot saw, such as work merged in from
+another branch) or before its parent (``dated-before-parent``) too, and so is a branch
+that holds work the graded one lacks (``other-branch``). The commit graded and the date it
+claims are recorded in the gradebook.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def clone(url: str, dest: Path) -> None:
 def checkout(clone_dir: Path, who, branch: str | None, seen=None,
              deadline: datetime | None = None) -> None:
     """Check out, in ``clone_dir``, the commit to grade: the branch's head, or ``seen``'s
-    commit (a :class:`~.snapshot.Seen`: the head at the deadline); record it in ``who``
+    commit (a :class:`~.snapshot.Seen`: the head at the deadline of ``branch``, the one it
+    recorded); record it in ``who``
     (``commit``, ``commit_time``) and flag what came after it, dates that cannot be true,
     and other branches' work. ``deadline`` (else the snapshot's time): what a later commit
     that claims an earlier date is compared with."""
@@ -113,7 +116,7 @@ def checkout(clone_dir: Path, who, branch: str | None, seen=None,
             raise SubmissionError(f"the commit seen at the deadline, {chosen[:10]}, is no "
                                   f"longer in the repository (its history was rewritten "
                                   f"after the snapshot)") from None
-        _flag_later(clone_dir, who, chosen, ref, deadline)
+        _flag_later(clone_dir, who, seen, ref, deadline)
     _flag_dates(clone_dir, who, head)
     check_size(clone_dir, chosen)
     _git(clone_dir, "checkout", "--quiet", "--detach", chosen)
@@ -137,27 +140,34 @@ def checkout(clone_dir: Path, who, branch: str | None, seen=None,
 MAX_LISTED = 5  # later commits named in a flag, the most recent first
 
 
-def _flag_later(clone_dir: Path, who, seen: str, ref: str, deadline: datetime | None) -> None:
-    """Flag the commits of ``ref`` pushed after the snapshot saw ``seen``, with the dates
-    they claim; those that claim one on or before ``deadline`` as ``backdated``; and a
-    branch that no longer holds ``seen`` (rewritten)."""
-    later = [line.split() for line in _git(clone_dir, "log", "--format=%H %ct %cI",
-                                           f"{seen}..{ref}").splitlines()]
+def _flag_later(clone_dir: Path, who, seen, ref: str, deadline: datetime | None) -> None:
+    """Flag the commits of ``ref`` that no branch held when the snapshot saw ``seen`` (a
+    :class:`~.snapshot.Seen`: its commit and every branch's head then), with the dates they
+    claim; those that claim one on or before ``deadline`` as ``backdated``, where the
+    snapshot recorded every branch; and a branch that no longer holds ``seen``'s commit
+    (rewritten)."""
+    known = [f"^{commit}" for commit in (seen.heads or {}).values()]
+    later = [line.split() for line in _git(
+        clone_dir, "log", "--ignore-missing", "--format=%H %ct %cI", ref, f"^{seen.commit}",
+        *known).splitlines()]
     if later:
         named = ", ".join(f"{h[:10]} dated {iso}" for h, _, iso in later[:MAX_LISTED])
         more = f" and {len(later) - MAX_LISTED} more" if len(later) > MAX_LISTED else ""
+        unsure = ("" if seen.heads is not None else "; the snapshot did not record every "
+                  "branch, so none is called backdated")
         who.flag("after-deadline", f"{len(later)} commit(s) pushed after the deadline's "
-                                   f"snapshot (not graded): {named}{more}")
-    limit = deadline.timestamp() if deadline is not None else None
+                                   f"snapshot (not graded): {named}{more}{unsure}")
+    limit = deadline.timestamp() if deadline is not None and seen.heads is not None else None
     for commit, stamp, iso in later:
         if limit is not None and int(stamp) <= limit:
             who.flag("backdated", f"{commit[:10]} claims {iso}, on or before the deadline, "
                                   f"but was not there when the snapshot was taken")
     try:
-        _git(clone_dir, "merge-base", "--is-ancestor", seen, ref)
+        _git(clone_dir, "merge-base", "--is-ancestor", seen.commit, ref)
     except SubmissionError:
         who.flag("after-deadline", f"the branch no longer holds the commit graded, "
-                                   f"{seen[:10]}: its history was rewritten after the deadline")
+                                   f"{seen.commit[:10]}: its history was rewritten after the "
+                                   f"deadline")
 
 
 def _flag_dates(clone_dir: Path, who, commit: str, depth: int = 500) -> None:
