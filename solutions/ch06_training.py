@@ -136,7 +136,9 @@ def train_step(model: nn.Module, batch: Any, loss_fn: nn.Module,
     """Exercise 6.5: one update of ``model`` on ``batch``; returns the loss before it.
 
     ``batch.args`` are the model's inputs and ``batch.labels [B, L]`` what it should
-    predict (PAD where nothing is scored): ``model(*batch.args)`` gives logits
+    predict (PAD where nothing is scored): a ``Batch`` from 6.3's ``make_batch`` has both
+    (``args`` = ``(src, tgt_input, src_mask, tgt_mask)``, ``labels`` = ``tgt_labels``), and so
+    do the package's own batches. ``model(*batch.args)`` gives logits
     ``[B, L, V]``, and ``loss_fn(logits [B*L, V], labels [B*L])`` their mean loss (6.2's
     ignores PAD). In this order: the model in training mode; the gradients zeroed
     (``optimizer.zero_grad()``: ``backward`` adds to what is there); the loss; its gradient

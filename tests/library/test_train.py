@@ -211,3 +211,21 @@ def test_a_run_without_a_progress_bar_prints_nothing_where_threads_are_refused(
     printed = capfd.readouterr()
     assert not caught, f"the run warned: {[str(w.message) for w in caught]}"
     assert printed.out == printed.err == "", f"the run printed: {printed}"
+
+
+def test_a_batch_from_make_batch_goes_to_train_step_as_the_model_s_own_batches_do():
+    """Chapter 6's loop: ``make_batch``'s ``Batch`` is what ``train_step`` reads (its
+    ``args`` and ``labels``), and a step on it is the step on the model's own teacher
+    forcing of the same sequences."""
+    parts = Parts.reference()
+    src, tgt = CopyTask().sample(16, torch.Generator().manual_seed(0))
+    losses, weights = [], []
+    for make in (lambda m: parts.make_batch(src, tgt, PAD), lambda m: m.teacher_forcing(src, tgt)):
+        torch.manual_seed(0)
+        model = EncoderDecoder(TransformerConfig.small(13, num_layers=1), parts=parts).double()
+        optimizer, scheduler = make_optimizer(model, TrainConfig())
+        loss_fn = parts.LabelSmoothingLoss(0.1, ignore_index=PAD)
+        losses.append(parts.train_step(model, make(model), loss_fn, optimizer, scheduler))
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(losses[0], losses[1]) and torch.equal(weights[0], weights[1])
+    assert losses[0].requires_grad is False and losses[0].dim() == 0
