@@ -4,10 +4,11 @@ The task is :class:`~annotated_transformer.data.text.TextTask` (Tiny Shakespeare
 course); the model is :class:`~annotated_transformer.model.DecoderOnlyTransformer`, built
 from parts, trained like every other task (:func:`~annotated_transformer.train.train`:
 the parts' ``train_step`` and loss). Here are what the chapter measures with it: the
-held-out perplexity (:func:`perplexity`), text written from prompts
-(:func:`write_text`, through :func:`~annotated_transformer.sampling.complete`, whose
-sampling is the parts' ``sample_next``), and how much the key/value cache saves
-(:func:`time_writing`). Nothing here imports a chapter: every part is reached by name
+held-out perplexity (:func:`perplexity`) beside that of count models
+(:func:`count_model_perplexity`), text written from prompts (:func:`write_text`, through
+:func:`~annotated_transformer.sampling.complete`, whose sampling is the parts'
+``sample_next``), and how much the key/value cache saves (:func:`time_writing`). Nothing
+here imports a chapter: every part is reached by name
 through ``model.parts``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +60,35 @@ def perplexity(model: DecoderOnlyTransformer, task: TextTask, windows: int | Non
     unsure as it is: a model that gives every one of ``V`` tokens ``1/V`` has
     ``H = log V`` and perplexity ``V``; one that is always sure and right has 1."""
     return math.exp(cross_entropy(model, task, windows, batch_size))
+
+
+def count_model_perplexity(task: TextTask, order: int, smoothing: float = 1.0) -> float:
+    """The held-out perplexity of a count model of ``order`` characters (1: unigram,
+    2: bigram, 3: trigram), on the characters that :func:`perplexity` scores: every
+    held-out window's, each predicted from the (at most ``order - 1``) characters before
+    it *in its window*, as the Transformer reads them.
+
+    ``p(c | h) = (count(h c) + a) / (count(h) + a V)``, counts over the training part's
+    text, ``a`` = ``smoothing`` (1: Laplace's add-one), ``V`` the text's characters;
+    ``count()`` of no characters is the training part's length. A baseline that needs no
+    training: a model that does not beat it has learned less than counting does."""
+    if order < 1:
+        raise ValueError(f"order must be at least 1 (a unigram), got {order}")
+    if smoothing <= 0:
+        raise ValueError(f"smoothing must be positive (a character never seen after h "
+                         f"would have probability 0), got {smoothing}")
+    text = task.part(held_out=False).tolist()
+    counts: Counter[tuple[int, ...]] = Counter({(): len(text)})
+    for n in range(1, order + 1):
+        counts.update(zip(*(text[i:] for i in range(n)), strict=False))
+    size = len(set(text))
+    total, scored = 0.0, 0
+    for window in task.held_out_set(len(task.ids))[1].tolist():
+        for i, c in enumerate(window):
+            h = tuple(window[max(0, i - order + 1):i])
+            total -= math.log((counts[h + (c,)] + smoothing) / (counts[h] + smoothing * size))
+            scored += 1
+    return math.exp(total / scored)
 
 
 def write_text(model: DecoderOnlyTransformer, task: TextTask, prompts: list[str],

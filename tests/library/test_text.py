@@ -19,7 +19,7 @@ from annotated_transformer.incremental import DecoderCache
 from annotated_transformer.model import DecoderOnlyTransformer, TransformerConfig
 from annotated_transformer.parts import Parts
 from annotated_transformer.sampling import complete, crop
-from annotated_transformer.text_model import perplexity, write_text
+from annotated_transformer.text_model import count_model_perplexity, perplexity, write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / TINY_SHAKESPEARE
@@ -121,6 +121,39 @@ def test_a_uniform_model_has_the_vocabularys_size_as_perplexity(random_text):
         model.generator.weight.zero_()
         model.generator.bias.zero_()
     assert perplexity(model, task) == pytest.approx(len(task.vocab), rel=1e-9)
+
+
+def overlapping_count(text: str, sub: str) -> int:
+    return sum(text.startswith(sub, i) for i in range(len(text)))
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_a_count_model_scores_each_held_out_character_from_its_window(tmp_path, order):
+    rng = random.Random(1)
+    path = tmp_path / "text.txt"
+    path.write_text("".join(rng.choice("abcd") for _ in range(400)), encoding="utf-8")
+    task = TextTask(str(path), context=8)
+    training = task.vocab.decode(task.part(held_out=False).tolist())
+    log_p, scored = 0.0, 0
+    for window in task.held_out_set(10**6)[1].tolist():
+        window = task.vocab.decode(window)
+        for i, c in enumerate(window):
+            h = window[max(0, i - order + 1):i]  # never a character of the window before
+            seen = overlapping_count(training, h) if h else len(training)
+            log_p += math.log((overlapping_count(training, h + c) + 0.5) / (seen + 0.5 * 4))
+            scored += 1
+    expected = math.exp(-log_p / scored)
+    assert count_model_perplexity(task, order, smoothing=0.5) == pytest.approx(expected, rel=1e-12)
+
+
+def test_counting_learns_a_periodic_text_and_the_unigram_does_not(tmp_path):
+    path = tmp_path / "abc.txt"
+    path.write_text("abc" * 200, encoding="utf-8")
+    task = TextTask(str(path), context=9)
+    assert count_model_perplexity(task, 1) == pytest.approx(3, rel=1e-2)
+    assert count_model_perplexity(task, 3, smoothing=1e-6) < 1.2  # only a window's start unsure
+    with pytest.raises(ValueError, match="order"):
+        count_model_perplexity(task, 0)
 
 
 # ---------------------------------------------------------------- writing
