@@ -109,3 +109,53 @@ def residual_block_diagram(ax: Axes, norm_first: bool, sublayer: str = "Sublayer
            title="pre-LN: x + Sublayer(LN(x))" if norm_first else "post-LN: LN(x + Sublayer(x))")
     ax.set_aspect("equal")
     ax.axis("off")
+
+
+def key_value_cache_diagram(ax: Axes, cached: int = 5) -> None:
+    """One step of writing with a key/value cache, in one attention layer.
+
+    Positions ``0 .. cached - 1`` (grey) were computed at earlier steps: their keys and
+    values are kept. The new position ``cached`` (blue) is the only one computed now: its
+    query, key and value; the key and value join the cache, and the query is scored against
+    every key, ``softmax(q_t K^T / sqrt(d_k)) V``, for the output at position ``cached``.
+    """
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
+    old, new = "#d9d9d9", "#9ecae1"
+
+    def cell(x: float, y: float, text: str, colour: str, w: float = 0.8) -> None:
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - 0.25), w, 0.5, fc=colour, ec="black",
+                                    boxstyle="round,pad=0.02,rounding_size=0.08", zorder=2))
+        ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3)
+
+    def arrow(start: tuple[float, float], end: tuple[float, float], colour: str = "black",
+              lw: float = 1.0) -> None:
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10,
+                                     color=colour, lw=lw, shrinkA=2, shrinkB=2, zorder=1))
+
+    t = cached
+    ax.add_patch(Rectangle((-0.55, 1.45), t + 0.1, 1.6, fc="none", ec="0.5", ls="--", lw=1))
+    ax.text((t - 1) / 2, 3.25, f"the cache: keys and values of positions 0-{t - 1},\n"
+            "kept from earlier steps", ha="center", va="bottom", fontsize=9, color="0.35")
+    for i in range(t + 1):
+        colour = new if i == t else old
+        cell(i, 0.0, f"$x_{{{i}}}$", colour)
+        cell(i, 1.8, f"$k_{{{i}}}$", colour)
+        cell(i, 2.7, f"$v_{{{i}}}$", colour)
+    for y in (1.8 - 0.25, 2.7 - 0.25):
+        arrow((t, 0.25), (t, y), new, lw=1.4)
+    cell(t + 1.4, 1.0, f"$q_{{{t}}}$", new)
+    arrow((t + 0.2, 0.25), (t + 1.3, 0.75), new, lw=1.4)
+    for i in range(t + 1):  # the new query reads every key
+        arrow((t + 1.0, 1.1), (i + 0.1, 1.55), "#3182bd", lw=0.7)
+    cell(t + 1.4, 4.2, f"$\\mathrm{{softmax}}(q_{{{t}}} K^T / \\sqrt{{d_k}})\\, V$", new, w=3.2)
+    arrow((t + 1.4, 1.25), (t + 1.4, 3.95), new, lw=1.4)
+    arrow((t, 2.95), (t + 0.5, 3.95), "0.4", lw=1.2)  # every value, the new one's too
+    ax.text(t + 0.4, 3.3, "$K, V$", ha="left", fontsize=9, color="0.35")
+    ax.text(t + 1.4, 4.75, f"output at position {t}: the next token's logits",
+            ha="center", fontsize=9)
+    ax.text(t / 2, -0.75, f"the text so far: {t} positions cached, position {t} new",
+            ha="center", fontsize=9, color="0.35")
+    ax.set(xlim=(-0.8, t + 3.2), ylim=(-1.1, 5.1))
+    ax.set_aspect("equal")
+    ax.axis("off")
