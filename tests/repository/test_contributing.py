@@ -17,11 +17,12 @@ CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 SPANS = sorted(set(re.findall(r"`([^`\n]+)`", CONTRIBUTING)))
 
 # Names in backquotes that are not the course's: Python's and PyTorch's, the notation of
-# the exercise contract, a pattern (`add_X`), nbval's placeholder, launchers and the shell's
-# PATH.
+# the exercise contract, a pattern (`add_X`), nbval's placeholder, launchers, the shell's
+# PATH and the variables by which PyTorch and MKL choose their CPU kernels.
 NOT_OURS = {"True", "TypeError", "ValueError", "isinstance", "with", "torch.bool",
             "nn.MultiheadAttention", "B", "L", "Lq", "Lk", "V", "D", "H", "add_X",
-            "ROUNDING", "torchrun", "srun", "PATH", "./fast"}
+            "ROUNDING", "torchrun", "srun", "PATH", "./fast",
+            "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS"}
 
 
 def tracked() -> list[str]:
