@@ -123,6 +123,30 @@ def check_names(own: Mapping[str, Sequence[int]], state: Mapping[str, Tensor], w
             f"{list(own[name])}")
 
 
+def check_trained_config(config: object, expected: Mapping[str, object], what: str,
+                         hint: str = "does a part of yours change model.config?") -> None:
+    """The config of a model trained in the worker (``config``: what came back, the fields of
+    its ``TransformerConfig``) is ``expected``, the test's own, field by field; else a message
+    naming what differs. The grader builds its model from ``expected`` and checks the
+    reply's against it first: what the worker returns sizes nothing in the grader's
+    process."""
+    if type(config) is not dict:
+        raise AssertionError(f"{what}: its config came back as a {type(config).__name__}, "
+                             f"not the fields of a TransformerConfig")
+    changed = [f"{name}={config[name]!r:.40} (expected {expected[name]!r})"
+               for name in expected if name in config and (
+                   type(config[name]) is not type(expected[name])
+                   or config[name] != expected[name])]
+    changed += [f"no {name}" for name in expected if name not in config]
+    changed += [f"a field {name!r:.40}" for name in config if name not in expected]
+    if changed:
+        shown = ", ".join(changed[:SHOWN_NAMES]) + (
+            f" (and {len(changed) - SHOWN_NAMES} more)" if len(changed) > SHOWN_NAMES else "")
+        raise AssertionError(
+            f"{what} came back with a config other than the one it was built with: {shown}. "
+            f"The grader evaluates the model it asked for; {hint}")
+
+
 def check_initialisation(state: Mapping[str, Tensor], what: str) -> None:
     """Every weight matrix of a freshly built module (``state``, its state dict) is random
     at a sensible scale: not all zeros, not constant, and a standard deviation within a

@@ -24,7 +24,14 @@ from torch import nn
 
 from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
 
-from checks import LOGSUMEXP_OPS, NLL_OPS, SOFTMAX_OPS, assert_close, assert_tensor
+from checks import (
+    LOGSUMEXP_OPS,
+    NLL_OPS,
+    SOFTMAX_OPS,
+    assert_close,
+    assert_tensor,
+    check_trained_config,
+)
 from mistakes import first_match, named
 from torch_models import TorchEncoderDecoder, greedy_decode
 
@@ -40,8 +47,8 @@ EXERCISES = {
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
-             "6.6": ("1.2", "1.3", "5.1", "5.4", "5.5", "5.6", "5.7", "6.1", "6.2", "6.3",
-                     "6.4", "6.5")}
+             "6.6": ("1.2", "1.3", "5.1", "5.4", "5.5", "5.6", "5.7", "5.8", "6.1", "6.2",
+                     "6.3", "6.4", "6.5")}
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
 INTEGRATION = {"6.6"}
 FORBIDDEN = {"6.2": ("label_smoothing=",)}
@@ -527,6 +534,7 @@ def test_train_step_trains_in_training_mode_and_returns_a_detached_loss(learner)
 def test_capstone_your_parts_learn_to_copy(learner):
     from annotated_transformer.data.copy import CopyTask
     from annotated_transformer.data.vocab import BOS, EOS, PAD
+    from annotated_transformer.train import COPY_MODEL, model_config
 
     try:
         trained = learner.run(trained_copy_model, steps=CAPSTONE_STEPS)
@@ -534,7 +542,13 @@ def test_capstone_your_parts_learn_to_copy(learner):
         raise LearnerNotImplemented(
             f"the capstone builds and trains the whole model from your parts of chapters 1 to "
             f"6, and met a stub while building it: {error}") from error
-    model = TorchEncoderDecoder(SimpleNamespace(**trained["config"]))
+    # The grader's model is the copy task's, as the package's recipe builds it, never one
+    # the reply describes: the reply's config and weights are checked against it.
+    config = dataclasses.asdict(model_config(CopyTask(), **COPY_MODEL))
+    check_trained_config(trained["config"], config, "the model your parts trained",
+                         hint="does your train_step (6.5), which holds the model while it "
+                         "trains, change model.config?")
+    model = TorchEncoderDecoder(SimpleNamespace(**config))
     try:
         model.load_course_state_dict(trained["state"])
     except KeyError as error:

@@ -34,6 +34,7 @@ from checks import (
     assert_close,
     assert_tensor,
     check_names,
+    check_trained_config,
     load_trusted,
     trusted_state,
 )
@@ -70,6 +71,11 @@ f64 = torch.float64
 D_MODEL, HEADS = 16, 4
 CAPSTONE_STEPS = 300
 CAPSTONE_THRESHOLD = 0.9
+# The model the package's capstone run builds (language_model.train_language_model:
+# TransformerConfig.small(13, d_model=64, max_len=10)): the grader's model is this one.
+CAPSTONE_CONFIG = dict(src_vocab_size=13, tgt_vocab_size=13, num_layers=2, d_model=64,
+                       d_ff=256, num_heads=4, dropout=0.0, max_len=10, norm_first=True,
+                       tie_embeddings=True)
 
 
 # ---------------------------------------------------------------- probes (run in the worker)
@@ -677,7 +683,8 @@ def test_capstone_your_decoder_only_model_learns_progressions(learner):
             f"the capstone builds and trains your decoder-only model (8.5) from your parts "
             f"of chapters 1 to 5 with your language_model_loss (8.4), and met a stub: "
             f"{error}") from error
-    model = TorchLanguageModel(SimpleNamespace(**trained["config"]))
+    check_trained_config(trained["config"], CAPSTONE_CONFIG, "your trained model")
+    model = TorchLanguageModel(SimpleNamespace(**CAPSTONE_CONFIG))
     try:
         model.load_course_state_dict(trained["state"])
     except KeyError as error:

@@ -122,8 +122,9 @@ class TorchEncoderDecoder(nn.Module):
         """Load the state dict of the course's ``EncoderDecoder`` (names of the syllabus).
 
         The positional tables (``*.positions.pe``) are not taken: this model computes its
-        own from the formula. Raises ``KeyError`` naming every key it does not know and
-        every parameter the state dict lacks.
+        own from the formula. Raises ``KeyError`` naming every key it does not know, every
+        parameter the state dict lacks and every weight whose shape is not this model's,
+        before anything is copied (the shapes are this model's, never the state dict's).
         """
         mine: dict[str, Tensor] = {}
         unknown = []
@@ -143,13 +144,23 @@ class TorchEncoderDecoder(nn.Module):
             raise KeyError(
                 f"the state dict has keys that the course's EncoderDecoder does not have "
                 f"(the syllabus fixes its names): {', '.join(unknown)}")
+        shapes = {name: tuple(value.shape) for name, value in self.state_dict().items()}
+        wrong = []
         for prefix, parts in qkv.items():  # "...self_attn.in_proj_weight": [q; k; v]
             missing = [f"{p}_proj" for p in "qkv" if p not in parts]
             if missing:
                 raise KeyError(f"the state dict has no {', '.join(missing)} for {prefix}")
-            mine[prefix] = torch.cat([parts["q"], parts["k"], parts["v"]], dim=0)
-        expected = set(self.state_dict())
-        lacking = sorted(expected - set(mine))
+            rows, *rest = shapes.get(prefix, (0,))
+            wrong += [f"{prefix} ({p}_proj)" for p in "qkv"
+                      if not _shaped(parts[p], (rows // 3, *rest))]
+            if not wrong:
+                mine[prefix] = torch.cat([parts["q"], parts["k"], parts["v"]], dim=0)
+        wrong += [name for name, value in mine.items()
+                  if name not in shapes or not _shaped(value, shapes[name])]
+        if wrong:
+            raise KeyError(f"these weights are not the model's or do not have its shapes "
+                           f"(PyTorch's names): {', '.join(sorted(wrong)[:6])}")
+        lacking = sorted(set(shapes) - set(mine))
         if lacking:
             raise KeyError(f"the state dict lacks these weights of the model (PyTorch's "
                            f"names): {', '.join(lacking)}")
@@ -201,6 +212,11 @@ class TorchEncoderDecoder(nn.Module):
         if norm and int(norm[1]) < (2 if stack == "encoder" else 3):
             return f"{prefix}.norm{int(norm[1]) + 1}.{norm[2]}"
         return None
+
+
+def _shaped(value: object, shape: tuple[int, ...]) -> bool:
+    """Whether ``value`` is a tensor of shape ``shape``."""
+    return isinstance(value, Tensor) and tuple(value.shape) == tuple(shape)
 
 
 class TorchLanguageModel(TorchEncoderDecoder):

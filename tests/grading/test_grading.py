@@ -19,6 +19,7 @@ from grading_run import grade_run
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import (
     cache,
+    calls,
     dependencies,
     engine,
     grade,
@@ -441,6 +442,27 @@ def test_every_dependency_is_a_graded_exercise_of_an_earlier_or_the_same_chapter
             assert dependencies.order(part) < dependencies.order(exercise), (exercise, part)
     capstone = {declared.chapter_of(p) for p in declared.closure("6.6")}
     assert capstone == {1, 2, 3, 4, 5, 6}
+
+
+@pytest.mark.slow  # the two capstones trained on the reference: a minute
+def test_each_capstone_builds_on_what_it_calls(tmp_path):
+    """What a capstone builds on (BUILDS_ON, followed through the chain) is what the
+    reference's capstone run enters: every exercise of its chapter or an earlier one it
+    calls is there (a broken one is named first when the capstone fails), and each one it
+    names directly is called. A later chapter's part is one the package tries and does
+    without (6.6's decoding tries chapter 8's cached attention step)."""
+    for path in stubs.SOLUTIONS_DIR.glob("ch*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    declared = dependencies.read()
+    run = grade_run(None, str(tmp_path), exercises=sorted(declared.integration))
+    for capstone in sorted(declared.integration):
+        names = [n for r in run.records if r.exercise == capstone for n in r.calls]
+        entered = {e for e in calls.exercises(names, declared.titles)
+                   if declared.chapter_of(e) <= declared.chapter_of(capstone)} - {capstone}
+        assert entered == set(declared.closure(capstone)), (
+            f"{capstone} calls {sorted(entered - set(declared.closure(capstone)))} beyond "
+            f"BUILDS_ON and not {sorted(set(declared.closure(capstone)) - entered)}")
+        assert set(declared.builds_on[capstone]) <= entered, capstone
 
 
 @pytest.mark.slow  # two chapters graded
