@@ -223,8 +223,8 @@ class Worker:
             forbidden = (f"your code ran the grader's stand-in for exercise {exercise} "
                          f"({standins.EXERCISES[exercise]}), which a test of exercise {owner} "
                          f"was handed and your code kept: a stand-in serves only the test it "
-                         f"is handed to, never another exercise (ask active_parts() for a part "
-                         f"where you use it, and keep none)")
+                         f"is handed to (ask active_parts() for a part where you use it, and "
+                         f"keep none)")
         elif own:
             forbidden = (f"your code ran the grader's stand-in for exercise "
                          f"{request['exercise']} while that exercise was graded; write it "
