@@ -193,7 +193,7 @@ def older_class(tmp_path_factory):
     """Four learners of the older release (one who answered chapters 1 to 8 as its
     reference did, two who started nothing, one complete whose repository lost its
     record), graded on chapters 5 and 8 with their own releases, then the same class with
-    ``--release current``."""
+    ``--release current``, and with ``--release`` naming the older release's commit."""
     if boundary.unavailable() is not None:
         pytest.skip(f"no bubblewrap: {boundary.unavailable()}")
     tmp = tmp_path_factory.mktemp("older")
@@ -201,12 +201,13 @@ def older_class(tmp_path_factory):
     urls = [old_learner(tmp, "ana", every), old_learner(tmp, "bo", ()),
             old_learner(tmp, "cai", ()), old_learner(tmp, "dee", every, record=False)]
     names = "ana,bo,cai,dee"
-    own, current = tmp / "own", tmp / "current"
+    own, current, pinned = tmp / "own", tmp / "current", tmp / "pinned"
     common = ["--names", names, "--chapter", "5", "--chapter", "8", "--seed", "3",
               "--jobs", "1"]
     assert regrade.main([*urls, "--out", str(own), *common]) == 0
     assert regrade.main([*urls, "--out", str(current), "--release", "current", *common]) == 0
-    return own, current
+    assert regrade.main([*urls, "--out", str(pinned), "--release", OLD[:10], *common]) == 0
+    return own, current, pinned
 
 
 def gradebook_of(out: Path) -> tuple[dict, dict[tuple[str, str], dict]]:
@@ -218,7 +219,7 @@ def gradebook_of(out: Path) -> tuple[dict, dict[tuple[str, str], dict]]:
 @needs_history
 @pytest.mark.slow  # eight gradings of chapters 5 and 8
 def test_no_learner_is_graded_on_an_exercise_their_release_did_not_have(older_class):
-    own, _ = older_class
+    own, _, _ = older_class
     learners, rows = gradebook_of(own)
     possible = sum(p for e, p in dependencies.points_offered().items() if e in OFFERED)
     for name in ("ana", "bo", "cai"):
@@ -241,7 +242,7 @@ def test_the_checks_compare_with_the_learner_s_release(older_class):
     """The older release's grading files, workflow and untouched stubs raise no flag
     against that release; the learner whose record is gone is graded on the course now,
     with a note, and its files differ from the course's now."""
-    own, _ = older_class
+    own, _, _ = older_class
     learners, rows = gradebook_of(own)
     for name in ("ana", "bo", "cai"):
         flags = learners[name]["flags"]
@@ -268,7 +269,7 @@ def test_the_checks_compare_with_the_learner_s_release(older_class):
 @needs_history
 @pytest.mark.slow  # eight gradings of chapters 5 and 8, shared
 def test_release_current_grades_every_exercise_of_the_course_now(older_class):
-    _, current = older_class
+    _, current, _ = older_class
     learners, rows = gradebook_of(current)
     every = [e.id for e in engine.exercise_points([5, 8])]
     for name in ("ana", "bo", "cai", "dee"):
@@ -277,3 +278,31 @@ def test_release_current_grades_every_exercise_of_the_course_now(older_class):
     assert rows[("ana", "5.6")]["status"] == "error", "the older file lacks the Encoder"
     assert learners["ana"]["max_points"] == round(sum(
         r.max_points for r in engine.exercise_points([5, 8])), 2)
+
+
+@needs_history
+@pytest.mark.slow  # eight gradings of chapters 5 and 8, shared
+def test_a_class_pinned_to_its_release_exports_that_release_s_maxima(older_class, capsys):
+    """``--release COMMIT``: every learner on the older release, the one without a record
+    too; Canvas's Points Possible line and the CSV's possible are that release's."""
+    _, _, pinned = older_class
+    learners, rows = gradebook_of(pinned)
+    assert {w["release"] for w in learners.values()} == {OLD}
+    assert not any(e in LATER for (_, e) in rows)
+    assert "release-other" not in learners["dee"]["flags"]
+    assert learners["dee"]["points"] == learners["ana"]["points"] > 0
+    offered = {e: p for e, p in dependencies.points_offered().items() if e in OFFERED}
+    roster = pinned / "roster.csv"
+    roster.write_text("learner,lms_id\n" + "".join(f"{n},{i}\n" for i, n in enumerate(
+        ("ana", "bo", "cai", "dee"), 100)))
+    assert regrade.main(["export", "--out", str(pinned), "--format", "canvas", "--roster",
+                         str(roster)]) == 0
+    with (pinned / "grades-canvas.csv").open(newline="") as handle:
+        canvas = list(csv.DictReader(handle))
+    assert canvas[0]["Student"].strip() == "Points Possible"
+    assert float(canvas[0]["Chapter 5"]) == sum(p for e, p in offered.items() if e[0] == "5")
+    assert float(canvas[0]["Chapter 8"]) == sum(p for e, p in offered.items() if e[0] == "8")
+    assert regrade.main(["export", "--out", str(pinned), "--format", "csv"]) == 0
+    with (pinned / "grades-csv.csv").open(newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert {float(r["possible"]) for r in table} == {sum(offered.values())}
