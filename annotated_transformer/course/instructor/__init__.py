@@ -15,8 +15,8 @@ grader runs uses them, so they are not among the files that decide a grade.
     the learner's release's); what the copy check compares of each chapter file.
   - :mod:`.repositories`: a submission's repository at the commit to grade (branch,
     the deadline's snapshot), and the flags of what came after it.
-  - :mod:`.snapshot`: each repository's head seen at the deadline, signed (``regrade
-    snapshot``): git's own dates choose nothing.
+  - :mod:`.snapshot`: each repository's branch and head seen at the deadline, with every
+    branch's head, signed (``regrade snapshot``): git's own dates choose nothing.
   - :mod:`.gradebook`: the class's gradebook, its files, and how runs add up.
   - :mod:`.spreadsheet`: a result as the gradebook's line, and CSV whose learner text never
     runs as a formula.

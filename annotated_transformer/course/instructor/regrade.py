@@ -162,7 +162,7 @@ def grade_submission(who: Learner, source: str, run: Run) -> list[ExerciseResult
             if not seen.commit:
                 raise SubmissionError(f"at the deadline's snapshot ({seen.seen_at}) its "
                                       f"repository could not be read: {seen.error}")
-        # with a snapshot, the branch it recorded (main refused a roster that differs)
+        # with a snapshot, the branch it recorded (a roster naming another was refused)
         branch = seen.branch if seen is not None else (run.branches.get(who.learner)
                                                        or run.branch)
         pinned = branch is not None or seen is not None
