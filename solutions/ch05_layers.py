@@ -280,7 +280,9 @@ class EncoderDecoder(nn.Module):
     - ``generator``: ``nn.Linear(d_model, tgt_vocab_size)``, the decoder's output to logits.
 
     Then every parameter with more than one dimension is initialised with
-    ``nn.init.xavier_uniform_`` (as the authors' code does), and, with ``tie_embeddings``
+    ``nn.init.xavier_uniform_`` (as The Annotated Transformer does; the authors' code,
+    tensor2tensor, draws the layers' matrices so and its embeddings from
+    ``N(0, 1/d_model)``), and, with ``tie_embeddings``
     (section 3.4; Press and Wolf, 2017), one matrix serves all three: the target
     embedding's weight and the generator's weight *are* the source embedding's
     (``src_embed.tokens.embedding.weight``), one ``nn.Parameter``, not copies. Tying needs
