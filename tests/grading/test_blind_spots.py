@@ -178,6 +178,14 @@ class Spy(torch.Tensor):
             return func(*args, **(kwargs or {}))
 
 
+def skips_the_check(x):
+    """PyTorch's own way for a mode to run a call with the check skipped."""
+    from torch.overrides import redispatch_function
+
+    target = torch.zeros(x.shape[0], dtype=torch.long)
+    return redispatch_function(F.cross_entropy, (), (x, target), {"label_smoothing": 0.1})
+
+
 def subclass_function(x):
     Spy.found, Spy.source = [], x
     (x.as_subclass(Spy) + 1).sum()
@@ -337,6 +345,11 @@ def test_a_callback_run_from_inside_pytorch_is_checked_as_the_learner_s_code(poo
     mode: the guard puts it back, so what they call is refused as if called directly."""
     with pytest.raises(ForbiddenCall, match="F.cross_entropy with label_smoothing"):
         learner(pool, folder).run(call, name=name, x=X)
+
+
+def test_the_check_cannot_be_skipped_as_the_guard_skips_it(pool, folder):
+    with pytest.raises(ForbiddenCall, match="_skip_one_hop_torch_function"):
+        learner(pool, folder).run(call, name="skips_the_check", x=X)
 
 
 def test_a_subclass_s_own_torch_function_never_runs_under_the_guard(pool, folder):
