@@ -108,6 +108,13 @@ MISTAKES = {
     "are -p_i p_j, J = diag(p) - p p^T.",
     "2.3/no-diagonal-term": "This is -p p^T without diag(p): J = diag(p) - p p^T, so the "
     "diagonal is p_i - p_i^2 = p_i (1 - p_i).",
+    "2.3/dtype-changed": "Its values are right, but J keeps p's dtype (and device): a tensor "
+    "made in another dtype (torch.eye(n, dtype=torch.float64), torch.tensor of NumPy values, "
+    "which are float64) or a .double() promoted it. Make new tensors with dtype=p.dtype, "
+    "device=p.device, or build J from p alone (torch.diag_embed(p)).",
+    "2.3/detached": "Its values are right, but no gradient could flow through J: a step left "
+    "autograd's graph (.detach(), .numpy(), .item(), torch.tensor(...) of computed values). "
+    "Build J from p with torch operations alone.",
     # 3.1 split_heads
     "3.1/view-without-transpose": "This is x reshaped straight to [B, H, L, d_k]: that cuts "
     "the sequence, not the features, into heads (positions mix). Reshape to [B, L, H, d_k], "

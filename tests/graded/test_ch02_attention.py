@@ -115,6 +115,21 @@ def jacobian_of(impl, p):
     return impl.softmax_jacobian(p)
 
 
+def jacobian_on_graph(impl, p):
+    """The Jacobian at ``p`` made a leaf that requires grad (as a softmax's output in training
+    is on the graph), and whether it came back on the graph."""
+    p = p.requires_grad_(True)
+    jacobian = impl.softmax_jacobian(p)
+    if not isinstance(jacobian, torch.Tensor):
+        return {"jacobian": jacobian}
+    return {"jacobian": jacobian, "on_graph": jacobian.requires_grad}
+
+
+def jacobian_on_meta(impl, p):
+    """The "meta" device stands in for a GPU: a tensor made on the CPU would clash with it."""
+    return impl.softmax_jacobian(p.to("meta")).device.type
+
+
 def reference_weights(query, key, mask=None):
     """softmax(Q K^T / sqrt(d_k)) with masked keys at weight 0 and empty rows all zero."""
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
@@ -374,23 +389,31 @@ def test_mismatched_shapes_are_explained(learner):
 
 
 @pytest.mark.grade("2.3", points=3, values=True)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("batch", [(), (4,), (2, 3)])
-def test_jacobian_matches_autograd(learner, batch):
+def test_jacobian_matches_autograd(learner, batch, dtype):
     n = 5
     z = torch.randn(*batch, n, dtype=f64) * 2
-    p = torch.softmax(z, dim=-1)
+    p = torch.softmax(z, dim=-1).to(dtype)
     flat = z.reshape(-1, n)
     expected = torch.stack([torch.autograd.functional.jacobian(lambda t: torch.softmax(t, -1), row)
                             for row in flat]).reshape(*batch, n, n)
-    jacobian = learner.run(jacobian_of, p=p)
+    result = learner.run(jacobian_on_graph, p=p)
+    jacobian, what = result.get("jacobian"), f"softmax_jacobian(p) for {dtype} p of shape " \
+        f"{list(p.shape)}"
+    p = p.double()
     diagonal, outer = torch.diag_embed(p), p.unsqueeze(-1) * p.unsqueeze(-2)
     mistake = None if torch.allclose(torch.as_tensor(jacobian).double(), expected) else first_match(
         jacobian, {"2.3/outer-added": diagonal + outer,
                    "2.3/diagonal-only": torch.diag_embed(p * (1 - p)),
                    "2.3/no-diagonal-term": -outer})
-    assert_close(jacobian, expected, f"softmax_jacobian(p) for p of shape {list(p.shape)}",
-                 hint=named(mistake) if mistake else "J = diag(p) - p p^T: the diagonal is "
-                 "p_i (1 - p_i), off the diagonal -p_i p_j.")
+    assert_close(jacobian, expected, what, hint=named(mistake) if mistake else "J = diag(p) - "
+                 "p p^T: the diagonal is p_i (1 - p_i), off the diagonal -p_i p_j.")
+    # Right values: the dtype and the graph of its result are the contract's too.
+    assert jacobian.dtype == dtype, (f"{what} should have dtype {dtype}, but it has "
+                                     f"{jacobian.dtype}. {named('2.3/dtype-changed')}")
+    assert result["on_graph"], (f"{what} that requires grad should be on autograd's graph "
+                                f"(requires_grad=True), but it is not. {named('2.3/detached')}")
 
 
 @pytest.mark.grade("2.3", points=1)
@@ -404,6 +427,11 @@ def test_jacobian_vanishes_when_saturated(learner):
         f"for a saturated softmax (p close to one-hot) every entry of the Jacobian is close "
         f"to 0; the largest is {jacobian.abs().max().item():.3g}"
     )
+    device = learner.run(jacobian_on_meta, p=p)
+    assert device == "meta", (
+        f"softmax_jacobian(p) for p on the meta device (a stand-in for a GPU) is on {device}: "
+        f"make new tensors on p's device (torch.eye(n, dtype=p.dtype, device=p.device)), "
+        f"never on the CPU by default")
 
 
 @pytest.mark.grade("2.2", points=1)

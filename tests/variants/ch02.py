@@ -295,7 +295,7 @@ def einsum_identity(p):
 
 @right("2.3", "softmax_jacobian", "p_i (delta_ij - p_j) by broadcasting")
 def broadcast_delta(p):
-    eye = torch.eye(p.shape[-1], dtype=p.dtype)
+    eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
     return p[..., :, None] * (eye - p[..., None, :])
 
 
@@ -348,3 +348,23 @@ def hessian_of_logsumexp(p):
     rows = p.reshape(-1, p.size(-1))
     hessians = torch.func.vmap(torch.func.hessian(lambda z: torch.logsumexp(z, -1)))(rows.log())
     return hessians.reshape(*p.shape, p.size(-1))
+
+
+@wrong("2.3", "softmax_jacobian", "an identity made in float64: float32 p gives a float64 J",
+       mistake="2.3/dtype-changed")
+def float64_identity(p):
+    eye = torch.eye(p.size(-1), dtype=torch.float64, device=p.device)
+    return p.unsqueeze(-1) * eye - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+@wrong("2.3", "softmax_jacobian", "computed on p.detach(): right values, off the graph",
+       mistake="2.3/detached")
+def detached_jacobian(p):
+    q = p.detach()
+    return torch.diag_embed(q) - q.unsqueeze(-1) * q.unsqueeze(-2)
+
+
+@wrong("2.3", "softmax_jacobian", "the identity made on the CPU whatever p's device")
+def identity_on_the_cpu(p):
+    eye = torch.eye(p.size(-1), dtype=p.dtype)
+    return p.unsqueeze(-1) * eye - p.unsqueeze(-1) * p.unsqueeze(-2)
