@@ -35,8 +35,18 @@ def assert_tensor(
             f"{name} should have shape {list(shape)}, but it has shape {list(value.shape)}"
         )
     if dtype is not None:
-        assert value.dtype == dtype, f"{name} should have dtype {dtype}, but it has {value.dtype}"
+        hint = f" {KEEP_DTYPE}" if dtype.is_floating_point and value.dtype.is_floating_point else ""
+        assert value.dtype == dtype, (f"{name} should have dtype {dtype}, but it has "
+                                      f"{value.dtype}.{hint}")
     return value
+
+
+# What a floating result of the wrong dtype says (the course's functions work in float32 and
+# float64 alike, and keep their input's).
+KEEP_DTYPE = ("Keep the input's dtype: a tensor made in another one (NumPy's float64, "
+              "torch.tensor of NumPy values, dtype=torch.float64, .double(), .float()) changes "
+              "the result's; make new tensors with dtype=x.dtype, device=x.device (or "
+              "torch.zeros_like(x), torch.full_like(x, value)).")
 
 
 def assert_close(

@@ -258,17 +258,23 @@ def test_matches_cross_entropy(learner, smoothing, ignore_index):
 
 
 @pytest.mark.grade("6.2", points=1, values=True)
-def test_gradient_matches_cross_entropy(learner):
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_gradient_matches_cross_entropy(learner, dtype):
     logits = torch.randn(10, 5, dtype=f64, requires_grad=True)
     target = torch.randint(1, 5, (10,))
     target[2] = 0
-    grad = learner.run(smoothed_loss_and_gradient, logits=logits.detach(), target=target,
-                       smoothing=0.2, ignore_index=0)["grad"]
-    assert grad is not None, ("the loss should be differentiable with respect to the logits "
-                              "(built from torch operations, no .detach(), no .item())")
+    result = learner.run(smoothed_loss_and_gradient, logits=logits.detach().to(dtype),
+                         target=target, smoothing=0.2, ignore_index=0)
+    what = f"the loss of {dtype} logits"
+    assert_tensor(result["loss"], what, shape=(), dtype=dtype)
+    assert result["grad"] is not None, (
+        f"{what} should be on autograd's graph (requires_grad=True), but it is not: no "
+        f"gradient reaches the logits. A step left PyTorch's graph (.detach(), .item(), "
+        f"NumPy, torch.tensor(...) of computed values): build the loss from torch operations "
+        f"on the logits alone.")
     (expected,) = torch.autograd.grad(F.cross_entropy(logits, target, label_smoothing=0.2,
                                                       ignore_index=0), logits)
-    assert_close(grad, expected, "the gradient of the loss")
+    assert_close(result["grad"], expected, f"the gradient of {what}")
 
 
 @pytest.mark.grade("6.2", points=1)

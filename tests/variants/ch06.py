@@ -125,6 +125,28 @@ class CrossEntropyPlusUniform(_Loss):
         return ((1 - self.smoothing) * nll + self.smoothing * uniform).mean()
 
 
+@wrong("6.2", "LabelSmoothingLoss", "a one-hot made .double(): float32 logits give a float64 loss")
+class OneHotInFloat64(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        v = logits.size(-1)
+        one_hot = nn.functional.one_hot(torch.where(keep, target, 0), v).double()
+        dist = one_hot * (1 - self.smoothing) + self.smoothing / v
+        loss = -(dist * torch.log_softmax(logits, dim=-1)).sum(-1)
+        return torch.where(keep, loss, 0.0).sum() / max(int(keep.sum()), 1)
+
+
+@wrong("6.2", "LabelSmoothingLoss", "the losses gathered into a new tensor: off the graph")
+class LossesCopiedIntoATensor(_Loss):
+    def forward(self, logits, target):
+        keep = self.keep(target)
+        lp = torch.log_softmax(logits, -1)
+        nll = -lp.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+        rows = (1 - self.smoothing) * nll - self.smoothing * lp.mean(-1)
+        kept = [float(row) for row, k in zip(rows, keep, strict=True) if k]
+        return torch.tensor(sum(kept) / max(len(kept), 1), dtype=logits.dtype)
+
+
 # ------------------------------------------------------------------ 6.3
 
 
