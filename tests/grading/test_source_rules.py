@@ -241,6 +241,24 @@ BAD = [
      2, None, "this use of `wraps` is not allowed"),
     ("a name from nowhere", "def softmax(x, dim=-1):\n    os.system('true')\n    return x\n", 2,
      None, "`os` is used but never defined"),
+    ("wraps imported under another name", "from functools import wraps as w\n", 1, None,
+     "import it by its own name"),
+    # deepcopy's memo keeps every original it copied, each object's __dict__ among them.
+    ("deepcopy given a memo", "import copy\n\ndef f(x, memo):\n"
+     "    return copy.deepcopy(x, memo)\n", 4, None, "this use of `deepcopy` is not allowed"),
+    ("deepcopy handed on", "from copy import deepcopy\ncopier = deepcopy\n", 2, None,
+     "this use of `deepcopy` is not allowed"),
+    ("deepcopy imported under another name", "from copy import deepcopy as dc\n", 1, None,
+     "import it by its own name"),
+    # copy sets a registered reducer's state with setattr, any name: Victim.__torch_function__.
+    ("copy's dispatch table, through PyTorch", "import torch\n\nclass Victim:\n    pass\n\n"
+     "def reducer(obj):\n    return (lambda: Victim, (), (None, {'__torch_function__': 1}))\n\n"
+     "torch.nn.modules.transformer.copy.dispatch_table[object] = reducer\n", 9, None,
+     "sets attributes by computed names"),
+    ("copy's setattr helper through self", "import copy\n\nclass A:\n"
+     "    def __init__(self):\n        self._reconstruct = None\n\n    def g(self, *args):\n"
+     "        return self._reconstruct(*args)\n\nA.g(copy, 1, None, print, ())\n", 8, None,
+     "`_reconstruct` is one of them"),
 ]
 
 
@@ -303,6 +321,10 @@ GOOD = [
      "functional\n\nfrom annotated_transformer.batch import Batch\n"
      "from annotated_transformer.parts import active_parts\n"),
     ("imports inside a function", "def f():\n    import torch\n    from torch import nn\n"),
+    ("The Annotated Transformer's clones", "import copy\nfrom copy import deepcopy\n\n"
+     "from torch import nn\n\ndef clones(module, N):\n"
+     "    return nn.ModuleList([copy.deepcopy(module) for _ in range(N)])\n\n"
+     "def shallow_and_deep(module):\n    return copy.copy(module), deepcopy(module)\n"),
     ("nn.utils: tensor utilities", "import torch\nimport torch.nn as tnn\nfrom torch import nn\n"
      "from torch.nn.utils.rnn import pad_sequence\nfrom torch.nn import utils\n\n"
      "def pad(rows):\n    return (nn.utils.rnn.pad_sequence(rows), pad_sequence(rows),\n"

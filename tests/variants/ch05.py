@@ -658,3 +658,46 @@ class KeywordModel(_Model):
         memory = self.encode(src=src, src_mask=src_mask)
         return self.generator(self.decode(memory=memory, src_mask=src_mask, tgt=tgt,
                                           tgt_mask=tgt_mask))
+
+
+# ------------------------------------------------------------------ 5.6 and 5.7 by clones
+
+
+def clones(module, n):
+    """``n`` deep copies of ``module`` in an ``nn.ModuleList``, each with weights of its own:
+    The Annotated Transformer's ``clones``."""
+    import copy
+
+    return nn.ModuleList([copy.deepcopy(module) for _ in range(n)])
+
+
+@right("5.6", "Encoder", "one layer built and deep-copied num_layers times "
+       "(The Annotated Transformer's clones)")
+class ClonedEncoder(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__()
+        parts = active_parts()
+        self.layers = clones(parts.EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first),
+                             num_layers)
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+@right("5.7", "Decoder", "one layer built and deep-copied num_layers times "
+       "(The Annotated Transformer's clones)")
+class ClonedDecoder(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__()
+        parts = active_parts()
+        self.layers = clones(parts.DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first),
+                             num_layers)
+        self.norm = parts.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)

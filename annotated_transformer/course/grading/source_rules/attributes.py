@@ -7,6 +7,7 @@ import ast
 
 from annotated_transformer.course.grading.source_rules.base import CheckerBase, clip, snippet
 from annotated_transformer.course.grading.source_rules.rules import (
+    ONE_ARGUMENT_ONLY,
     PARTS_OWN,
     is_dunder,
     library_private_names,
@@ -29,8 +30,8 @@ class AttributeRules(CheckerBase):
             self.check_private(node, name, code, base)
         else:
             self.check_attribute_name(node, name, code, base)
-        if name == "wraps":
-            self.check_wraps(node)
+        if name in ONE_ARGUMENT_ONLY:
+            self.check_one_argument(node, name)
         if self._through_parts(base):
             if name in PARTS_OWN:
                 self.add(node, f"`{code}` is not allowed in an exercise file: take a part by "

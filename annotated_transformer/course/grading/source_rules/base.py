@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from annotated_transformer.course.grading.source_rules.rules import (
     MAX_MESSAGE,
+    ONE_ARGUMENT_ONLY,
     SELF_NAMES,
     attribute_problem,
 )
@@ -254,13 +255,13 @@ class CheckerBase:
                                f"write {name} yourself; call your own function or "
                                f"`active_parts().{name}`", exercise)
 
-    def check_wraps(self, node: ast.AST) -> None:
-        """``functools.wraps(function)`` only, with one argument: its ``assigned`` and
-        ``updated`` copy attributes by name, a module's namespace among them."""
+    def check_one_argument(self, node: ast.AST, name: str) -> None:
+        """A function of ``ONE_ARGUMENT_ONLY`` (``wraps``, ``deepcopy``) only called where it
+        is named, with one plain argument: never handed on, nor given its other arguments."""
         call = self.parent.get(id(node))
         plain = (isinstance(call, ast.Call) and call.func is node and len(call.args) == 1
                  and not isinstance(call.args[0], ast.Starred) and not call.keywords)
         if not plain:
-            self.add(node, "this use of `wraps` is not allowed in an exercise file: write "
-                           "`@functools.wraps(function)` (its other arguments copy attributes "
-                           "by name, a module's namespace among them)")
+            write, why = ONE_ARGUMENT_ONLY[name]
+            self.add(node, f"this use of `{name}` is not allowed in an exercise file: write "
+                           f"{write} ({why})")

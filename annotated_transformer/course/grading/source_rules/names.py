@@ -12,6 +12,7 @@ from annotated_transformer.course.grading.source_rules.rules import (
     BANNED_DUNDER_METHODS,
     BUILTIN_NAMES,
     FROM_ONLY,
+    ONE_ARGUMENT_ONLY,
     is_dunder,
     module_problem,
 )
@@ -43,6 +44,9 @@ class NameRules(CheckerBase):
             return
         for alias in node.names:
             self.check_imported_name(node, module, alias.name)
+            if alias.name in ONE_ARGUMENT_ONLY and alias.asname not in (None, alias.name):
+                self.add(node, f"`from {module} import {alias.name} as {clip(alias.asname)}` is "
+                               f"not allowed in an exercise file: import it by its own name")
 
     def check_imported_name(self, node: ast.ImportFrom, module: str, name: str) -> None:
         """A name taken from a module is checked as that module's attribute would be."""
@@ -62,12 +66,12 @@ class NameRules(CheckerBase):
 
     def check_name(self, node: ast.Name) -> None:
         """Built-ins that escape the rules, dunder names, names the file never binds, and
-        ``wraps`` beyond its plain use."""
+        an imported ``wraps`` or ``deepcopy`` beyond its plain use."""
         name = node.id
         if isinstance(node.ctx, ast.Load) and not is_dunder(name):
             self.check_free_name(node)
-        if name == "wraps" and name in self.imported:
-            self.check_wraps(node)
+        if name in ONE_ARGUMENT_ONLY and name in self.imported:
+            self.check_one_argument(node, name)
         if is_dunder(name):
             self.check_dunder_name(node)
         elif name in BANNED_BUILTINS and isinstance(node.ctx, ast.Load):

@@ -14,9 +14,29 @@ from annotated_transformer.parts import Parts
 # public name from (``from torch import Tensor, nn``); each name taken is checked like an
 # attribute of the module. These compute and nothing else; numpy is here because a correct
 # answer (tests/variants/ch01.py, numpy_float64) and many honest learners use it.
+#
+# copy is here for ``copy.deepcopy(layer)``, the ``clones`` of The Annotated Transformer
+# (tests/variants/ch05.py, ClonedEncoder). PyTorch hands the module out too
+# (``torch.nn.modules.transformer.copy``), so what it offers is ruled by name, whatever
+# path leads to it:
+# - ``deepcopy(x)`` rebuilds what ``x`` holds through the ``__deepcopy__``,
+#   ``__reduce_ex__`` and ``__setstate__`` of its classes: PyTorch's, numpy's or Python's
+#   (a file may not define them: ALLOWED_DUNDER_METHODS). It reaches no object the file does
+#   not hold already; a function or class is copied as itself (a stand-in's closure is not
+#   entered), a copied stand-in shares its class and so is revoked with the original, and a
+#   tensor is copied through PyTorch's calls, under the guard like any other.
+# - ``deepcopy(x, memo)`` hands back, in ``memo``, every original it copied, each object's
+#   ``__dict__`` among them (``vars`` by another name): one argument only (ONE_ARGUMENT_ONLY).
+# - ``copy.dispatch_table`` (copyreg's) registers a reducer for a type, and ``copy`` then sets
+#   the state it returns with ``setattr``, any name (a class's ``__torch_function__``):
+#   refused by name (BANNED_ATTRIBUTES), as ``_reconstruct``, which does the same, is a
+#   private name (library_private_names, through any ``self``).
+# - ``copy.copy`` is a shallow copy and keeps no memo; ``copy.replace`` (Python 3.13) calls
+#   ``__replace__``, which only library types define, each with a public ``replace`` already;
+#   ``copy.types`` and ``copy.weakref`` are standard modules, refused as attributes.
 IMPORTABLE = frozenset({
     "torch", "torch.nn", "torch.nn.functional", "numpy", "math", "typing", "collections.abc",
-    "dataclasses", "functools", "itertools", "numbers",
+    "dataclasses", "functools", "itertools", "numbers", "copy",
 })
 # Modules only some names may come from. The course package is how a chapter uses an
 # earlier chapter's part; any other name of it (Parts, load_chapter, ...) loads a chapter
@@ -27,7 +47,7 @@ FROM_ONLY = {
     "annotated_transformer.batch": frozenset({"Batch"}),
 }
 ALLOWED_IMPORTS = ("torch, numpy, math, typing, collections.abc, dataclasses, functools, "
-                   "itertools, numbers, active_parts, Batch")
+                   "itertools, numbers, copy, active_parts, Batch")
 MAX_MESSAGE = 200  # characters: one line a learner reads in a report
 
 # Built-in names an exercise may not use, with why (each one a way around every other rule).
@@ -77,6 +97,16 @@ _BANNED_GROUPS = {
     # update_wrapper(f, g, updated=("__globals__",)) merges g's module namespace into f's.
     "copies attributes by name from one object to another (a module's namespace among them)": (
         "update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES"),
+    "sets attributes by computed names when objects are copied or pickled": "dispatch_table",
+}
+# Functions an exercise may call with one plain argument only, in a call where it names them,
+# and import by their own names: how to write the call, and why their other arguments are refused.
+ONE_ARGUMENT_ONLY = {
+    "wraps": ("`@functools.wraps(function)`",
+              "its other arguments copy attributes by name, a module's namespace among them"),
+    "deepcopy": ("`copy.deepcopy(module)`",
+                 "its memo argument hands back the originals it copied, their namespaces among "
+                 "them"),
 }
 BANNED_ATTRIBUTES = {name: reason for reason, names in _BANNED_GROUPS.items()
                      for name in names.split()}
@@ -131,6 +161,7 @@ def library_private_names() -> frozenset[str]:
     """The ``_names`` of PyTorch's, numpy's and the importable modules' internals (``_C``,
     ``_ops``, ``_pop_torch_dispatch_stack``) and of tensors and modules: never a learner's
     own attribute, whatever object it is read from."""
+    import copy
     import math
     import typing
 
@@ -139,7 +170,7 @@ def library_private_names() -> frozenset[str]:
     import torch.nn.functional
 
     owners = (torch, torch._C, torch.nn, torch.nn.functional, numpy, math, typing, functools,
-              itertools, dataclasses, torch.Tensor, torch.nn.Module)
+              itertools, dataclasses, copy, torch.Tensor, torch.nn.Module)
     return frozenset(n for owner in owners for n in dir(owner)
                      if n.startswith("_") and not is_dunder(n))
 # The names Python provides in every module; any other name a file uses, it must bind itself
