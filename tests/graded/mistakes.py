@@ -90,6 +90,10 @@ MISTAKES = {
     "2.2/large-negative-fill": "A query whose keys are all masked gets uniform weights (1/Lk "
     "each): a large negative fill such as -1e9 still leaves a softmax over equal scores. Fill "
     "with -inf and use your softmax of 2.1, which gives an all -inf row zeros.",
+    "2.2/masked-scores-zeroed": "These are the weights with the masked scores set to 0 "
+    "(scores * mask, or masked_fill(~mask, 0)): a score of 0 is not excluded, it gets weight "
+    "exp(0) like any other. Fill the masked scores with -inf before the softmax: "
+    "scores.masked_fill(~mask, float('-inf')).",
     "2.2/weights-before-dropout": "The weights returned are the ones from before dropout: "
     "return the weights after dropout, the ones that multiplied value.",
     "2.2/dropout-on-output": "Dropout was applied to the output [B, Lq, d_v]: the paper drops "
@@ -367,10 +371,14 @@ MISTAKES = {
     "8.1/top-p-excludes-crossing": "This nucleus leaves out the token that makes the mass reach "
     "p: keep a token when the tokens more probable than it add up to less than p (the mass "
     "before it, not including it), so that the kept tokens add up to at least p.",
-    "8.1/top-p-before-top-k": "This applies top-p before top-k: with probabilities 0.4, "
-    "0.3, 0.2, 0.1, top_k=2 and top_p=0.5 it keeps two tokens, where top-k first leaves 4/7 "
-    "and 3/7 and the nucleus of that is the first token alone. Apply top-k, renormalise, "
-    "then top-p.",
+    "8.1/top-p-before-top-k": "This measures the nucleus on the probabilities from before "
+    "top-k: top-p applied first, or top-k's survivors not renormalised before top-p (both keep "
+    "the same tokens). With probabilities 0.4, 0.3, 0.2, 0.1, top_k=2 and top_p=0.5 it keeps "
+    "two tokens, where top-k leaves 4/7 and 3/7 and the nucleus of that is the first token "
+    "alone. Apply top-k, renormalise, then top-p.",
+    "8.1/top-p-skipped-with-top-k": "With both top_k and top_p given, this is top-k alone: "
+    "top-p was not applied (an if/elif?). Apply top-k, renormalise, then top-p over what it "
+    "left.",
     # 8.2 sample_next
     "8.2/draws-at-temperature-zero": "At temperature 0 your sample_next still draws from the "
     "generator (its state changed): return the argmax without drawing, so that a generator "

@@ -168,6 +168,8 @@ def mistaken_weights(query, key, mask=None, value=None):
         found[named("2.2/mask-true-hides")] = torch.softmax(
             scaled.masked_fill(mask, float("-inf")), dim=-1).nan_to_num(nan=0.0)
         found[named("2.2/mask-after-softmax")] = torch.softmax(scaled, -1).masked_fill(~mask, 0)
+        found[named("2.2/masked-scores-zeroed")] = torch.softmax(scaled.masked_fill(~mask, 0.0),
+                                                                 dim=-1)
     return found
 
 
@@ -327,13 +329,22 @@ def test_fully_masked_query_gives_zeros_not_nan(learner):
         1, 5, 2, dtype=f64)
     mask = torch.ones(1, 3, 5, dtype=torch.bool)
     mask[0, 1] = False  # query 1 may attend to nothing
+    mask[0, 2, 3:] = False  # query 2 to its first three keys
     result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
     output = assert_tensor(result.get("output"), "output", shape=(1, 3, 2))
     weights = assert_tensor(result.get("weights"), "weights", shape=(1, 3, 5))
-    uniform = torch.allclose(weights[0, 1].double(), torch.full((5,), 0.2, dtype=f64))
+    # A large negative fill leaves the masked keys of query 2 at weight 0 and query 1
+    # uniform; a fill of 0 gives query 2's masked keys weight too.
+    scores = q @ k.transpose(-2, -1) / math.sqrt(4)
+    mistake = first_match(weights, {
+        "2.2/large-negative-fill": torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1),
+        "2.2/masked-scores-zeroed": torch.softmax(scores.masked_fill(~mask, 0.0), dim=-1)})
+    hint = named(mistake) if mistake else ("Use -inf with your softmax from 2.1 (all -inf "
+                                           "gives zeros).")
     assert_close(weights[0, 1], torch.zeros(5), "the weights of a query whose keys are all "
-                 "masked", hint=named("2.2/large-negative-fill") if uniform else
-                 "Use -inf with your softmax from 2.1 (all -inf gives zeros).")
+                 "masked", hint=hint)
+    assert_close(weights[0, 2], reference_weights(q, k, mask)[0, 2], "the weights of a query "
+                 "whose last two keys are masked", hint=hint)
     assert_close(output[0, 1], torch.zeros(2), "the output of a query whose keys are all masked")
     assert_close(weights[0, 0], reference_weights(q, k)[0, 0], "the weights of an unmasked query")
 

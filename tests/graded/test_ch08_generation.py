@@ -320,19 +320,37 @@ def test_all_three_together(learner):
                        **options)
 
 
+# Rows where the order matters, whatever the run's seed: (top_k, top_p) and, for
+# probabilities 0.4, 0.3, 0.2, 0.1, the right distribution, the one of a nucleus measured on
+# the probabilities from before top-k (top-p first, or top-k's survivors not renormalised
+# before it: the same tokens) and that of top-k alone.
+ORDERED = {(2, 0.5): ([1.0, 0.0, 0.0, 0.0], [4 / 7, 3 / 7, 0.0, 0.0], [4 / 7, 3 / 7, 0.0, 0.0]),
+           (3, 0.42): ([1.0, 0.0, 0.0, 0.0], [4 / 7, 3 / 7, 0.0, 0.0], [4 / 9, 3 / 9, 2 / 9, 0.0])}
+
+
 @pytest.mark.grade("8.1", points=1, values=True)
 def test_top_k_comes_before_top_p(learner):
-    """A fixed row where the order matters, whatever the run's seed: probabilities 0.4, 0.3,
-    0.2, 0.1 with top_k=2 and top_p=0.5. Top-k leaves 4/7 and 3/7, whose nucleus of 0.5 is
-    the first token alone; top-p first would keep two tokens."""
+    """Top-k leaves 4/7 and 3/7 (top_k=2) or 4/9, 3/9 and 2/9 (top_k=3), whose nucleus of 0.5
+    (or 0.42) is the first token alone; a nucleus of the probabilities before top-k keeps
+    two tokens in both; top-k alone keeps what top-k left. A mistake is named when both rows
+    show it."""
     logits = torch.tensor([[0.4, 0.3, 0.2, 0.1]], dtype=f64).log()
-    got = learner.run(distribution_of, logits=logits, top_k=2, top_p=0.5)
-    expected = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=f64)
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(
-            got.double(), torch.tensor([[4 / 7, 3 / 7, 0.0, 0.0]], dtype=f64), atol=1e-6):
+    got = {options: learner.run(distribution_of, logits=logits, top_k=options[0],
+                                top_p=options[1]) for options in ORDERED}
+
+    def all_match(which):
+        return all(first_match(got[options], {"": torch.tensor([rows[which]], dtype=f64)})
+                   is not None for options, rows in ORDERED.items())
+
+    if all_match(1):
         raise AssertionError(named("8.1/top-p-before-top-k"))
-    assert_close(got, expected, "next_token_distribution(log [0.4, 0.3, 0.2, 0.1], top_k=2, "
-                 "top_p=0.5)", atol=1e-6, hint="Top-k first, then top-p over what it left.")
+    if all_match(2):
+        raise AssertionError(named("8.1/top-p-skipped-with-top-k"))
+    for (top_k, top_p), (expected, _, _) in ORDERED.items():
+        assert_close(got[top_k, top_p], torch.tensor([expected], dtype=f64),
+                     f"next_token_distribution(log [0.4, 0.3, 0.2, 0.1], top_k={top_k}, "
+                     f"top_p={top_p})", atol=1e-6, hint="Top-k first, renormalise, then top-p "
+                     "over what it left.")
 
 
 @pytest.mark.grade("8.1", points=1)

@@ -186,6 +186,12 @@ def large_negative_fill(q, k, v, mask=None, dropout=None):
     return _attention(q, k, v, mask, dropout, fill=-1e9)
 
 
+@wrong("2.2", "scaled_dot_product_attention", "masked scores set to 0 instead of -inf",
+       mistake="2.2/masked-scores-zeroed")
+def zero_fill(q, k, v, mask=None, dropout=None):
+    return _attention(q, k, v, mask, dropout, fill=0.0)
+
+
 @wrong("2.2", "scaled_dot_product_attention", "mask read as True = hidden (PyTorch's MHA way)",
        mistake="2.2/mask-true-hides")
 def inverted_mask(q, k, v, mask=None, dropout=None):

@@ -130,6 +130,31 @@ def top_p_before_top_k(logits, temperature=1.0, top_k=None, top_p=None):
     return torch.softmax(_top_k(probs.log(), top_k), dim=-1)
 
 
+@wrong("8.1", "next_token_distribution", "top-k, then top-p on the probabilities from before "
+       "top-k renormalised them (the right order)", mistake="8.1/top-p-before-top-k")
+def nucleus_of_unrenormalised_top_k(logits, temperature=1.0, top_k=None, top_p=None):
+    _check(temperature, top_k, top_p)
+    if temperature == 0:
+        return _greedy(logits)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    kept = _top_k(logits / temperature, top_k).isfinite()
+    return _renormalised(_nucleus(probs * kept, top_p))
+
+
+def _renormalised(probs):
+    return probs / probs.sum(-1, keepdim=True)
+
+
+@wrong("8.1", "next_token_distribution", "top-p skipped when top-k is given (if/elif)",
+       mistake="8.1/top-p-skipped-with-top-k")
+def top_p_skipped_with_top_k(logits, temperature=1.0, top_k=None, top_p=None):
+    _check(temperature, top_k, top_p)
+    if temperature == 0:
+        return _greedy(logits)
+    probs = torch.softmax(_top_k(logits / temperature, top_k), dim=-1)
+    return probs if top_k is not None else _nucleus(probs, top_p)
+
+
 @wrong("8.1", "next_token_distribution", "no check of the arguments")
 def unchecked(logits, temperature=1.0, top_k=None, top_p=None):
     if temperature <= 0:
