@@ -95,6 +95,20 @@ def replaces_the_guard(x):
 
 
 REPLACED = replaces_the_guard
+
+
+def enters_the_exemption(x):
+    """The guard's exemption, found among the garbage collector's objects, then softmax."""
+    import gc
+    import types
+
+    for found in gc.get_objects():
+        if isinstance(found, types.FunctionType) and found.__name__ == "exempt":
+            manager = found()
+            if hasattr(manager, "__enter__"):
+                with manager:
+                    return torch.softmax(x, -1)
+    raise LookupError("no exemption found")
 '''
 
 
@@ -163,6 +177,16 @@ def _replaced(pool, folder):
         learner(pool, folder, SOFTMAX).run(call, name="replaces_the_guard", x=X)
     with pytest.raises(ForbiddenCall, match="aten._softmax"):
         learner(pool, folder, SOFTMAX).run(call, name="REPLACED", x=X)
+
+
+def test_code_that_reaches_the_worker_s_own_objects_turns_the_guard_off(pool, folder):
+    """What the guard cannot hold: it lives in the process it watches. With the source rules
+    off, code that finds the guard's exemption among the garbage collector's objects computes
+    2.1's softmax with ``torch.softmax``, unrefused; only the rules (``import gc``, a
+    stand-in's ``__closure__``, ctypes: tests/grading/test_source_rules.py) stand in its way.
+    Should this ever be refused, book/instructor.md's limit changes with it."""
+    found = learner(pool, folder, SOFTMAX).run(call, name="enters_the_exemption", x=X)
+    assert torch.allclose(found, torch.softmax(X, -1))
 
 
 def test_a_plain_cross_entropy_is_allowed_where_the_smoothing_is_not(pool, folder):

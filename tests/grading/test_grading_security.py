@@ -115,7 +115,8 @@ CHEATS = {
     "a file written and read back": (with_softmax(
         'return torch.load("answers.pt")'), "forbidden", "load"),
     # The guard's own exemption, found among the collector's objects and entered for good:
-    # refused before it runs (with the source rules off, it earns 9/9: book/instructor.md).
+    # refused before it runs (with the source rules off, the guard lets it compute:
+    # tests/grading/test_allowed_ops.py, book/instructor.md's "what it cannot stop").
     "the guard's exemption found by gc": (with_softmax("""\
 import gc
 import types

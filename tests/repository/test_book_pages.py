@@ -1,8 +1,10 @@
 """The book's pages outside the notebooks, read as files: the landing figure's script runs,
-and the intro's table of exercises names every exercise of ``solutions/``."""
+the intro's table of exercises names every exercise of ``solutions/``, and every test the
+instructor page names for a claim exists."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -75,3 +77,32 @@ def test_the_readers_find_a_table_s_names_and_the_exercises():
     exercises = exercises_of_solutions()
     assert exercises["5.6"] == "Encoder" and exercises["8.5"] == "DecoderOnlyTransformer"
     assert exercises["6.5"] == "train_step" and exercises["1.2"] == "PositionalEncoding"
+
+
+# `file.py::test` in book/instructor.md: the test that backs a claim, in tests/grading/
+# unless the file's path says otherwise.
+CITED_TEST = re.compile(r"`((?:tests/[\w/]+/)?test_\w+\.py)::(test_\w+)`")
+
+
+def cited_tests(page: str) -> list[tuple[Path, str]]:
+    """``(file, test function)`` for each test a page names."""
+    return [(ROOT / file if "/" in file else ROOT / "tests" / "grading" / file, name)
+            for file, name in CITED_TEST.findall(page)]
+
+
+def test_every_test_the_instructor_page_names_is_a_test_of_its_file():
+    cited = cited_tests((ROOT / "book" / "instructor.md").read_text())
+    assert len(cited) > 20, "the instructor page names the test of each claim"
+    missing = []
+    for path, name in cited:
+        tree = ast.parse(path.read_text()) if path.is_file() else ast.Module(body=[])
+        if name not in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}:
+            missing.append(f"{path.relative_to(ROOT)}::{name}")
+    assert not missing, f"book/instructor.md names tests that do not exist: {missing}"
+
+
+def test_a_cited_test_is_read_from_its_folder():
+    cited = cited_tests("`test_boundary.py::test_no_network` and "
+                        "`tests/distribution/test_workflows.py::test_grade_workflow`")
+    assert cited == [(ROOT / "tests/grading/test_boundary.py", "test_no_network"),
+                     (ROOT / "tests/distribution/test_workflows.py", "test_grade_workflow")]
