@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from annotated_transformer.data import Task
+from annotated_transformer.data import TASKS, Task
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.train import COPY_MODEL, TrainConfig, model_config
 
@@ -198,3 +198,15 @@ RECIPES: dict[str, Recipe] = {
                           label_smoothing=PAPER_LABEL_SMOOTHING, max_tokens=4096,
                           eval_every=500, eval_size=1014)),
 }
+
+
+def recipe_for(task: str) -> Recipe:
+    """The default run of the task called ``task``: :data:`RECIPES` holds one for each task
+    of ``data.REGISTRY``, keyed by its name (``tests/library/test_train.py`` checks both
+    ways); a ``ValueError`` that names the task otherwise."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    if task not in RECIPES:
+        raise ValueError(f"task {task!r} has no recipe: add its default run to RECIPES in "
+                         f"annotated_transformer/recipes.py")
+    return RECIPES[task]

@@ -194,7 +194,7 @@ def time_budget(args, recipe_budget: float | None) -> float | None:
 
 
 def run_train(args) -> int:
-    from annotated_transformer.recipes import RECIPES
+    from annotated_transformer.recipes import recipe_for
     from annotated_transformer.time_budget import format_duration
     from annotated_transformer.train import Runtime, train
 
@@ -209,8 +209,8 @@ def run_train(args) -> int:
             raise UsageError(f"--context is for --task text; {args.task!r} has no windows")
         options["context"] = args.context
     ladder = auto_ladder(args)  # --model auto: a model of CPU_LADDER, chosen below
-    recipe = (ladder[0].recipe if ladder else RECIPES[args.task] if args.model is None
-              else RECIPES[args.task].with_model(args.model))  # --model small|cpu|base|big
+    recipe = (ladder[0].recipe if ladder else recipe_for(args.task) if args.model is None
+              else recipe_for(args.task).with_model(args.model))  # --model small|cpu|base|big
     recipe = resized(recipe, args)  # --layers, --d-model, --heads, --d-ff, --dropout
     # --task translation's corpus, and its vocabulary's size (default: the recipe's)
     options = translation_task_options(args, getattr(recipe, "vocab_size", None)) or options

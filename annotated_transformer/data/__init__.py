@@ -41,7 +41,7 @@ def _needs(option: str, message: str, make: Callable[..., Task]) -> Callable[...
 
 
 # The tasks by name, in the order the command line lists them: the one place a task is added
-# (its default run is recipes.RECIPES[name]).
+# (its default run, recipes.RECIPES[name], joins it: recipes.recipe_for).
 REGISTRY: dict[str, Callable[..., Task]] = {
     "copy": CopyTask,
     "reverse": functools.partial(CopyTask, reverse=True),

@@ -131,6 +131,24 @@ def test_a_resumed_run_reaches_the_same_parameters(tmp_path):
     assert steps[-1] == 12 and 7 in steps
 
 
+def test_every_task_has_a_recipe_and_every_recipe_a_task():
+    from annotated_transformer.data import TASKS
+    from annotated_transformer.recipes import RECIPES, recipe_for
+
+    assert list(RECIPES) == list(TASKS)  # the command line's order too
+    assert all(recipe_for(task) is RECIPES[task] for task in TASKS)
+
+
+def test_a_task_without_a_recipe_is_named(monkeypatch):
+    from annotated_transformer import recipes
+
+    monkeypatch.delitem(recipes.RECIPES, "dates")
+    with pytest.raises(ValueError, match="task 'dates' has no recipe: add its default run"):
+        recipes.recipe_for("dates")
+    with pytest.raises(ValueError, match="unknown task 'nope': choose one of copy, reverse"):
+        recipes.recipe_for("nope")
+
+
 def test_the_schedule_warms_up_on_every_task():
     from annotated_transformer.data import make_task
     from annotated_transformer.recipes import RECIPES
