@@ -105,6 +105,17 @@ def load_trusted(module: torch.nn.Module, state: Mapping[str, Tensor]) -> dict[s
     return own
 
 
+def untied_how(weight: object, shared: object) -> str:
+    """(In the worker.) What ``weight``, a matrix that should be ``shared`` itself (tied
+    embeddings), is instead, in the words of the mistakes ``5.8/not-tied`` and
+    ``8.5/not-tied``."""
+    if not isinstance(weight, Tensor) or not isinstance(shared, Tensor):
+        return "missing"
+    if weight.shape == shared.shape and torch.equal(weight, shared):
+        return "a copy of it (equal values, another nn.Parameter)"
+    return "a matrix of its own"
+
+
 SHOWN_NAMES = 6  # state-dict names a message lists before it counts the rest
 
 

@@ -266,8 +266,8 @@ MISTAKES = {
     "self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask).",
     "5.8/target-read-by-source-embedding": "This is the target read through src_embed: the "
     "decoder embeds tgt with tgt_embed (the same matrix only when the weights are tied).",
-    "5.8/not-tied": "With tie_embeddings=True the {missing} weight should be the source "
-    "embedding's own nn.Parameter, not a copy: assign it, self.generator.weight = "
+    "5.8/not-tied": "With tie_embeddings=True {missing} should be the source embedding's "
+    "own nn.Parameter, but {how}: assign it, self.generator.weight = "
     "self.src_embed.tokens.embedding.weight (likewise tgt_embed), after initialising.",
     "5.8/not-xavier": "{name} reaches {largest} at initialisation, beyond Xavier's bound "
     "{bound}: initialise every parameter with more than one dimension with "
@@ -327,6 +327,9 @@ MISTAKES = {
     "per training step, after optimizer.step().",
     "6.5/eval-mode": "The model ran in evaluation mode: call model.train() in the step "
     "(dropout is on only in training mode).",
+    "6.5/loss-as-a-number": "train_step returned the loss as a Python number ({number}, "
+    "loss.item()?): return it as a scalar tensor, loss.detach(). .item() makes the host wait "
+    "for the device at every step, where a tensor lets the next step start at once.",
     "6.5/loss-not-detached": "The loss returned still holds its graph (requires_grad): return "
     "loss.detach(), so that keeping it does not keep every step's graph alive.",
     # 7.1 beam_search
@@ -414,7 +417,7 @@ MISTAKES = {
     "stack, self.decoder(self.embed(tokens), mask), or every position reads the tokens it "
     "must predict.",
     "8.5/not-tied": "With tie_embeddings=True the generator's weight should be the "
-    "embedding's own nn.Parameter, not a copy: self.generator.weight = "
+    "embedding's own nn.Parameter, but it is {how}: assign it, self.generator.weight = "
     "self.embed.tokens.embedding.weight, after initialising.",
     "8.5/not-xavier": "{name} reaches {largest} at initialisation, beyond Xavier's bound "
     "{bound}: initialise every parameter with more than one dimension with "

@@ -41,6 +41,7 @@ from checks import (
     check_names,
     load_trusted,
     trusted_state,
+    untied_how,
 )
 from mistakes import first_match, named
 from torch_models import TorchEncoderDecoder, sinusoidal_table
@@ -956,9 +957,12 @@ def model_ties(impl):
         model = impl.EncoderDecoder(VOCAB, VOCAB, 8, 2, 16, 1, tie_embeddings=tie)
         weights = dict(model.named_parameters(remove_duplicate=False))
         source = weights.get("src_embed.tokens.embedding.weight")
+        target, generator = (weights.get(name) for name in (
+            "tgt_embed.tokens.embedding.weight", "generator.weight"))
         found[tie] = {"names": source is not None,
-                      "target": weights.get("tgt_embed.tokens.embedding.weight") is source,
-                      "generator": weights.get("generator.weight") is source,
+                      "target": target is source, "generator": generator is source,
+                      "how": {"target": untied_how(target, source),
+                              "generator": untied_how(generator, source)},
                       "count": sum(p.numel() for p in model.parameters())}
     try:
         impl.EncoderDecoder(VOCAB, VOCAB + 2, 8, 2, 16, 1, tie_embeddings=True)
@@ -976,8 +980,10 @@ def test_encoder_decoder_ties_one_matrix(learner):
         "EncoderDecoder has no src_embed.tokens.embedding.weight: build src_embed and "
         "tgt_embed with embeddings(...), given in the file, whose modules are named tokens "
         "and positions (a checkpoint saves them by these names).")
-    assert tied["target"] and tied["generator"], named("5.8/not-tied", missing=" and ".join(
-        name for name in ("target", "generator") if not tied[name]))
+    apart = [name for name in ("target", "generator") if not tied[name]]
+    assert not apart, named("5.8/not-tied", missing=" and ".join(
+        f"the {name}'s" for name in apart) + (" weights" if len(apart) > 1 else " weight"),
+        how="; ".join(f"the {name}'s is {tied['how'][name]}" for name in apart))
     assert not untied["target"] and not untied["generator"], (
         "EncoderDecoder(tie_embeddings=False) shares the source embedding's matrix: untied, "
         "tgt_embed and generator keep matrices of their own.")

@@ -455,11 +455,11 @@ def train_step_run(impl, state, tokens, labels, clip_norm):
     model.eval()
     batch = SimpleNamespace(args=(tokens,), labels=labels)
     loss_fn = nn.CrossEntropyLoss(ignore_index=0)
-    found = {"weights": [], "losses": [], "detached": [], "rates": []}
+    found = {"weights": [], "losses": [], "on_graph": [], "rates": []}
     for _ in range(2):
         loss = impl.train_step(model, batch, loss_fn, optimizer, scheduler, clip_norm)
         found["losses"].append(loss.detach().clone() if isinstance(loss, torch.Tensor) else loss)
-        found["detached"].append(isinstance(loss, torch.Tensor) and not loss.requires_grad)
+        found["on_graph"].append(isinstance(loss, torch.Tensor) and loss.requires_grad)
         found["weights"].append({k: v.detach().clone() for k, v in model.state_dict().items()})
         found["rates"].append(optimizer.param_groups[0]["lr"])
     found["modes"] = list(model.modes)
@@ -510,9 +510,11 @@ def test_train_step_updates_like_pytorch(learner, clip_norm):
     if clip_norm is not None:
         mistakes["6.5/not-clipped"] = expected_steps(state, tokens, labels, 0.0, clip=False)[0]
     for i in range(2):  # each call's loss (before its update), then the weights after it
-        assert_tensor(result["losses"][i], f"the loss train_step returns (call {i + 1})",
-                      shape=())
-        assert_close(result["losses"][i], losses[i], f"the loss of call {i + 1}",
+        returned = result["losses"][i]
+        if type(returned) is float:  # loss.item(): its value counts here, its type in the
+            returned = torch.tensor(returned, dtype=f64)  # test of what train_step returns
+        assert_tensor(returned, f"the loss train_step returns (call {i + 1})", shape=())
+        assert_close(returned, losses[i], f"the loss of call {i + 1}",
                      hint="The mean of loss_fn over logits [B*L, V] and labels [B*L], computed "
                      "before the update.")
         got = torch.cat([v.flatten() for v in result["weights"][i].values()])
@@ -529,7 +531,10 @@ def test_train_step_trains_in_training_mode_and_returns_a_detached_loss(learner)
     state, tokens, labels = step_case()
     result = learner.run(train_step_run, state=state, tokens=tokens, labels=labels, clip_norm=1.0)
     assert result["modes"] and all(result["modes"]), named("6.5/eval-mode")
-    assert all(result["detached"]), named("6.5/loss-not-detached")
+    assert not any(result["on_graph"]), named("6.5/loss-not-detached")
+    returned = result["losses"][0]
+    assert type(returned) is not float, named("6.5/loss-as-a-number", number=f"{returned:.6g}")
+    assert_tensor(returned, "the loss train_step returns", shape=())
 
 
 # ---------------------------------------------------------------- 6.6 capstone

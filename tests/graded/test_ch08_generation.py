@@ -37,6 +37,7 @@ from checks import (
     check_trained_config,
     load_trusted,
     trusted_state,
+    untied_how,
 )
 from mistakes import first_match, named
 from torch_models import TorchLanguageModel, complete_greedily
@@ -648,10 +649,12 @@ def language_model_build(impl):
         torch.manual_seed(0)
         model = impl.DecoderOnlyTransformer(40, D_MODEL, HEADS, 32, 2, tie_embeddings=tie)
         weights = dict(model.named_parameters(remove_duplicate=False))
-        embedding = weights.get("embed.tokens.embedding.weight")
+        embedding, generator = (weights.get(name) for name in (
+            "embed.tokens.embedding.weight", "generator.weight"))
         found[tie] = {
             "names": embedding is not None,
-            "tied": weights.get("generator.weight") is embedding,
+            "tied": generator is embedding,
+            "how": untied_how(generator, embedding),
             "count": sum(p.numel() for p in model.parameters()),
             "largest": {name: [value.abs().max().item(),
                                math.sqrt(6 / (value.size(0) + value.size(1)))]
@@ -667,7 +670,7 @@ def test_decoder_only_model_ties_and_initialises(learner):
         "DecoderOnlyTransformer has no embed.tokens.embedding.weight: build embed with "
         "Chapter 5's embeddings(...) (active_parts().embeddings), whose modules are named "
         "tokens and positions.")
-    assert found[True]["tied"], named("8.5/not-tied")
+    assert found[True]["tied"], named("8.5/not-tied", how=found[True]["how"])
     assert not found[False]["tied"], (
         "DecoderOnlyTransformer(tie_embeddings=False) shares the embedding's matrix: "
         "untied, the generator keeps a matrix of its own.")

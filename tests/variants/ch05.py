@@ -621,6 +621,12 @@ class TiedByCopy(_Model):
             self.generator.weight = nn.Parameter(self.src_embed.tokens.embedding.weight.clone())
 
 
+@wrong("5.8", "EncoderDecoder", "tie_embeddings ignored: three matrices of their own",
+       mistake="5.8/not-tied")
+class NeverTied(_Model):
+    TIE = False
+
+
 @wrong("5.8", "EncoderDecoder", "the weights left at PyTorch's default initialisation",
        mistake="5.8/not-xavier")
 class DefaultInitialisation(_Model):

@@ -350,6 +350,20 @@ def undetached_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
     return loss
 
 
+@wrong("6.5", "train_step", "the loss returned as a Python number (loss.item())",
+       mistake="6.5/loss-as-a-number")
+def loss_item_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
 @right("6.5", "train_step", "the gradients zeroed after the update, the model's own zero_grad")
 def zero_after_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
     model.train()

@@ -460,6 +460,12 @@ class LanguageModelTiedByCopy(_LanguageModel):
             self.generator.weight = nn.Parameter(self.embed.tokens.embedding.weight.clone())
 
 
+@wrong("8.5", "DecoderOnlyTransformer", "tie_embeddings ignored: the generator's own matrix",
+       mistake="8.5/not-tied")
+class LanguageModelNeverTied(_LanguageModel):
+    TIE = False
+
+
 @wrong("8.5", "DecoderOnlyTransformer", "PyTorch's default initialisation kept",
        mistake="8.5/not-xavier")
 class LanguageModelDefaultInitialisation(_LanguageModel):
