@@ -44,7 +44,8 @@ class NameRules(CheckerBase):
             return
         for alias in node.names:
             self.check_imported_name(node, module, alias.name)
-            if alias.name in ONE_ARGUMENT_ONLY and alias.asname not in (None, alias.name):
+            if (alias.name in ONE_ARGUMENT_ONLY and alias.asname is not None
+                    and alias.asname != alias.name):
                 self.add(node, f"`from {module} import {alias.name} as {clip(alias.asname)}` is "
                                f"not allowed in an exercise file: import it by its own name")
 
