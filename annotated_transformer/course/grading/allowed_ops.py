@@ -248,8 +248,8 @@ def guard_factory():
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 # PyTorch pops this mode while this runs: the op below runs nothing of the
                 # learner's (a subclass's own __torch_dispatch__, a finalizer).
-                for kind in types:
-                    if kind is not plain and kind is not parameter:
+                for tensor_type in types:
+                    if tensor_type is not plain and tensor_type is not parameter:
                         refuse("__torch_dispatch__ of a tensor subclass")
                 if not exemption[0]:
                     name = name_of(func)
