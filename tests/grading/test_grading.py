@@ -25,6 +25,7 @@ from annotated_transformer.course.grading import (
     grade,
     manifest,
     messages,
+    outcomes,
 )
 from annotated_transformer.course.grading.report import ExerciseResult, Integrity, Report
 from annotated_transformer.course.grading.results import TestRecord
@@ -174,6 +175,51 @@ def test_an_exercise_that_raises_is_an_error_naming_the_place(tmp_path):
     assert rows["1.1"].status == "error"
     assert "RuntimeError" in rows["1.1"].message and target.name in rows["1.1"].message
     assert rows["1.2"].status == "not implemented"
+
+
+def test_an_exercise_that_returns_a_numpy_array_is_told_to_return_a_tensor(tmp_path):
+    """In the learner's words: what to return, never the grader's words for what it can
+    send between its processes."""
+    stubs.write_stubs(tmp_path)
+    target = next(tmp_path.glob("ch01_*.py"))
+    target.write_text(target.read_text().replace(
+        'raise NotImplementedError("Exercise 1.1: positional_encoding is not implemented yet")',
+        "import numpy\n    return numpy.zeros((max_len, d_model))", 1))
+    [row] = grade_run([1], str(tmp_path), exercises=["1.1"]).rows()
+    assert row.status == "error"
+    assert "returned a NumPy array (numpy.ndarray) where a torch.Tensor is expected" in (
+        row.message), row.message
+    assert "plain data" not in row.message, row.message
+
+
+@pytest.mark.parametrize("raised, means", [
+    ("element 0 of tensors does not require grad and does not have a grad_fn",
+     "not connected to autograd's graph"),
+    ("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.",
+     "NumPy is outside autograd's graph"),
+    ("Tensor on device cpu is not on the expected device meta!", "on another device"),
+    ("expected m1 and m2 to have the same dtype, but got: float != double", "dtype=x.dtype"),
+    ("The size of tensor a (2) must match the size of tensor b (4) at non-singleton "
+     "dimension 0", "sizes 2 and 4 at dimension 0"),
+    ("mat1 and mat2 shapes cannot be multiplied (2x5 and 3x4)", "5 against 3"),
+    ("Expected size for first two dimensions of batch2 tensor to be: [12, 4] but got: "
+     "[12, 7].", "should start [12, 4]"),
+    ("view size is not compatible with input tensor's size and stride", ".reshape(...)"),
+    ("one of the variables needed for gradient computation has been modified by an inplace "
+     "operation", "in-place operation"),
+])
+def test_a_pytorch_error_says_what_it_means_for_the_exercise(raised, means):
+    """PyTorch's message and where it was raised, then what it means for the exercise."""
+    told = str(outcomes.LearnerRaised(["RuntimeError"], raised, "ch02_attention.py:40"))
+    assert told.startswith(f"RuntimeError: {raised} (at ch02_attention.py:40). What it means "
+                           f"here: "), told
+    assert means in told, told
+
+
+def test_a_message_that_names_a_mistake_is_told_as_it_is():
+    """A test's own words (a named mistake) already say what to do."""
+    message = f"The size of tensor a (2) must match ...: {messages.mistake_tag('2.1/dim-ignored')}"
+    assert "What it means" not in str(outcomes.LearnerRaised(["RuntimeError"], message, ""))
 
 
 @pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from enum import Enum
 
 from annotated_transformer.course.grading import watch
+from annotated_transformer.course.grading.messages import learner_error
 
 
 class Outcome(str, Enum):
@@ -48,8 +49,7 @@ class LearnerRaised(RuntimeError):
 
     def __init__(self, types: list[str], message: str, where: str) -> None:
         self.types, self.message, self.where = types, message, where
-        suffix = f" (at {where})" if where else ""
-        super().__init__(f"{types[0] if types else 'Exception'}: {message}{suffix}")
+        super().__init__(learner_error(types, message, where))
 
 
 class ForbiddenCall(RuntimeError):
