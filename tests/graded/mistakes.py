@@ -393,6 +393,9 @@ MISTAKES = {
     "8.3/cache-ignored": "This is the new position attending to itself alone: its query must "
     "attend to the cached keys and values too (concatenate them before the new ones, "
     "dim=2).",
+    "8.3/no-out-proj": "This is the output with the heads merged but not projected: apply "
+    "the module's out_proj to the merged heads, attn.out_proj(merge_heads(...)), the last step "
+    "of MultiHeadAttention (3.3).",
     "8.3/new-position-first": "The returned cache has the new key and value before the old "
     "ones: append them after, torch.cat([cached, new], dim=2), so that the cache's position "
     "i is the sequence's position i.",

@@ -234,12 +234,13 @@ def projections(state, x, name):
     return x @ state[f"{name}.weight"].T + state[f"{name}.bias"]
 
 
-def attention_over(state, x, keys, values):
-    """The new position's output ``[B, 1, D]``: its query over ``keys``, ``values``."""
+def attention_over(state, x, keys, values, out_proj=True):
+    """The new position's output ``[B, 1, D]``: its query over ``keys``, ``values`` (the
+    heads merged, then ``out_proj``; without it, ``out_proj=False``)."""
     q = heads(projections(state, x, "q_proj"))
     weights = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(keys.size(-1)), dim=-1)
     merged = (weights @ values).transpose(1, 2).reshape(x.size(0), 1, -1)
-    return projections(state, merged, "out_proj")
+    return projections(state, merged, "out_proj") if out_proj else merged
 
 
 MHA_SHAPES = {f"{p}_proj.{k}": [D_MODEL, D_MODEL] if k == "weight" else [D_MODEL]
@@ -452,7 +453,8 @@ def test_one_step_over_a_given_cache(learner):
     full_k, full_v = torch.cat([cache[0], new_k], 2), torch.cat([cache[1], new_v], 2)
     check_step(output, attention_over(state, x, full_k, full_v),
                "attention_step's output (new position over 3 cached ones)",
-               {"8.3/cache-ignored": attention_over(state, x, new_k, new_v)})
+               {"8.3/cache-ignored": attention_over(state, x, new_k, new_v),
+                "8.3/no-out-proj": attention_over(state, x, full_k, full_v, out_proj=False)})
     for got, want, old, new, name in ((keys, full_k, cache[0], new_k, "keys"),
                                       (values, full_v, cache[1], new_v, "values")):
         mistakes = {"8.3/new-position-first": torch.cat([new, old], 2),
@@ -471,13 +473,15 @@ def test_steps_equal_recomputing_the_prefix(learner):
     # the whole prefix recomputed: causal self-attention, every position at once
     q, k, v = (heads(projections(state, xs, n)) for n in ("q_proj", "k_proj", "v_proj"))
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
-    full = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
-    full = projections(state, full.transpose(1, 2).reshape(3, 5, D_MODEL), "out_proj")
+    merged = F.scaled_dot_product_attention(q, k, v, attn_mask=causal).transpose(1, 2).reshape(
+        3, 5, D_MODEL)
+    full = projections(state, merged, "out_proj")
     for t, output in enumerate(result["outputs"]):
         alone = attention_over(state, xs[:, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1])
         check_step(output, full[:, t:t + 1],
                    f"attention_step's output at position {t}, stepping from cache=None",
-                   {"8.3/cache-ignored": alone} if t else {})
+                   {"8.3/no-out-proj": merged[:, t:t + 1]}
+                   | ({"8.3/cache-ignored": alone} if t else {}))
     keys, values = result["caches"][-1]
     assert_close(keys, k, "the cache's keys after 5 steps", atol=1e-8,
                  hint="The cache holds every position's key, in order, [B, H, t, d_k].")

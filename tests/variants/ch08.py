@@ -280,6 +280,17 @@ def cache_ignored(attn, x, cache=None):
     return output, (k, v)
 
 
+@wrong("8.3", "attention_step", "the heads merged without the output projection",
+       mistake="8.3/no-out-proj")
+def no_out_proj(attn, x, cache=None):
+    _one_position(x)
+    q, k, v = _project(attn, x)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+    heads, _ = attn.attention(q, k, v, mask=None, dropout=attn.dropout)
+    return active_parts().merge_heads(heads), (k, v)
+
+
 @wrong("8.3", "attention_step", "the new key and value put before the cached ones",
        mistake="8.3/new-position-first")
 def new_position_first(attn, x, cache=None):
