@@ -205,6 +205,9 @@ def test_an_exercise_that_returns_a_numpy_array_is_told_to_return_a_tensor(tmp_p
     ("Expected size for first two dimensions of batch2 tensor to be: [12, 4] but got: "
      "[12, 7].", "should start [12, 4]"),
     ("view size is not compatible with input tensor's size and stride", ".reshape(...)"),
+    ("Sizes of tensors must match except in dimension 1. Expected size 3 but got size 1 for "
+     "tensor number 1 in the list.", "joins tensors along dimension 1"),
+    ("shape '[2, 5, 4, 3]' is invalid for input of size 96", "to [2, 5, 4, 3]"),
     ("one of the variables needed for gradient computation has been modified by an inplace "
      "operation", "in-place operation"),
 ])

@@ -119,6 +119,13 @@ WAYS_FORWARD = (
      "should start [{0}] (its batch size, then the left one's last size), and it starts [{1}]. "
      "Check which tensor's length goes where: the scores of Lq queries against Lk keys are "
      "[..., Lq, Lk], and they multiply values of Lk rows."),
+    (r"Sizes of tensors must match except in dimension (-?\d+)",
+     "torch.cat joins tensors along dimension {0}, so every other size of theirs must agree: "
+     "is {0} the dimension meant (the positions of [B, H, L, d_k] are dimension 2)?"),
+    (r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)",
+     "a view or reshape to [{0}] asked for another number of entries than the tensor's {1}: "
+     "take the sizes from the tensor itself (B, L, _ = x.shape) and check which are split or "
+     "merged."),
     (r"view size is not compatible with input tensor's size and stride",
      "view() needs the memory in order, which a transpose changes: use .reshape(...), or "
      ".contiguous().view(...)."),
