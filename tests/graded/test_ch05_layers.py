@@ -31,6 +31,7 @@ from torch import nn
 
 from checks import (
     ATTENTION_OPS,
+    KEEP_DTYPE,
     LAYER_OPS,
     LOGSUMEXP_OPS,
     NORM_OPS,
@@ -107,14 +108,16 @@ def layer_norm_parameters(impl, d_model):
 
 
 def layer_norm_gradients(impl, x, upstream):
-    """The gradients with respect to x, weight and bias (None for one the output ignores)."""
-    module = impl.LayerNorm(x.shape[-1]).double()
+    """LayerNorm(D) in x's dtype: the dtype of its output, and the gradients with respect to
+    x, weight and bias (None for one the output ignores)."""
+    module = impl.LayerNorm(x.shape[-1]).to(x.dtype)
     parameters = dict(module.named_parameters())
     inputs = {"x": x.clone().requires_grad_(True),
               **{name: parameters[name] for name in ("weight", "bias") if name in parameters}}
-    grads = torch.autograd.grad((module(inputs["x"]) * upstream).sum(), list(inputs.values()),
+    output = module(inputs["x"])
+    grads = torch.autograd.grad((output * upstream).sum(), list(inputs.values()),
                                 allow_unused=True)
-    return dict(zip(inputs, grads, strict=True))
+    return {"dtype": output.dtype, **dict(zip(inputs, grads, strict=True))}
 
 
 def layer_norm_of_batches(impl, x, other):
@@ -325,11 +328,14 @@ def test_layer_norm_parameters(learner):
 
 
 @pytest.mark.grade("5.1", points=1, values=True)
-def test_layer_norm_gradients_match(learner):
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_layer_norm_gradients_match(learner, dtype):
     theirs = nn.LayerNorm(8).double()
     x = torch.randn(3, 4, 8, dtype=f64, requires_grad=True)
     upstream = torch.randn(3, 4, 8, dtype=f64)
-    got = learner.run(layer_norm_gradients, x=x.detach(), upstream=upstream)
+    got = learner.run(layer_norm_gradients, x=x.detach().to(dtype), upstream=upstream.to(dtype))
+    assert got["dtype"] == dtype, (f"LayerNorm(8) in {dtype} gives an output of dtype "
+                                   f"{got['dtype']}, not {dtype}. {KEEP_DTYPE}")
     want = torch.autograd.grad((theirs(x) * upstream).sum(), (x, theirs.weight, theirs.bias))
     for name, w in zip(("x", "weight", "bias"), want, strict=True):
         assert name in got, (
