@@ -76,14 +76,14 @@ def computations(exempt: Callable[[], AbstractContextManager]) -> dict[str, Call
                                                   torch.unflatten, torch.flatten)
     linear, dropout, layer_norm, cross_entropy = (_nn.linear, torch.dropout, torch.layer_norm,
                                                   _nn.cross_entropy_loss)
-    sqrt, minus_infinity, Function = math.sqrt, float("-inf"), torch.autograd.Function
-    mean = 1  # cross_entropy_loss's reduction, as F.cross_entropy passes it
+    sqrt, minus_infinity = math.sqrt, float("-inf")
+    mean = 1  # cross_entropy_loss's reduction, as F.cross_entropy passes it (its stub says str)
 
     def trusted(function: Callable[..., Any]) -> Callable[..., Any]:
         """``function`` (of tensors and numbers) computed under the exemption, forward and
         backward, as one autograd node, on detached copies of its inputs."""
 
-        class Call(Function):
+        class Call(torch.autograd.Function):  # (made now, before any learner code)
             @staticmethod
             def forward(ctx, alive, *args):
                 alive()
@@ -153,7 +153,7 @@ def computations(exempt: Callable[[], AbstractContextManager]) -> dict[str, Call
         "5.1": trusted(lambda x, weight, bias, eps: layer_norm(
             x, (size(x, -1),), weight, bias, eps)),
         "6.2": trusted(lambda logits, target, ignore, smoothing: cross_entropy(
-            logits, target, None, mean, ignore, smoothing)),
+            logits, target, None, mean, ignore, smoothing)),  # type: ignore[arg-type]
     }
 
 
