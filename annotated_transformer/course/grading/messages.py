@@ -162,6 +162,7 @@ def learner_error(types: list[str], message: str, where: str = "") -> str:
         for pattern, advice in _WAYS_FORWARD:
             found = pattern.search(message)
             if found is not None:
-                return (f"{kind}: {message}{at}. What it means here: "
-                        f"{advice.format(*found.groups())}")
+                said = f"{kind}: {message}{at}"
+                stop = "" if said.endswith((".", "!", "?")) else "."
+                return f"{said}{stop} What it means here: {advice.format(*found.groups())}"
     return f"{kind}: {message}{at}"
