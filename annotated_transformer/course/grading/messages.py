@@ -149,7 +149,7 @@ def learner_error(types: list[str], message: str, where: str = "") -> str:
     message, where it was raised, and what it means for the exercise
     (:data:`WAYS_FORWARD`); a result of NumPy's in plain words; a message that names a
     known mistake (a test's own words) as it is."""
-    kind, at = (types[0] if types else "Exception"), (f" (at {where})" if where else "")
+    raised, at = (types[0] if types else "Exception"), (f" (at {where})" if where else "")
     sent = _NOT_SENT.match(message)
     if sent is not None and sent.group(1) in _NUMPY_TYPES:
         what = ("a NumPy array (numpy.ndarray)" if sent.group(1) == "ndarray"
@@ -162,7 +162,7 @@ def learner_error(types: list[str], message: str, where: str = "") -> str:
         for pattern, advice in _WAYS_FORWARD:
             found = pattern.search(message)
             if found is not None:
-                said = f"{kind}: {message}{at}"
+                said = f"{raised}: {message}{at}"
                 stop = "" if said.endswith((".", "!", "?")) else "."
                 return f"{said}{stop} What it means here: {advice.format(*found.groups())}"
-    return f"{kind}: {message}{at}"
+    return f"{raised}: {message}{at}"

@@ -100,6 +100,16 @@ class Worker:
         self.test_modules: dict[str, ModuleType] = {}
         import torch  # imported before any learner code, then watched
 
+        # torch.func's vmap registers its decompositions (a torch.library of aten kernels)
+        # at its first call: done now, before the switches are sealed, so that a learner's
+        # torch.func is judged by the ops it runs, not refused as a switch.
+        try:
+            from torch._functorch.predispatch import lazy_load_decompositions
+        except ImportError:  # another PyTorch, which registers them elsewhere or not at all
+            pass
+        else:
+            lazy_load_decompositions()
+
         # The guard of a probe, built now, before any learner code, and held here only: an
         # exercise file that replaces a name of this module or of allowed_ops changes nothing.
         self._guard = allowed_ops.guard_factory()
