@@ -20,23 +20,30 @@ and a model's config are a learner's to use) and is the reference with the attac
   capstone's last step, so that a grader that builds its model from the reply's config
   allocates forty thousand layers.
 
-Each attack is tested once, at the cheapest level that shows it (the worker-level roads are
-in tests/grading/test_blind_spots.py); the untouched release and the reference are graded
-by tests/grading/test_grading.py.
+Each attack is tested at the cheapest level that shows it (the worker-level roads are in
+tests/grading/test_blind_spots.py), then all of them end to end through the other paths a
+grade takes: both workflows' own grading steps, run as GitHub runs them, and ``regrade``
+beside the reference and the untouched release.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import runpy
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from grading_run import grade_run
+from grading_run import grade_run, run_grading_step
 
 from annotated_transformer.course.authoring import stubs
-from annotated_transformer.layout import GRADED_DIR
+from annotated_transformer.course.grading import engine
+from annotated_transformer.layout import GRADED_DIR, ROOT, SOLUTIONS_DIR
 
 KEEPS_STAND_INS = '''\
         if tie_embeddings and src_vocab_size != tgt_vocab_size:
@@ -240,6 +247,35 @@ def test_a_reply_s_config_and_shapes_size_nothing_in_the_grader():
         model.load_course_state_dict(state)
 
 
+def test_the_graded_tests_own_process_is_bounded_by_the_kernel(monkeypatch):
+    """Whatever a reply makes the checks do, their process (outside the worker and its
+    cgroup) stops at its own CPU time, data and wall-clock bounds, and says which."""
+    monkeypatch.setattr(engine, "CHECKS_CPU_SECONDS", 1)
+    monkeypatch.setattr(engine, "CHECKS_DATA_BYTES", 2**28)
+    monkeypatch.setattr(engine, "CHECKS_WALL_SECONDS", 2)
+    python = [sys.executable, "-c"]
+    returncode, _, stderr = engine.bounded_run([*python, "while True: pass"], dict(os.environ))
+    with pytest.raises(engine.ChecksOverBound, match="bound of 1 CPU seconds"):
+        engine.over_bound(returncode, stderr)
+    returncode, _, stderr = engine.bounded_run([*python, "bytearray(2**30)"], dict(os.environ))
+    with pytest.raises(engine.ChecksOverBound, match=r"bound of 0\.25 GiB of data"):
+        engine.over_bound(returncode, stderr)
+    with pytest.raises(engine.ChecksOverBound, match="did not finish in 2 s of wall time"):
+        engine.bounded_run([*python, "import time; time.sleep(60)"], dict(os.environ))
+    returncode, stdout, _ = engine.bounded_run([*python, "print(sum(range(10)))"],
+                                               dict(os.environ))
+    assert (returncode, stdout) == (0, "45\n")  # within its bounds: its output, as it is
+    engine.over_bound(returncode, "")
+
+
+def test_a_grading_run_past_the_checks_bounds_grades_nothing(monkeypatch, tmp_path):
+    """The bounds hold on the graded tests' process itself: at 1 CPU second (importing
+    PyTorch and the tests costs more), the run stops and nothing is graded."""
+    monkeypatch.setattr(engine, "CHECKS_CPU_SECONDS", 1)
+    with pytest.raises(engine.ChecksOverBound, match="bound of 1 CPU seconds"):
+        grade_run(None, submission(tmp_path, {}), exercises=["2.1"])
+
+
 @pytest.mark.slow  # the capstone trained: a minute
 def test_a_train_step_that_inflates_the_config_fails_the_capstone(tmp_path):
     ch06 = chapter(6, regions={("6.5", 1): INFLATES_THE_CONFIG}, header="CALLS = []\n")
@@ -247,3 +283,101 @@ def test_a_train_step_that_inflates_the_config_fails_the_capstone(tmp_path):
     rows = graded(tmp_path, {**files, 6: ch06}, ["6.6"])
     assert rows["6.6"].status == "failed" and rows["6.6"].points == 0, rows["6.6"]
     assert "num_layers=40000 (expected 1)" in rows["6.6"].message, rows["6.6"].message
+
+
+# ---------------------------------------------------------------- every path a grade takes
+
+def mallory() -> dict[int, str]:
+    """The hooks and the inflated config in one submission: 3.3 keeps its 2.2 stand-in, 5.1
+    computes its group norm in a hook fired inside it, 6.2 its smoothed loss in a hook fired
+    where PyTorch pops the guard's mode, and 6.5 inflates the capstone's config."""
+    ch05 = chapter(5, regions={("5.1", 2): GROUP_NORM_IN_A_HOOK},
+                   header="import torch.nn.functional as F\n")
+    ch06 = chapter(6, regions={("6.2", 2): SMOOTHING_IN_A_HOOK.format(at=1, fire="probe @ probe"),
+                               ("6.5", 1): INFLATES_THE_CONFIG},
+                   header="import torch.nn.functional as F\n\nCALLS = []\n")
+    return {**{n: chapter(n) for n in (1, 2, 4, 7, 8)}, 3: KEEPING_3_3, 5: ch05, 6: ch06}
+
+
+def eve() -> dict[int, str]:
+    """The stand-ins kept for the capstone, the parts they stand in for left as stubs."""
+    ch05 = chapter(5, stubbed=("5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7"),
+                   regions={("5.8", 1): KEEPS_STAND_INS}, header="KEPT = {}\n")
+    return {**{n: chapter(n) for n in (2, 4, 6, 7, 8)}, 1: chapter(1, stubbed=("1.2", "1.3")),
+            3: chapter(3, stubbed=("3.3",)), 5: ch05}
+
+
+REFUSED = {"mallory": {"5.1": "forbidden", "6.2": "forbidden", "6.6": "failed"},
+           "eve": {"5.8": "forbidden", "6.6": "forbidden"}}
+STUBBED = {"mallory": set(), "eve": {"1.2", "1.3", "3.3", "5.1", "5.2", "5.3", "5.4", "5.5",
+                                      "5.6", "5.7"}}
+
+
+def earned_nothing(learner: str, rows: dict[str, tuple[float, str, str]]) -> None:
+    """The attacked exercises earn nothing, refused for what they did; the stubbed ones are
+    not implemented; every other exercise passes, as the reference's lines do."""
+    for exercise, (points, status, _) in rows.items():
+        if exercise in REFUSED[learner]:
+            assert (points, status) == (0, REFUSED[learner][exercise]), (exercise, rows[exercise])
+        elif exercise in STUBBED[learner]:
+            assert points == 0 and status == "not implemented", (exercise, rows[exercise])
+        else:
+            assert status == "passed", (learner, exercise, rows[exercise])
+    if learner == "mallory":
+        assert "num_layers=40000 (expected 1)" in rows["6.6"][2], rows["6.6"]
+        assert "F.cross_entropy with label_smoothing" in rows["6.2"][2], rows["6.2"]
+        assert "which a test of exercise 3.3 was handed" in rows["5.1"][2], rows["5.1"]
+    else:
+        assert all("which a test of exercise 5.8 was handed" in rows[e][2]
+                   for e in REFUSED["eve"]), rows
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    """The course as a workflow's ``.course`` holds it (its source rules on)."""
+    folder = tmp_path_factory.mktemp("course") / "course"
+    for name in ("annotated_transformer", "solutions", "exercises", "tests/graded", ".github"):
+        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, folder)
+    return folder
+
+
+@pytest.mark.slow  # the whole course graded, its capstones trained
+@pytest.mark.skipif(os.geteuid() != 0, reason="the workflows run the grader as root")
+@pytest.mark.parametrize("workflow", ["grade.yml", "classroom.yml"])
+@pytest.mark.parametrize("learner", ["mallory", "eve"])
+def test_the_catalogue_through_the_workflow_s_own_grading_step(course, workflow, learner,
+                                                              tmp_path):
+    workspace = tmp_path / "workspace"
+    submission(workspace / "exercises", {"mallory": mallory, "eve": eve}[learner]())
+    done = run_grading_step(workflow, workspace, course)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads((workspace / "temp" / "grade" / "grade.json").read_text())
+    earned_nothing(learner, {r["id"]: (r["points"], r["status"], r["message"])
+                             for r in data["exercises"]})
+
+
+@pytest.mark.slow  # four learners, the whole course each, capstones trained
+def test_the_catalogue_through_regrade_beside_the_reference_and_the_release(tmp_path):
+    learners = tmp_path / "submissions"
+    submission(learners / "mallory" / "exercises", mallory())
+    submission(learners / "eve" / "exercises", eve())
+    submission(learners / "alice" / "exercises", {
+        int(path.name[2:4]): path.read_text() for path in SOLUTIONS_DIR.glob("ch*.py")})
+    submission(learners / "bob" / "exercises", {})
+    out = tmp_path / "grades"
+    names = ["mallory", "eve", "alice", "bob"]
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "regrade",
+                           *(str(learners / n) for n in names), "--out", str(out),
+                           "--seed", "4", "--jobs", "2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=2400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows: dict[str, dict[str, tuple[float, str, str]]] = {}
+    for row in json.loads((out / "gradebook.json").read_text())["rows"]:
+        rows.setdefault(row["learner"], {})[row["exercise"]] = (
+            row["points"], row["status"], row["message"])
+    for learner in ("mallory", "eve"):
+        earned_nothing(learner, rows[learner])
+    assert all(status == "passed" for _, status, _ in rows["alice"].values()), rows["alice"]
+    assert all(points == 0 for points, _, _ in rows["bob"].values()), rows["bob"]

@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from grading_run import grade_run
+from grading_run import grade_run, run_grading_step
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import boundary
@@ -269,9 +268,6 @@ def test_grade_by_hand(course, listener, honest_grade, tmp_path):
                        honest_grade(4))
 
 
-FAKE_SUDO = '#!/bin/sh\n[ "$1" = -E ] && shift\nexec "$@"\n'  # the test runs as root already
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="the workflows run the grader as root")
 @pytest.mark.parametrize("workflow", ["grade.yml", "classroom.yml"])
 def test_the_workflow_s_own_grading_step(course, listener, honest_grade, workflow, tmp_path):
@@ -280,27 +276,11 @@ def test_the_workflow_s_own_grading_step(course, listener, honest_grade, workflo
     port, received = listener
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    shutil.copytree(course, workspace / ".course", symlinks=True)
-    shutil.copytree(ROOT / ".github", workspace / ".github")
     temp = workspace / "temp"
-    temp.mkdir()
     report = temp / "grade" / "grade.json"
     folder, token = attacker(workspace / "exercises", workspace / ".course",
                              [report, temp / "grade" / "grade.md"], port)
-    bin_dir = workspace / "bin"
-    bin_dir.mkdir()
-    python = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
-    for name, text in (("sudo", FAKE_SUDO), ("python", python)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    data = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())
-    (job,) = data["jobs"].values()
-    step = next(s for s in job["steps"] if s.get("id") == "grade")
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "RUNNER_TEMP": str(temp), "GITHUB_WORKSPACE": str(workspace), "HOME": str(workspace)}
-    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
-                          cwd=workspace / ".course", env=env, capture_output=True, text=True,
-                          timeout=1200)
+    done = run_grading_step(workflow, workspace, course)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     settled(token, [report, temp / "grade" / "grade.md"], received)
     data = json.loads(report.read_text())

@@ -61,11 +61,65 @@ def _run(spec: RunSpec) -> list[TestRecord]:
         command = _pytest_command(list(files.values()), described)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
+        returncode, stdout, stderr = bounded_run(command, env)
         if not report.exists():
-            raise RuntimeError(f"the graded tests did not run:\n{process.stdout[-3000:]}"
-                               f"{process.stderr[-3000:]}")
+            over_bound(returncode, stderr)
+            raise RuntimeError(f"the graded tests did not run:\n{stdout[-3000:]}"
+                               f"{stderr[-3000:]}")
         return [TestRecord.from_json(r) for r in json.loads(report.read_text())]
+
+
+# The graded tests' own process (the trusted side, outside the worker and its cgroup) has
+# bounds of its own, set by the kernel: whatever the code under test replies, checking it
+# costs at most this (its worker resets both for itself and has its own, :mod:`.limits`).
+CHECKS_DATA_BYTES = 4 * 2**30  # its data (RLIMIT_DATA); the reference's whole course: 0.4 GiB
+CHECKS_CPU_SECONDS = 600  # its own CPU time, not its worker's; the reference's course: 11 s
+# A backstop for a wait that no call's deadline covers (every call of the worker has its
+# own, :mod:`.watch`); the reference's whole course takes under 2 minutes on a loaded machine.
+CHECKS_WALL_SECONDS = 3 * 3600
+
+
+class ChecksOverBound(RuntimeError):
+    """The graded tests' own process went past :data:`CHECKS_CPU_SECONDS`,
+    :data:`CHECKS_DATA_BYTES` or :data:`CHECKS_WALL_SECONDS`: nothing of the run is graded
+    (``regrade`` gives that submission its ``error`` row and goes on with the others)."""
+
+
+def bounded_run(command: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run the graded tests' ``command`` under :data:`CHECKS_DATA_BYTES` and
+    :data:`CHECKS_CPU_SECONDS` (soft limits: its worker resets them) and
+    :data:`CHECKS_WALL_SECONDS` (past it, :class:`ChecksOverBound`); its
+    ``(returncode, stdout, stderr)``."""
+    import resource
+
+    process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for which, bound in ((resource.RLIMIT_DATA, CHECKS_DATA_BYTES),
+                         (resource.RLIMIT_CPU, CHECKS_CPU_SECONDS)):
+        hard = resource.prlimit(process.pid, which)[1]
+        resource.prlimit(process.pid, which, (bound, hard))
+    try:
+        stdout, stderr = process.communicate(timeout=CHECKS_WALL_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise ChecksOverBound(f"the graded tests did not finish in {CHECKS_WALL_SECONDS:,} s "
+                              f"of wall time; nothing was graded") from None
+    return process.returncode, stdout, stderr
+
+
+def over_bound(returncode: int, stderr: str) -> None:
+    """:class:`ChecksOverBound` naming the bound, when the graded tests' process that wrote
+    no report was stopped by one (the CPU's signal, or a ``MemoryError`` that ended it)."""
+    import signal
+
+    about = ("the graded tests' own process (outside the worker) went past its bound of {} "
+             "while checking the replies of the code under test; nothing was graded (the "
+             "reference's whole course needs 11 CPU s and 0.4 GiB)")
+    if returncode == -signal.SIGXCPU:
+        raise ChecksOverBound(about.format(f"{CHECKS_CPU_SECONDS} CPU seconds"))
+    if returncode != 0 and "MemoryError" in stderr:
+        raise ChecksOverBound(about.format(f"{CHECKS_DATA_BYTES / 2**30:g} GiB of data"))
 
 
 def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:

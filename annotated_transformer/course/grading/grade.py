@@ -236,7 +236,7 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
                               cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
         parser.error(str(error))
-    except GraderFault as fault:  # no learner code ran: nothing to credit or blame
+    except (GraderFault, engine.ChecksOverBound) as fault:  # nothing to credit or blame
         raise SystemExit(f"grade: {fault}") from None
     return Report(graded.rows(), args.parts, integrity, spec.seed, workflow, graded.records,
                   boundary.describe(spec.sandbox == "bubblewrap"), args.show_output)
