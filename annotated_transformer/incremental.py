@@ -294,7 +294,12 @@ class DecoderCache:
         return model.full_decode(memory, src_mask, tgt, tgt_mask)
 
     def next_logits(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
-        """A decoder-only model's logits at the last position ``[N, V]``."""
+        """A decoder-only model's logits at the last position ``[N, V]``, for ``tokens``
+        ``[N, t]`` and ``mask`` as ``model(tokens, mask)`` takes them: the whole prefix, so
+        a decoding loop swaps one call for the other. Of the prefix, only the positions not
+        seen before in that row (the whole prompt at the prefill, then the newest) go
+        through the layers; a row it has not seen, or a prefix reordered or cropped, is
+        matched as the module's docstring says or computed whole."""
         model = self.model
         if self.enabled:
             try:

@@ -288,15 +288,24 @@ def test_a_train_step_that_inflates_the_config_fails_the_capstone(tmp_path):
 # ---------------------------------------------------------------- every path a grade takes
 
 def mallory() -> dict[int, str]:
-    """The hooks and the inflated config in one submission: 3.3 keeps its 2.2 stand-in, 5.1
-    computes its group norm in a hook fired inside it, 6.2 its smoothed loss in a hook fired
-    where PyTorch pops the guard's mode, and 6.5 inflates the capstone's config."""
+    """The road through a kept stand-in: 3.3 keeps its 2.2 stand-in, 5.1 computes its group
+    norm and 6.2 its smoothed loss in hooks fired inside it (as do the capstones, which
+    compute with 5.1's layer norm)."""
     ch05 = chapter(5, regions={("5.1", 2): GROUP_NORM_IN_A_HOOK},
                    header="import torch.nn.functional as F\n")
-    ch06 = chapter(6, regions={("6.2", 2): SMOOTHING_IN_A_HOOK.format(at=1, fire="probe @ probe"),
-                               ("6.5", 1): INFLATES_THE_CONFIG},
-                   header="import torch.nn.functional as F\n\nCALLS = []\n")
+    ch06 = chapter(6, regions={("6.2", 2): SMOOTHING_IN_A_HOOK.format(
+        at=3, fire="active_parts().KEPT[0](probe, probe, probe)")},
+        header="import torch.nn.functional as F\n\nfrom annotated_transformer.parts import "
+               "active_parts\n")
     return {**{n: chapter(n) for n in (1, 2, 4, 7, 8)}, 3: KEEPING_3_3, 5: ch05, 6: ch06}
+
+
+def trudy() -> dict[int, str]:
+    """The hook where PyTorch pops the guard's mode: 6.2 computes its smoothed loss in a hook
+    fired by ``probe @ probe`` (the capstone, which trains with it, fails with it)."""
+    ch06 = chapter(6, regions={("6.2", 2): SMOOTHING_IN_A_HOOK.format(at=1, fire="probe @ probe")},
+                   header="import torch.nn.functional as F\n")
+    return {**{n: chapter(n) for n in (1, 2, 3, 4, 5, 7, 8)}, 6: ch06}
 
 
 def eve() -> dict[int, str]:
@@ -307,29 +316,31 @@ def eve() -> dict[int, str]:
             3: chapter(3, stubbed=("3.3",)), 5: ch05}
 
 
-REFUSED = {"mallory": {"5.1": "forbidden", "6.2": "forbidden", "6.6": "failed"},
-           "eve": {"5.8": "forbidden", "6.6": "forbidden"}}
-STUBBED = {"mallory": set(), "eve": {"1.2", "1.3", "3.3", "5.1", "5.2", "5.3", "5.4", "5.5",
-                                      "5.6", "5.7"}}
+ATTACKERS = {"mallory": mallory, "trudy": trudy, "eve": eve}
+# What each attacked exercise gets, and who its message names: a kept stand-in names the
+# exercise whose test was handed it.
+REFUSED = {"mallory": {e: ("forbidden", "which a test of exercise 3.3 was handed")
+                       for e in ("5.1", "6.2", "6.6", "8.6")},
+           "trudy": {"6.2": ("forbidden", "F.cross_entropy with label_smoothing"),
+                     "6.6": ("error", "fix 6.2 first")},
+           "eve": {e: ("forbidden", "which a test of exercise 5.8 was handed")
+                   for e in ("5.8", "6.6")}}
+# Eve's stubs, and 8.6, which trains her own parts of chapters 1 to 5 and meets them.
+STUBBED = {"eve": {"1.2", "1.3", "3.3", "5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "8.6"}}
 
 
 def earned_nothing(learner: str, rows: dict[str, tuple[float, str, str]]) -> None:
     """The attacked exercises earn nothing, refused for what they did; the stubbed ones are
     not implemented; every other exercise passes, as the reference's lines do."""
-    for exercise, (points, status, _) in rows.items():
+    for exercise, (points, status, message) in rows.items():
         if exercise in REFUSED[learner]:
-            assert (points, status) == (0, REFUSED[learner][exercise]), (exercise, rows[exercise])
-        elif exercise in STUBBED[learner]:
+            outcome, named = REFUSED[learner][exercise]
+            assert (points, status) == (0, outcome) and named in message, (exercise,
+                                                                          rows[exercise])
+        elif exercise in STUBBED.get(learner, ()):
             assert points == 0 and status == "not implemented", (exercise, rows[exercise])
         else:
             assert status == "passed", (learner, exercise, rows[exercise])
-    if learner == "mallory":
-        assert "num_layers=40000 (expected 1)" in rows["6.6"][2], rows["6.6"]
-        assert "F.cross_entropy with label_smoothing" in rows["6.2"][2], rows["6.2"]
-        assert "which a test of exercise 3.3 was handed" in rows["5.1"][2], rows["5.1"]
-    else:
-        assert all("which a test of exercise 5.8 was handed" in rows[e][2]
-                   for e in REFUSED["eve"]), rows
 
 
 @pytest.fixture(scope="module")
@@ -346,11 +357,11 @@ def course(tmp_path_factory) -> Path:
 @pytest.mark.slow  # the whole course graded, its capstones trained
 @pytest.mark.skipif(os.geteuid() != 0, reason="the workflows run the grader as root")
 @pytest.mark.parametrize("workflow", ["grade.yml", "classroom.yml"])
-@pytest.mark.parametrize("learner", ["mallory", "eve"])
+@pytest.mark.parametrize("learner", sorted(ATTACKERS))
 def test_the_catalogue_through_the_workflow_s_own_grading_step(course, workflow, learner,
                                                               tmp_path):
     workspace = tmp_path / "workspace"
-    submission(workspace / "exercises", {"mallory": mallory, "eve": eve}[learner]())
+    submission(workspace / "exercises", ATTACKERS[learner]())
     done = run_grading_step(workflow, workspace, course)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     data = json.loads((workspace / "temp" / "grade" / "grade.json").read_text())
@@ -358,16 +369,16 @@ def test_the_catalogue_through_the_workflow_s_own_grading_step(course, workflow,
                              for r in data["exercises"]})
 
 
-@pytest.mark.slow  # four learners, the whole course each, capstones trained
+@pytest.mark.slow  # five learners, the whole course each, capstones trained
 def test_the_catalogue_through_regrade_beside_the_reference_and_the_release(tmp_path):
     learners = tmp_path / "submissions"
-    submission(learners / "mallory" / "exercises", mallory())
-    submission(learners / "eve" / "exercises", eve())
+    for name, files in ATTACKERS.items():
+        submission(learners / name / "exercises", files())
     submission(learners / "alice" / "exercises", {
         int(path.name[2:4]): path.read_text() for path in SOLUTIONS_DIR.glob("ch*.py")})
     submission(learners / "bob" / "exercises", {})
     out = tmp_path / "grades"
-    names = ["mallory", "eve", "alice", "bob"]
+    names = [*ATTACKERS, "alice", "bob"]
     done = subprocess.run([sys.executable, "-m", "annotated_transformer", "regrade",
                            *(str(learners / n) for n in names), "--out", str(out),
                            "--seed", "4", "--jobs", "2"], cwd=ROOT,
@@ -377,7 +388,7 @@ def test_the_catalogue_through_regrade_beside_the_reference_and_the_release(tmp_
     for row in json.loads((out / "gradebook.json").read_text())["rows"]:
         rows.setdefault(row["learner"], {})[row["exercise"]] = (
             row["points"], row["status"], row["message"])
-    for learner in ("mallory", "eve"):
+    for learner in ATTACKERS:
         earned_nothing(learner, rows[learner])
     assert all(status == "passed" for _, status, _ in rows["alice"].values()), rows["alice"]
     assert all(points == 0 for points, _, _ in rows["bob"].values()), rows["bob"]

@@ -56,6 +56,26 @@ def test_each_exercise_is_graded_on_its_own_code(tmp_path):
         rows["6.3"].message)
 
 
+@pytest.mark.slow  # seconds of grading: CI runs it (the README's command stays short)
+def test_a_part_the_code_never_called_is_never_named(tmp_path):
+    """The same wrong 4.1, under a 6.3 that writes its masks out itself and so never calls
+    4.1 or 4.3: it passes, and its message says nothing of parts it did not use."""
+    parts = learner(tmp_path, [1, 2, 3, 4, 5, 6], {"ch04_masking.py": [
+        ("return (tokens != pad_id)[:, None, None, :]  # [B, 1, 1, L]",
+         "return (tokens == pad_id)[:, None, None, :]")], "ch06_training.py": [
+        ("src_mask=parts.padding_mask(src, pad_id),",
+         "src_mask=(src != pad_id)[:, None, None, :],"),
+        ("tgt_mask=parts.target_mask(tgt_input, pad_id),",
+         "tgt_mask=(tgt_input != pad_id)[:, None, None, :] & torch.ones(\n"
+         "            tgt_input.size(-1), tgt_input.size(-1), dtype=torch.bool,\n"
+         "            device=tgt.device).tril(),")]})
+    rows = rows_of(parts, ["4.1", "6.3"])
+    assert rows["4.1"].status == "failed", rows["4.1"]
+    assert rows["6.3"].status == "passed" and rows["6.3"].points == rows["6.3"].max_points
+    assert "4.1" not in rows["6.3"].message and "in place of yours" not in rows["6.3"].message, (
+        rows["6.3"].message)
+
+
 @pytest.mark.slow  # a chapter graded
 def test_what_the_code_calls_never_orders_more_tests(tmp_path):
     """A chapter 2 whose 2.2 fails and calls a function it exports as ``Capstone`` (the

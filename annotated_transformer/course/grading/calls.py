@@ -4,9 +4,11 @@ A later exercise is blamed on an earlier one only when it actually called it
 (:mod:`.dependencies`). While a probe runs, the worker notes every function of a chapter file
 that was entered (``sys.settrace``, call events only: a frame's lines are never traced), and
 sends ``file:qualified name`` back with its reply (``ch02_attention.py:scaled_dot_product_
-attention``). The grader maps those names to the exercises of the graded test files by the
-exercise's name (its title up to the colon); anything else the reply holds is ignored. What the
-learner's code does to this record can only add or remove a "fix ... first" hint, never a point.
+attention``), and ``stand-in:EXERCISE`` for each of the grader's stand-ins that the code
+called (:mod:`.standins`). The grader maps those names to the exercises of the graded test
+files by the exercise's name (its title up to the colon); anything else the reply holds is
+ignored. What the learner's code does to this record can only add or remove a note ("fix
+... first", "graded with the grader's ..."), never a point.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.layout import CHAPTER_FILE
 
 LIMIT = 200  # names one reply may carry
+STAND_IN = "stand-in:"  # a reply's name for a stand-in that ran: the exercise it stands for
 
 
 class Observed:
@@ -54,11 +57,16 @@ class Observed:
 def exercises(names: Iterable[object], titles: dict[str, str]) -> set[str]:
     """The exercises of ``titles`` (``{"3.3": "MultiHeadAttention: ..."}``) whose code the
     observed ``names`` entered: a name of the exercise's chapter file whose qualified name
-    starts with the exercise's own (``MultiHeadAttention.forward`` is 3.3's)."""
+    starts with the exercise's own (``MultiHeadAttention.forward`` is 3.3's), or the name of
+    its stand-in (``stand-in:3.3``)."""
     by_name = {(ExerciseId(e).chapter, t.split(":")[0].strip()): e for e, t in titles.items()}
     found = set()
     for name in names:
         if not isinstance(name, str) or ":" not in name:
+            continue
+        if name.startswith(STAND_IN):
+            if name[len(STAND_IN):] in titles:
+                found.add(name[len(STAND_IN):])
             continue
         file, qualified = name.split(":", 1)
         chapter = CHAPTER_FILE.match(file)

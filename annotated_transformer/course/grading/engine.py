@@ -331,15 +331,17 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
                unsure: dict[str, str] | None = None) -> ExerciseResult:
     """``row``, with what its earlier parts mean for it. Its tests ran with the grader's
     stand-ins for the earlier exercises that have one (:mod:`.standins`), so its points and
-    its named mistake are its own; where it passes and the learner's own version of one of
-    those is wrong, it says that a model of the learner's parts will not work yet. For an
-    earlier part without a stand-in that it called and whose values are wrong, the message
-    names that part (first, or after the learner's own mistake when its tests name one), and
-    a mistake that some of its tests of values do not name is dropped there (the wrong part
-    may explain it)."""
+    its named mistake are its own; where it passes, called a stand-in, and the learner's own
+    version of that part is wrong, it says that a model of the learner's parts will not work
+    yet. For an earlier part without a stand-in that it called and whose values are wrong,
+    the message names that part (first, or after the learner's own mistake when its tests
+    name one), and a mistake that some of its tests of values do not name is dropped there
+    (the wrong part may explain it)."""
     from annotated_transformer.course.grading import dependencies, standins
 
-    stood = standins.stand_ins_for(row.id, declared)
+    # The stand-ins its code called (a part it never calls is none of its business).
+    offered = standins.stand_ins_for(row.id, declared)
+    stood = [p for p in offered if p in called.get(row.id, ())]
     wrong = [p for p in stood if right.get(p) is False]  # each graded on its own: all of them
     unknown = [p for p in stood if p not in right]  # not graded in this run (--exercise)
     if (wrong or unknown) and row.status == Outcome.PASSED:  # else its message is its own code's
@@ -350,7 +352,7 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     # A stub's own message already names the exercise that is not written yet.
     if row.status in (Outcome.PASSED, Outcome.FORBIDDEN, Outcome.NOT_IMPLEMENTED):
         return row
-    roots = [p for p in dependencies.failing_roots(row.id, right, called) if p not in stood]
+    roots = [p for p in dependencies.failing_roots(row.id, right, called) if p not in offered]
     if not roots:
         return row
     blame = dependencies.blame(row.id, roots, declared)

@@ -222,7 +222,8 @@ class Worker:
                     revoke()
                 module_dict = module.__dict__ if patched else {}
                 module_dict.update(patched)
-            called = seen.names()
+            called = seen.names() + [calls.STAND_IN + e for e in dict.fromkeys(
+                self.stood_in[ran:])]  # the stand-ins it called: what a note may name
         own = request["exercise"] in self.stood_in[ran:]
         revoked = self.kept[kept:]
         del self.stood_in[ran:], self.kept[kept:]
