@@ -2,6 +2,7 @@
 
     python scripts/simulate_class.py --learners 30 --seed 0 --chapter 2 --chapter 4 \\
         --out /tmp/class --copy-to book/images [--jobs 2]
+    python scripts/simulate_class.py --learners 60 --all --shards 3 --jobs 2 --out /tmp/c60
 
 Each simulated learner answers every exercise of the chapters asked for: with probability
 ``--wrong`` (0.35) by one of its wrong variants (``tests/variants/``; not those that take a
@@ -12,7 +13,11 @@ and each answered name bound to the variant drawn, so the grader sees an ordinar
 submissions (``OUT/submissions/learner-NN/exercises/``) are then re-graded as an instructor
 would, ``python -m annotated_transformer regrade ... --out OUT``, which writes the gradebook
 and ``class-summary.md``/``class-summary.png``; ``--copy-to`` copies those two there.
-Everything drawn comes from ``--seed``; the grading seed is ``--seed`` too.
+``--all`` answers and grades the whole course, capstones included. ``--shards N`` grades
+the class as N machines would, one ``regrade --shard K/N`` after another (each into
+``OUT/shard-K``), then puts them together with ``regrade merge``; it prints each shard's
+wall time and the learners an hour it stands for. Everything drawn comes from ``--seed``;
+the grading seed is ``--seed`` too.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package, installed or not
@@ -171,6 +177,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chapter", type=int, action="append",
                         help="a chapter to answer and grade (repeatable; default 2, 4 and 5)")
+    parser.add_argument("--all", action="store_true",
+                        help="answer and grade every chapter, the capstones included")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="grade in this many shards, one after another, then merge them")
     parser.add_argument("--wrong", type=float, default=0.35,
                         help="the chance that a learner answers an exercise wrongly")
     parser.add_argument("--out", type=Path, required=True)
@@ -178,7 +188,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int,
                         help="grade this many learners at once (default: regrade's, the cores)")
     args = parser.parse_args()
-    chapters = sorted(args.chapter or [2, 4, 5])
+    chapters = sorted(chapter_test_files()) if args.all else sorted(args.chapter or [2, 4, 5])
     rng = random.Random(args.seed)
     submissions = args.out / "submissions"
     if submissions.exists():
@@ -195,15 +205,30 @@ def main() -> int:
             target = exercises / chapter_file(chapter).name
             target.write_text(learner_file(chapter, answers.get(chapter, {})))
         folders.append(str(folder))
-    command = [sys.executable, "-m", "annotated_transformer", "regrade", *folders,
-               "--out", str(args.out), "--seed", str(args.seed),
-               *(f"--chapter={c}" for c in chapters),
-               *([f"--jobs={args.jobs}"] if args.jobs else [])]
-    print(" ".join(command[1:4]), f"<{len(folders)} submissions>",
-          *command[len(folders) + 4:])
-    done = subprocess.run(command, cwd=ROOT)
-    if done.returncode != 0:
-        return done.returncode
+    common = ["--seed", str(args.seed), *([] if args.all else [f"--chapter={c}" for c in chapters]),
+              *([f"--jobs={args.jobs}"] if args.jobs else [])]
+    regrade = [sys.executable, "-m", "annotated_transformer", "regrade"]
+    shards = [args.out] if args.shards <= 1 else [args.out / f"shard-{k}"
+                                                  for k in range(1, args.shards + 1)]
+    for k, out in enumerate(shards, 1):
+        command = [*regrade, *folders, "--out", str(out), *common,
+                   *([f"--shard={k}/{args.shards}"] if args.shards > 1 else [])]
+        print(" ".join(command[1:4]), f"<{len(folders)} submissions>",
+              *command[len(folders) + 4:], flush=True)
+        started = time.monotonic()
+        done = subprocess.run(command, cwd=ROOT)
+        seconds = time.monotonic() - started
+        graded = len(folders) if args.shards <= 1 else sum(
+            1 for i in range(len(folders)) if i % args.shards == k - 1)
+        print(f"shard {k}/{max(args.shards, 1)}: {graded} learners in {seconds:.0f} s, "
+              f"{3600 * graded / seconds:.0f} learners an hour", flush=True)
+        if done.returncode != 0:
+            return done.returncode
+    if args.shards > 1:
+        done = subprocess.run([*regrade, "merge", *map(str, shards), "--out", str(args.out)],
+                              cwd=ROOT)
+        if done.returncode != 0:
+            return done.returncode
     if args.copy_to:
         args.copy_to.mkdir(parents=True, exist_ok=True)
         for name in ("class-summary.md", "class-summary.png"):
