@@ -138,8 +138,11 @@ class Report:
                     or (self.workflow and self.workflow.changed))
 
     def _passed(self) -> str:
-        return (f"{sum(r.status == 'passed' for r in self.rows)}/{len(self.rows)} exercises "
-                f"with all tests passed")
+        return f"{self.passed_count()}/{len(self.rows)} exercises with all tests passed"
+
+    def passed_count(self) -> int:
+        """How many exercises passed every test."""
+        return sum(r.status == Outcome.PASSED for r in self.rows)
 
     def _graded(self, markdown: bool = False) -> str:
         if self.parts is None:
@@ -192,8 +195,7 @@ class Report:
     def score(self) -> str:
         """The total on one line, with what a reader must not miss (tampering, the workflow)."""
         score = (f"{_points(self.points)}/{_points(self.max_points)} points from passed tests "
-                 f"({sum(r.status == 'passed' for r in self.rows)}/{len(self.rows)} exercises "
-                 f"with every test passed)")
+                 f"({self.passed_count()}/{len(self.rows)} exercises with every test passed)")
         if self.integrity and self.integrity.changes:
             score += f"; TAMPERED: {cut(', '.join(self.integrity.tampered))}"
         if self.workflow and self.workflow.changed:
