@@ -249,6 +249,20 @@ MISTAKES = {
     "a LayerNorm (nn.Identity() only for post-LN).",
     "5.6/mask-not-passed": "This is the stack's output with no mask: pass mask on to every "
     "layer, x = layer(x, mask).",
+    "5.6/dropout-not-passed-on": "This is the stack in training mode with no dropout in its "
+    "layers: they were built with dropout 0. Pass dropout on to every layer, "
+    "EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first), or the model the chapters "
+    "train never drops anything.",
+    "5.6/norm-first-not-passed-on": "This is a pre-LN stack of post-LN layers (its last norm "
+    "is there, its layers normalise after each sublayer): pass norm_first on to every layer, "
+    "EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).",
+    "5.6/layers-not-chained": "This is the last layer applied to the stack's input: every "
+    "layer read x, the stack's input, not the output of the layer before it. Feed each "
+    "layer's output to the next, for layer in self.layers: x = layer(x, mask).",
+    "5.6/norm-always-identity": "With norm_first=True the {name}'s state dict has no "
+    "norm.weight and norm.bias: its last norm holds no parameters (nn.Identity() whatever "
+    "norm_first is?). Pre-LN layers leave the residual stream unnormalised, so a pre-LN stack "
+    "ends with a LayerNorm: self.norm = LayerNorm(d_model) if norm_first else nn.Identity().",
     # 5.7 Decoder
     "5.7/layers-shared": "layers holds one layer {count} times: one set of weights applied "
     "{count} times. Build each layer anew, nn.ModuleList([DecoderLayer(...) for _ in "
@@ -257,6 +271,29 @@ MISTAKES = {
     "norm_first=True the decoder ends with norm(x), a LayerNorm.",
     "5.7/masks-not-passed": "This is the stack's output with no masks: pass both on to every "
     "layer, x = layer(x, memory, src_mask, tgt_mask).",
+    "5.7/target-mask-not-passed": "This is the stack's output with the target's mask left "
+    "out: self-attention reads the tokens it must predict. Pass both masks on to every "
+    "layer, x = layer(x, memory, src_mask, tgt_mask).",
+    "5.7/source-mask-not-passed": "This is the stack's output with the source's mask left "
+    "out: cross-attention reads the source's padding. Pass both masks on to every layer, "
+    "x = layer(x, memory, src_mask, tgt_mask).",
+    "5.7/masks-swapped": "{call} raised a size mismatch: {error}. Your stack hands the layers "
+    "its two masks swapped (called with them swapped, it computes the right output): the "
+    "layer takes layer(x, memory, src_mask, tgt_mask), the source's mask [B, 1, 1, Ls] for "
+    "cross-attention, then the target's [B, 1, Lt, Lt] for self-attention.",
+    "5.7/dropout-not-passed-on": "This is the stack in training mode with no dropout in its "
+    "layers: they were built with dropout 0. Pass dropout on to every layer, "
+    "DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).",
+    "5.7/norm-first-not-passed-on": "This is a pre-LN stack of post-LN layers (its last norm "
+    "is there, its layers normalise after each sublayer): pass norm_first on to every layer, "
+    "DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).",
+    "5.7/layers-not-chained": "This is the last layer applied to the stack's input: every "
+    "layer read x, the stack's input, not the output of the layer before it. Feed each "
+    "layer's output to the next, x = layer(x, memory, src_mask, tgt_mask) in the loop.",
+    "5.7/norm-always-identity": "With norm_first=True the {name}'s state dict has no "
+    "norm.weight and norm.bias: its last norm holds no parameters (nn.Identity() whatever "
+    "norm_first is?). A pre-LN stack ends with a LayerNorm: self.norm = LayerNorm(d_model) "
+    "if norm_first else nn.Identity().",
     # 5.8 EncoderDecoder
     "5.8/log-probabilities": "These are log-probabilities (a log_softmax after the "
     "generator): forward returns the generator's logits, and the loss of Chapter 6 takes "
