@@ -303,6 +303,13 @@ MISTAKES = {
     "self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask).",
     "5.8/target-read-by-source-embedding": "This is the target read through src_embed: the "
     "decoder embeds tgt with tgt_embed (the same matrix only when the weights are tied).",
+    "5.8/dropout-not-passed-on": "{call} drew no dropout in {parts}: pass the model's dropout "
+    "on to every part, embeddings(vocab_size, d_model, max_len, dropout), Encoder(..., "
+    "dropout, norm_first) and Decoder(..., dropout, norm_first), or the model never drops "
+    "anything in training.",
+    "5.8/generator-in-decode": "decode returned the generator's logits [B, Lt, V]: decode "
+    "returns the decoder's hidden states [B, Lt, D], and forward alone applies the generator "
+    "(greedy decoding, 6.4, applies it to the last position of decode's output).",
     "5.8/not-tied": "With tie_embeddings=True {missing} should be the source embedding's "
     "own nn.Parameter, but {how}: assign it, self.generator.weight = "
     "self.src_embed.tokens.embedding.weight (likewise tgt_embed), after initialising.",
@@ -486,3 +493,14 @@ def first_match(value: object, candidates: dict[str, torch.Tensor], atol: float 
         elif torch.allclose(value.double(), mistaken.double(), atol=atol, rtol=rtol):
             return mistake
     return None
+
+
+def mistake_of(value: object, expected: torch.Tensor, candidates: dict[str, torch.Tensor],
+               atol: float = 1e-6, rtol: float = 1e-5) -> str | None:
+    """The id of the first candidate mistake whose result ``value`` equals, None when
+    ``value`` is ``expected`` itself (a mistake that gives the right result here is not
+    one) or matches none."""
+    if (isinstance(value, torch.Tensor) and value.shape == expected.shape
+            and torch.allclose(value.double(), expected.double(), atol=atol, rtol=rtol)):
+        return None
+    return first_match(value, candidates, atol, rtol)

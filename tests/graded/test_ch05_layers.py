@@ -46,7 +46,7 @@ from checks import (
     trusted_state,
     untied_how,
 )
-from mistakes import first_match, named
+from mistakes import first_match, mistake_of, named
 from torch_models import TorchEncoderDecoder, sinusoidal_table
 
 CHAPTER = 5
@@ -594,8 +594,7 @@ def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
             mistakes["5.4/norm-first-not-passed-on"] = post(
                 x, src_key_padding_mask=~allowed if masked else None)
     output = result["output"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
+    mistake = mistake_of(output, expected, mistakes)
     assert_close(output, expected, f"EncoderLayer(norm_first={norm_first})"
                  + (" with a padding mask" if masked else "") + ", called as layer(x, mask)",
                  hint=named(mistake) if mistake else "residuals[0] wraps self-attention (with "
@@ -830,8 +829,7 @@ def test_encoder_matches_pytorch(learner, norm_first, masked, dropout):
             mistakes["5.6/norm-first-not-passed-on"] = replay(layers_norm_first=False)
         mistakes["5.6/layers-not-chained"] = replay(chained=False)
     output = result["output"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
+    mistake = mistake_of(output, expected, mistakes)
     assert_close(output, expected, f"Encoder{stack_case(norm_first, dropout)}"
                  + (" with a padding mask" if masked else "") + ", called as encoder(x, mask)",
                  hint=named(mistake) if mistake else "Each layer in turn (each reads the last "
@@ -911,8 +909,7 @@ def test_decoder_matches_pytorch(learner, norm_first, masked, dropout):
                else ", called as decoder(x, memory)"))
     explain_stack_size_error(result, expected, call)
     output = result["output"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
+    mistake = mistake_of(output, expected, mistakes)
     assert_close(output, expected, call, hint=named(mistake) if mistake else "Each layer in "
                  "turn (each reads the last one's output) on the same memory, with both "
                  "masks, then the last norm.")
@@ -954,19 +951,32 @@ def test_decoder_depth_and_shape(learner):
 VOCAB, MAX_LEN = 11, 12
 
 
-def model_run(impl, state, tie, norm_first, src, tgt, src_mask, tgt_mask):
-    """The learner's EncoderDecoder (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers) with the
-    grader's weights ``state``: its state-dict names, then ``encode``, ``decode`` and
-    ``forward`` as the package calls them."""
-    model = impl.EncoderDecoder(VOCAB, VOCAB, 16, 4, 32, 2, norm_first=norm_first,
-                                tie_embeddings=tie, max_len=MAX_LEN).double()
+def model_run(impl, state, tie, norm_first, src, tgt, src_mask, tgt_mask, memory,
+              dropout=0.0):
+    """The learner's EncoderDecoder (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers, with
+    ``dropout``) with the grader's weights ``state``: its state-dict names, then ``encode``
+    and ``decode`` (of the grader's ``memory``) in training mode, each after
+    ``torch.manual_seed(REPLAY_SEED)``, and ``forward`` (in evaluation mode when it has
+    dropout), as the package calls them; a size mismatch in ``forward``, its message."""
+    model = impl.EncoderDecoder(VOCAB, VOCAB, 16, 4, 32, 2, dropout=dropout,
+                                norm_first=norm_first, tie_embeddings=tie,
+                                max_len=MAX_LEN).double()
     names = load_trusted(model, state)
     if names != {n: list(v.shape) for n, v in state.items()}:
         return {"names": names}
-    memory = model.encode(src, src_mask)
-    return {"names": names, "memory": memory,
-            "hidden": model.decode(memory, src_mask, tgt, tgt_mask),
-            "logits": model(src, tgt, src_mask, tgt_mask)}
+    model.train()
+    torch.manual_seed(REPLAY_SEED)
+    encoded = model.encode(src, src_mask)
+    torch.manual_seed(REPLAY_SEED)
+    result = {"names": names, "memory": encoded,
+              "hidden": model.decode(memory, src_mask, tgt, tgt_mask)}
+    model.train(not dropout)
+    try:
+        return {**result, "logits": model(src, tgt, src_mask, tgt_mask)}
+    except (RuntimeError, ValueError) as error:
+        if size_error(error) is None:
+            raise
+        return {**result, "forward_error": str(error)}
 
 
 def model_weights(norm_first, tie):
@@ -999,10 +1009,36 @@ def torch_model(state, norm_first, tie):
     return model
 
 
+def model_replays(tokens, state, side, p, **stack):
+    """``{what had no dropout: output}``: a side (``"src"``: encode, ``"tgt"``: decode) of the
+    model replayed in training mode with its dropout left out of the embeddings, the stack
+    or both, seeded as the worker's run; ``""`` for the right output."""
+    stack_prefix = "encoder." if side == "src" else "decoder."
+    found = {}
+    for what, embedding_p, stack_p in (("", p, p), ("the embeddings", 0.0, p),
+                                       ("the stack", p, 0.0),
+                                       ("the embeddings and the stack", 0.0, 0.0)):
+        torch.manual_seed(REPLAY_SEED)
+        x = replay_embedding(tokens, state, f"{side}_embed.", embedding_p)
+        found[what] = replay_stack(x, state, stack_prefix, heads=4, p=stack_p, **stack)
+    return found
+
+
+def check_dropout_reached(output, replays, what, dropout):
+    """``output`` is the training pass replayed (``replays[""]``), or a message naming the
+    parts that drew no dropout."""
+    missing = first_match(output, {k: v for k, v in replays.items() if k})
+    assert_close(output, replays[""], f"{what} in training with dropout={dropout}",
+                 hint=named("5.8/dropout-not-passed-on", call=what, parts=missing)
+                 if missing else "Every part draws its dropout: the embeddings, then each "
+                 "layer's sublayers in turn.")
+
+
 @pytest.mark.grade("5.8", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
+@pytest.mark.parametrize("tie, dropout", [(True, 0.0), (False, 0.0), (False, DROPOUT)],
+                         ids=["tied", "untied", f"untied, dropout {DROPOUT} in training"])
+def test_encoder_decoder_matches_pytorch(learner, norm_first, tie, dropout):
     src = torch.randint(3, VOCAB, (2, 7))
     tgt = torch.randint(3, VOCAB, (2, 5))
     source_allowed = torch.arange(7) < torch.tensor([7, 4])[:, None]  # [B, Ls]
@@ -1010,17 +1046,27 @@ def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
     tgt_mask = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, None, :] & torch.ones(
         5, 5, dtype=torch.bool).tril()
     state = model_weights(norm_first, tie)
+    theirs = torch_model(state, norm_first, tie)
+    with torch.no_grad():
+        memory = theirs.encode(src, src_mask)
     result = learner.run(model_run, state=state, tie=tie, norm_first=norm_first, src=src,
-                         tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)
+                         tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask, memory=memory,
+                         dropout=dropout)
     check_names(result["names"], state, f"EncoderDecoder(tie_embeddings={tie})",
                 hint="src_embed and tgt_embed are each embeddings(...), given in the file; "
                 "the stacks are encoder and decoder; the last layer is generator.")
-    theirs = torch_model(state, norm_first, tie)
-    call = f"EncoderDecoder(norm_first={norm_first}, tie_embeddings={tie})"
+    call = f"EncoderDecoder(norm_first={norm_first}, tie_embeddings={tie}, dropout={dropout})"
     with torch.no_grad():
-        memory = theirs.encode(src, src_mask)
         hidden = theirs.decode(memory, src_mask, tgt, tgt_mask)
         logits = theirs.projection(hidden)
+        if dropout:
+            check_dropout_reached(result["memory"], model_replays(
+                src, state, "src", dropout, norm_first=norm_first, self_mask=src_mask),
+                f"{call}.encode(src, src_mask)", dropout)
+            check_dropout_reached(result["hidden"], model_replays(
+                tgt, state, "tgt", dropout, norm_first=norm_first, self_mask=tgt_mask,
+                memory=memory, cross_mask=src_mask),
+                f"{call}.decode(memory, src_mask, tgt, tgt_mask)", dropout)
         # The hidden states of each mistake, then its logits.
         wrong = {"5.8/cross-attention-unmasked": theirs.decode(memory, None, tgt, tgt_mask)}
         if not tie:
@@ -1029,18 +1075,24 @@ def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
                 memory, src_mask, tgt, tgt_mask)
         wrong_logits = {"5.8/log-probabilities": F.log_softmax(logits, dim=-1),
                         **{m: theirs.projection(h) for m, h in wrong.items()}}
-    assert_close(result["memory"], memory, f"{call}.encode(src, src_mask)",
-                 hint="The encoder reads src_embed(src), with the source's mask.")
-    found = result["hidden"]
-    mistake = None if isinstance(found, torch.Tensor) and torch.allclose(
-        found.double(), hidden) else first_match(found, wrong)
-    assert_close(found, hidden, f"{call}.decode(memory, src_mask, tgt, tgt_mask)",
-                 hint=named(mistake) if mistake else "The decoder reads tgt_embed(tgt) and "
-                 "the memory, with both masks.")
+        wrong["5.8/generator-in-decode"] = logits
+    if not dropout:
+        assert_close(result["memory"], memory, f"{call}.encode(src, src_mask)",
+                     hint="The encoder reads src_embed(src), with the source's mask.")
+        found = result["hidden"]
+        mistake = mistake_of(found, hidden, wrong)
+        assert mistake != "5.8/generator-in-decode", named(mistake)  # its shape is [B, Lt, V]
+        assert_close(found, hidden, f"{call}.decode(memory, src_mask, tgt, tgt_mask)",
+                     hint=named(mistake) if mistake else "The decoder reads tgt_embed(tgt) and "
+                     "the memory, with both masks.")
+    assert "forward_error" not in result, (
+        f"{call}(src, tgt, src_mask, tgt_mask) raised a size mismatch: "
+        f"{result['forward_error']}. forward is generator(decode(encode(src, src_mask), "
+        f"src_mask, tgt, tgt_mask)): decode gives [B, Lt, D], the generator [B, Lt, V].")
     output = result["logits"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), logits) else first_match(output, wrong_logits)
-    assert_close(output, logits, f"{call}(src, tgt, src_mask, tgt_mask)",
+    mistake = mistake_of(output, logits, wrong_logits)
+    assert_close(output, logits, f"{call}(src, tgt, src_mask, tgt_mask)"
+                 + (" in evaluation mode" if dropout else ""),
                  hint=named(mistake) if mistake else "generator(decode(encode(src, src_mask), "
                  "src_mask, tgt, tgt_mask)).")
 

@@ -39,7 +39,7 @@ from checks import (
     trusted_state,
     untied_how,
 )
-from mistakes import first_match, named
+from mistakes import first_match, mistake_of, named
 from torch_models import TorchLanguageModel, complete_greedily
 
 CHAPTER = 8
@@ -638,8 +638,7 @@ def test_decoder_only_model_matches_pytorch(learner, norm_first, tie):
         mistakes = {"8.5/log-probabilities": F.log_softmax(expected, dim=-1),
                     "8.5/mask-not-passed": theirs(tokens, None)}
     output = result["logits"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
+    mistake = mistake_of(output, expected, mistakes)
     assert_close(output, expected, f"DecoderOnlyTransformer(norm_first={norm_first}, "
                  f"tie_embeddings={tie})(tokens, mask)",
                  hint=named(mistake) if mistake else "generator(decoder(embed(tokens), mask)).")

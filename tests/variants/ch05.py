@@ -730,6 +730,7 @@ class _Model(nn.Module):
 
     TIE = True  # False: the variant does not tie (it ties otherwise, or not at all)
     XAVIER = True
+    EMBEDDING_DROPOUT = STACK_DROPOUT = True  # False: that part built with dropout 0
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
                  dropout=0.0, norm_first=False, tie_embeddings=True, max_len=5000):
@@ -737,10 +738,12 @@ class _Model(nn.Module):
         parts = active_parts()
         if tie_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"one vocabulary: {src_vocab_size} != {tgt_vocab_size}")
-        self.src_embed = parts.embeddings(src_vocab_size, d_model, max_len, dropout)
-        self.tgt_embed = parts.embeddings(tgt_vocab_size, d_model, max_len, dropout)
-        self.encoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
-        self.decoder = parts.Decoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        embedding_p = dropout if self.EMBEDDING_DROPOUT else 0.0
+        stack_p = dropout if self.STACK_DROPOUT else 0.0
+        self.src_embed = parts.embeddings(src_vocab_size, d_model, max_len, embedding_p)
+        self.tgt_embed = parts.embeddings(tgt_vocab_size, d_model, max_len, embedding_p)
+        self.encoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, stack_p, norm_first)
+        self.decoder = parts.Decoder(d_model, num_heads, d_ff, num_layers, stack_p, norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)
         if self.XAVIER:
             for parameter in self.parameters():
@@ -810,6 +813,43 @@ class DefaultInitialisation(_Model):
 class ModelEncoderUnmasked(_Model):
     def encode(self, src, src_mask):
         return self.encoder(self.src_embed(src), None)
+
+
+@wrong("5.8", "EncoderDecoder", "the stacks built without the model's dropout",
+       mistake="5.8/dropout-not-passed-on")
+class StacksWithoutDropout(_Model):
+    STACK_DROPOUT = False
+
+
+@wrong("5.8", "EncoderDecoder", "the embeddings built without the model's dropout",
+       mistake="5.8/dropout-not-passed-on")
+class EmbeddingsWithoutDropout(_Model):
+    EMBEDDING_DROPOUT = False
+
+
+@wrong("5.8", "EncoderDecoder", "decode returns the generator's logits, and forward applies "
+       "the generator again", mistake="5.8/generator-in-decode")
+class GeneratorInDecode(_Model):
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        return self.generator(self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask))
+
+
+@right("5.8", "EncoderDecoder", "the embeddings' dropout applied in encode and decode with "
+       "F.dropout(..., training=self.training)")
+class FunctionalEmbeddingDropout(_Model):
+    EMBEDDING_DROPOUT = False
+
+    def __init__(self, *args, dropout=0.0, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.p = dropout
+
+    def encode(self, src, src_mask):
+        x = torch.nn.functional.dropout(self.src_embed(src), self.p, training=self.training)
+        return self.encoder(x, src_mask)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        x = torch.nn.functional.dropout(self.tgt_embed(tgt), self.p, training=self.training)
+        return self.decoder(x, memory, src_mask, tgt_mask)
 
 
 @right("5.8", "EncoderDecoder", "initialised by apply(), tied in one statement")
