@@ -367,6 +367,15 @@ MISTAKES = {
     "6.5/not-clipped": "These are the weights of an update with the gradients as they came: "
     "clip them to a total norm of clip_norm, nn.utils.clip_grad_norm_(model.parameters(), "
     "clip_norm), after backward and before optimizer.step().",
+    "6.5/clipped-at-zero": "With clip_norm=0 the weights never changed: the gradients were "
+    "clipped to a total norm of 0. clip_norm of None or 0 means no clipping: clip only when "
+    "it is set, if clip_norm: nn.utils.clip_grad_norm_(model.parameters(), clip_norm).",
+    "6.5/zeroed-before-step": "The weights never changed: the gradients were zeroed after "
+    "backward and before optimizer.step(), which then had nothing to apply. Zero them at the "
+    "start of the step (or after the update), never between backward and step.",
+    "6.5/schedule-before-step": "These are the weights of an update at the next step's "
+    "learning rate: scheduler.step() ran before optimizer.step(). Step the optimizer first, "
+    "then the scheduler (the rate it sets is the next step's).",
     "6.5/schedule-not-stepped": "The learning rate never moved: call scheduler.step() once "
     "per training step, after optimizer.step().",
     "6.5/eval-mode": "The model ran in evaluation mode: call model.train() in the step "
