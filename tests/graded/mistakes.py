@@ -472,6 +472,17 @@ MISTAKES = {
     "8.5/mask-not-passed": "This is the model run without the mask: pass mask on to the "
     "stack, self.decoder(self.embed(tokens), mask), or every position reads the tokens it "
     "must predict.",
+    "8.5/dropout-not-passed-on": "In training with dropout, the model drew no dropout in "
+    "{parts}: pass the model's dropout on to both, embeddings(vocab_size, d_model, max_len, "
+    "dropout) and Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first), or the "
+    "model never drops anything while it trains.",
+    "8.5/positions-skipped": "These are the logits of the tokens' embeddings without their "
+    "positions (embed.tokens(tokens)?): the model cannot tell the order of the tokens. Embed "
+    "with the whole embeddings module, self.embed(tokens), which adds the positional "
+    "encoding.",
+    "8.5/generator-twice": "forward ran the generator {calls} times and the second run "
+    "failed: {error}. The generator turns the stack's output [B, L, D] into logits [B, L, V] "
+    "once: return self.generator(self.decoder(self.embed(tokens), mask)).",
     "8.5/not-tied": "With tie_embeddings=True the generator's weight should be the "
     "embedding's own nn.Parameter, but it is {how}: assign it, self.generator.weight = "
     "self.embed.tokens.embedding.weight, after initialising.",
