@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -194,6 +195,96 @@ def check_initialisation(state: Mapping[str, Tensor], what: str) -> None:
             f"initialisation, expected about {linear:.3g} (nn.Linear) to {xavier:.3g} "
             f"(Xavier): scale it as nn.Linear or nn.init.xavier_uniform_ does.")
 
+
+
+# ---------------------------------------------------------------- a training pass, replayed
+# The course's stacks in float64 from the grader's weights (state-dict names of the
+# syllabus), every dropout drawn with F.dropout in the order the contract's modules draw
+# theirs: in each residual connection the sublayer's own (attention's on its weights
+# [B, H, Lq, Lk], the feed-forward's on its hidden [B, L, d_ff]), then the residual's on the
+# sublayer's output. Seeded alike, a learner's model in training mode gives the same values
+# when every part got its dropout, and what a part without it gives when one did not.
+# (PyTorch's own layers draw their attention's dropout inside a fused kernel, in another
+# order: they cannot replay it.)
+
+
+def replay_attention(query: Tensor, memory: Tensor, state: Mapping[str, Tensor], prefix: str,
+                     heads: int, p: float, mask: Tensor | None) -> Tensor:
+    """Multi-head attention of ``query [B, Lq, D]`` to ``memory [B, Lk, D]`` with the
+    projections ``{prefix}{q,k,v,out}_proj``: ``softmax(Q K^T / sqrt(d_k))`` (``mask`` True
+    = allowed), dropout on the weights, times V, heads merged, ``out_proj``."""
+    def heads_of(x: Tensor, name: str) -> Tensor:  # [B, L, D] -> [B, H, L, d_k]
+        projected = F.linear(x, state[f"{prefix}{name}_proj.weight"],
+                             state[f"{prefix}{name}_proj.bias"])
+        return projected.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+    q, k, v = heads_of(query, "q"), heads_of(memory, "k"), heads_of(memory, "v")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.dropout(torch.softmax(scores, dim=-1), p)
+    merged = (weights @ v).transpose(1, 2).flatten(-2)
+    return F.linear(merged, state[f"{prefix}out_proj.weight"], state[f"{prefix}out_proj.bias"])
+
+
+def replay_norm(x: Tensor, state: Mapping[str, Tensor], prefix: str) -> Tensor:
+    return F.layer_norm(x, x.shape[-1:], state[f"{prefix}weight"], state[f"{prefix}bias"])
+
+
+def replay_layer(x: Tensor, state: Mapping[str, Tensor], prefix: str, *, heads: int,
+                 p: float, norm_first: bool, self_mask: Tensor | None = None,
+                 memory: Tensor | None = None, cross_mask: Tensor | None = None) -> Tensor:
+    """An encoder layer (``memory`` None) or a decoder layer at ``prefix``: post-LN
+    ``norm(x + dropout(sublayer(x)))``, pre-LN ``x + dropout(sublayer(norm(x)))``."""
+    def feed_forward(y: Tensor) -> Tensor:
+        hidden = F.relu(F.linear(y, state[f"{prefix}feed_forward.linear1.weight"],
+                                 state[f"{prefix}feed_forward.linear1.bias"]))
+        return F.linear(F.dropout(hidden, p), state[f"{prefix}feed_forward.linear2.weight"],
+                        state[f"{prefix}feed_forward.linear2.bias"])
+
+    sublayers = [lambda y: replay_attention(y, y, state, f"{prefix}self_attn.", heads, p,
+                                            self_mask)]
+    if memory is not None:
+        sublayers.append(lambda y: replay_attention(y, memory, state, f"{prefix}cross_attn.",
+                                                    heads, p, cross_mask))
+    sublayers.append(feed_forward)
+    for i, sublayer in enumerate(sublayers):
+        norm = f"{prefix}residuals.{i}.norm."
+        if norm_first:
+            x = x + F.dropout(sublayer(replay_norm(x, state, norm)), p)
+        else:
+            x = replay_norm(x + F.dropout(sublayer(x), p), state, norm)
+    return x
+
+
+def replay_stack(x: Tensor, state: Mapping[str, Tensor], prefix: str = "", *, heads: int,
+                 p: float, norm_first: bool, layers_norm_first: bool | None = None,
+                 chained: bool = True, self_mask: Tensor | None = None,
+                 memory: Tensor | None = None, cross_mask: Tensor | None = None) -> Tensor:
+    """An Encoder or Decoder (5.6, 5.7) at ``prefix``: its layers ``{prefix}layers.{i}.`` in
+    turn, then ``{prefix}norm.`` when ``norm_first``. A mistake's stack: layers built with
+    ``layers_norm_first`` (default ``norm_first``); ``chained=False``, each layer reading the
+    stack's input ``x`` (the output is the last layer's)."""
+    depth = len({name[len(prefix):].split(".")[1] for name in state
+                 if name.startswith(f"{prefix}layers.")})
+    layers_norm_first = norm_first if layers_norm_first is None else layers_norm_first
+    y = x
+    for i in range(depth):
+        y = replay_layer(y if chained else x, state, f"{prefix}layers.{i}.", heads=heads, p=p,
+                         norm_first=layers_norm_first, self_mask=self_mask, memory=memory,
+                         cross_mask=cross_mask)
+    return replay_norm(y, state, f"{prefix}norm.") if norm_first else y
+
+
+def replay_embedding(tokens: Tensor, state: Mapping[str, Tensor], prefix: str, p: float,
+                     positions: bool = True) -> Tensor:
+    """Chapter 5's ``embeddings`` at ``prefix``: ``dropout(E[tokens] * sqrt(D) + PE[:L])``
+    (without ``+ PE`` when not ``positions``: a mistake's)."""
+    weight = state[f"{prefix}tokens.embedding.weight"]
+    x = F.embedding(tokens, weight) * math.sqrt(weight.size(-1))
+    if positions:
+        x = x + state[f"{prefix}positions.pe"][: tokens.size(1)].to(x.dtype)
+    return F.dropout(x, p)
 
 # The aten ops through which PyTorch computes an exercise's result, by family: a graded test
 # file's FORBIDDEN_OPS refuses them at PyTorch's dispatch level while the exercise's code

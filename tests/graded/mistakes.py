@@ -249,6 +249,20 @@ MISTAKES = {
     "a LayerNorm (nn.Identity() only for post-LN).",
     "5.6/mask-not-passed": "This is the stack's output with no mask: pass mask on to every "
     "layer, x = layer(x, mask).",
+    "5.6/dropout-not-passed-on": "This is the stack in training mode with no dropout in its "
+    "layers: they were built with dropout 0. Pass dropout on to every layer, "
+    "EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first), or the model the chapters "
+    "train never drops anything.",
+    "5.6/norm-first-not-passed-on": "This is a pre-LN stack of post-LN layers (its last norm "
+    "is there, its layers normalise after each sublayer): pass norm_first on to every layer, "
+    "EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first).",
+    "5.6/layers-not-chained": "This is the last layer applied to the stack's input: every "
+    "layer read x, the stack's input, not the output of the layer before it. Feed each "
+    "layer's output to the next, for layer in self.layers: x = layer(x, mask).",
+    "5.6/norm-always-identity": "With norm_first=True the {name}'s state dict has no "
+    "norm.weight and norm.bias: its last norm holds no parameters (nn.Identity() whatever "
+    "norm_first is?). Pre-LN layers leave the residual stream unnormalised, so a pre-LN stack "
+    "ends with a LayerNorm: self.norm = LayerNorm(d_model) if norm_first else nn.Identity().",
     # 5.7 Decoder
     "5.7/layers-shared": "layers holds one layer {count} times: one set of weights applied "
     "{count} times. Build each layer anew, nn.ModuleList([DecoderLayer(...) for _ in "
@@ -257,6 +271,29 @@ MISTAKES = {
     "norm_first=True the decoder ends with norm(x), a LayerNorm.",
     "5.7/masks-not-passed": "This is the stack's output with no masks: pass both on to every "
     "layer, x = layer(x, memory, src_mask, tgt_mask).",
+    "5.7/target-mask-not-passed": "This is the stack's output with the target's mask left "
+    "out: self-attention reads the tokens it must predict. Pass both masks on to every "
+    "layer, x = layer(x, memory, src_mask, tgt_mask).",
+    "5.7/source-mask-not-passed": "This is the stack's output with the source's mask left "
+    "out: cross-attention reads the source's padding. Pass both masks on to every layer, "
+    "x = layer(x, memory, src_mask, tgt_mask).",
+    "5.7/masks-swapped": "{call} raised a size mismatch: {error}. Your stack hands the layers "
+    "its two masks swapped (called with them swapped, it computes the right output): the "
+    "layer takes layer(x, memory, src_mask, tgt_mask), the source's mask [B, 1, 1, Ls] for "
+    "cross-attention, then the target's [B, 1, Lt, Lt] for self-attention.",
+    "5.7/dropout-not-passed-on": "This is the stack in training mode with no dropout in its "
+    "layers: they were built with dropout 0. Pass dropout on to every layer, "
+    "DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).",
+    "5.7/norm-first-not-passed-on": "This is a pre-LN stack of post-LN layers (its last norm "
+    "is there, its layers normalise after each sublayer): pass norm_first on to every layer, "
+    "DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first).",
+    "5.7/layers-not-chained": "This is the last layer applied to the stack's input: every "
+    "layer read x, the stack's input, not the output of the layer before it. Feed each "
+    "layer's output to the next, x = layer(x, memory, src_mask, tgt_mask) in the loop.",
+    "5.7/norm-always-identity": "With norm_first=True the {name}'s state dict has no "
+    "norm.weight and norm.bias: its last norm holds no parameters (nn.Identity() whatever "
+    "norm_first is?). A pre-LN stack ends with a LayerNorm: self.norm = LayerNorm(d_model) "
+    "if norm_first else nn.Identity().",
     # 5.8 EncoderDecoder
     "5.8/log-probabilities": "These are log-probabilities (a log_softmax after the "
     "generator): forward returns the generator's logits, and the loss of Chapter 6 takes "
@@ -266,6 +303,13 @@ MISTAKES = {
     "self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask).",
     "5.8/target-read-by-source-embedding": "This is the target read through src_embed: the "
     "decoder embeds tgt with tgt_embed (the same matrix only when the weights are tied).",
+    "5.8/dropout-not-passed-on": "{call} drew no dropout in {parts}: pass the model's dropout "
+    "on to every part, embeddings(vocab_size, d_model, max_len, dropout), Encoder(..., "
+    "dropout, norm_first) and Decoder(..., dropout, norm_first), or the model never drops "
+    "anything in training.",
+    "5.8/generator-in-decode": "decode returned the generator's logits [B, Lt, V]: decode "
+    "returns the decoder's hidden states [B, Lt, D], and forward alone applies the generator "
+    "(greedy decoding, 6.4, applies it to the last position of decode's output).",
     "5.8/not-tied": "With tie_embeddings=True {missing} should be the source embedding's "
     "own nn.Parameter, but {how}: assign it, self.generator.weight = "
     "self.src_embed.tokens.embedding.weight (likewise tgt_embed), after initialising.",
@@ -323,6 +367,15 @@ MISTAKES = {
     "6.5/not-clipped": "These are the weights of an update with the gradients as they came: "
     "clip them to a total norm of clip_norm, nn.utils.clip_grad_norm_(model.parameters(), "
     "clip_norm), after backward and before optimizer.step().",
+    "6.5/clipped-at-zero": "With clip_norm=0 the weights never changed: the gradients were "
+    "clipped to a total norm of 0. clip_norm of None or 0 means no clipping: clip only when "
+    "it is set, if clip_norm: nn.utils.clip_grad_norm_(model.parameters(), clip_norm).",
+    "6.5/zeroed-before-step": "The weights never changed: the gradients were zeroed after "
+    "backward and before optimizer.step(), which then had nothing to apply. Zero them at the "
+    "start of the step (or after the update), never between backward and step.",
+    "6.5/schedule-before-step": "These are the weights of an update at the next step's "
+    "learning rate: scheduler.step() ran before optimizer.step(). Step the optimizer first, "
+    "then the scheduler (the rate it sets is the next step's).",
     "6.5/schedule-not-stepped": "The learning rate never moved: call scheduler.step() once "
     "per training step, after optimizer.step().",
     "6.5/eval-mode": "The model ran in evaluation mode: call model.train() in the step "
@@ -419,6 +472,17 @@ MISTAKES = {
     "8.5/mask-not-passed": "This is the model run without the mask: pass mask on to the "
     "stack, self.decoder(self.embed(tokens), mask), or every position reads the tokens it "
     "must predict.",
+    "8.5/dropout-not-passed-on": "In training with dropout, the model drew no dropout in "
+    "{parts}: pass the model's dropout on to both, embeddings(vocab_size, d_model, max_len, "
+    "dropout) and Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first), or the "
+    "model never drops anything while it trains.",
+    "8.5/positions-skipped": "These are the logits of the tokens' embeddings without their "
+    "positions (embed.tokens(tokens)?): the model cannot tell the order of the tokens. Embed "
+    "with the whole embeddings module, self.embed(tokens), which adds the positional "
+    "encoding.",
+    "8.5/generator-twice": "forward ran the generator {calls} times and the second run "
+    "failed: {error}. The generator turns the stack's output [B, L, D] into logits [B, L, V] "
+    "once: return self.generator(self.decoder(self.embed(tokens), mask)).",
     "8.5/not-tied": "With tie_embeddings=True the generator's weight should be the "
     "embedding's own nn.Parameter, but it is {how}: assign it, self.generator.weight = "
     "self.embed.tokens.embedding.weight, after initialising.",
@@ -449,3 +513,14 @@ def first_match(value: object, candidates: dict[str, torch.Tensor], atol: float 
         elif torch.allclose(value.double(), mistaken.double(), atol=atol, rtol=rtol):
             return mistake
     return None
+
+
+def mistake_of(value: object, expected: torch.Tensor, candidates: dict[str, torch.Tensor],
+               atol: float = 1e-6, rtol: float = 1e-5) -> str | None:
+    """The id of the first candidate mistake whose result ``value`` equals, None when
+    ``value`` is ``expected`` itself (a mistake that gives the right result here is not
+    one) or matches none."""
+    if (isinstance(value, torch.Tensor) and value.shape == expected.shape
+            and torch.allclose(value.double(), expected.double(), atol=atol, rtol=rtol)):
+        return None
+    return first_match(value, candidates, atol, rtol)

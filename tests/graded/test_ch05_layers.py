@@ -41,10 +41,12 @@ from checks import (
     check_initialisation,
     check_names,
     load_trusted,
+    replay_embedding,
+    replay_stack,
     trusted_state,
     untied_how,
 )
-from mistakes import first_match, named
+from mistakes import first_match, mistake_of, named
 from torch_models import TorchEncoderDecoder, sinusoidal_table
 
 CHAPTER = 5
@@ -87,6 +89,9 @@ FORBIDDEN_OPS = {"5.1": NORMS, "5.3": NORMS, "5.4": LAYER_FAMILY, "5.5": LAYER_F
                  "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY,
                  "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64
+# A training pass with dropout is replayed from this seed, in the worker and here
+# (checks.replay_stack): every module that should drop must draw, in the contract's order.
+REPLAY_SEED, DROPOUT = 11, 0.25
 
 
 # ---------------------------------------------------------------- probes (run in the worker)
@@ -589,8 +594,7 @@ def test_encoder_layer_matches_pytorch(learner, norm_first, masked):
             mistakes["5.4/norm-first-not-passed-on"] = post(
                 x, src_key_padding_mask=~allowed if masked else None)
     output = result["output"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
+    mistake = mistake_of(output, expected, mistakes)
     assert_close(output, expected, f"EncoderLayer(norm_first={norm_first})"
                  + (" with a padding mask" if masked else "") + ", called as layer(x, mask)",
                  hint=named(mistake) if mistake else "residuals[0] wraps self-attention (with "
@@ -684,12 +688,17 @@ def test_decoder_layer_own_initialisation(learner):
 # ---------------------------------------------------------------- 5.6 and 5.7 stacks
 
 
-def stack_run(impl, name, x, norm_first, state, num_layers=2, memory=None, masks=None):
+def stack_run(impl, name, x, norm_first, state, num_layers=2, memory=None, masks=None,
+              dropout=0.0):
     """Encoder or Decoder (``name``) of ``num_layers`` layers (16, 4, 32) with the grader's
     weights ``state``, called as the package calls it: ``encoder(x, mask)``, ``decoder(x,
-    memory, src_mask, tgt_mask)``. Its structure (how many layers, how many distinct ones, a
-    norm), state-dict names and output."""
-    stack = getattr(impl, name)(16, 4, 32, num_layers, norm_first=norm_first).double()
+    memory, src_mask, tgt_mask)``; with ``dropout``, in training mode after
+    ``torch.manual_seed(REPLAY_SEED)``. Its structure (how many layers, how many distinct
+    ones, a norm), state-dict names and output; for a decoder's size mismatch, its message
+    and the output with the two masks handed over swapped (what a stack that swaps them
+    computes right)."""
+    stack = getattr(impl, name)(16, 4, 32, num_layers, dropout=dropout,
+                                norm_first=norm_first).double()
     layers = getattr(stack, "layers", None)
     structure = {"layers": len(layers) if isinstance(layers, nn.ModuleList) else None,
                  "distinct": len({id(layer) for layer in layers})
@@ -702,9 +711,24 @@ def stack_run(impl, name, x, norm_first, state, num_layers=2, memory=None, masks
     if names != {n: list(v.shape) for n, v in state.items()}:
         return result
     masks = masks or {}
-    if memory is None:
-        return {**result, "output": stack(x, masks.get("mask"))}
-    return {**result, "output": stack(x, memory, masks.get("src_mask"), masks.get("tgt_mask"))}
+    stack.train()
+
+    def call(src_mask, tgt_mask):
+        torch.manual_seed(REPLAY_SEED)
+        if memory is None:
+            return stack(x, masks.get("mask"))
+        return stack(x, memory, src_mask, tgt_mask)
+
+    try:
+        return {**result, "output": call(masks.get("src_mask"), masks.get("tgt_mask"))}
+    except (RuntimeError, ValueError) as error:
+        if memory is None or size_error(error) is None:
+            raise
+        try:
+            swapped = call(masks.get("tgt_mask"), masks.get("src_mask"))
+        except (RuntimeError, ValueError):
+            raise error from None
+        return {**result, "size_error": str(error), "swapped": swapped}
 
 
 def stack_weights(attentions, residuals, norm_first, num_layers=2):
@@ -744,16 +768,37 @@ def torch_stack(layers, state, norm_first, attentions, residuals):
     return loaded, norm
 
 
+def check_last_norm(result, state, name, exercise, norm_first):
+    """A pre-LN stack whose state dict lacks exactly the last norm's weight and bias holds
+    no LayerNorm there (nn.Identity() whatever norm_first is): named so."""
+    own = set(result["names"])
+    assert not (norm_first and set(state) - own == {"norm.weight", "norm.bias"}
+                and own <= set(state)), named(f"{exercise}/norm-always-identity", name=name)
+
+
+def stack_case(norm_first, dropout):
+    """How a stack test built and ran the stack, for its messages."""
+    return (f"(norm_first={norm_first})" + (f" in training with dropout={dropout}" if dropout
+                                             else ""))
+
+
+STACK_CASES = pytest.mark.parametrize(
+    "masked, dropout", [(False, 0.0), (True, 0.0), (True, DROPOUT)],
+    ids=["no mask", "masked", f"masked, dropout {DROPOUT} in training"])
+
+
 @pytest.mark.grade("5.6", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-@pytest.mark.parametrize("masked", [False, True], ids=["no mask", "padding mask"])
-def test_encoder_matches_pytorch(learner, norm_first, masked):
+@STACK_CASES
+def test_encoder_matches_pytorch(learner, norm_first, masked, dropout):
     x = torch.randn(3, 6, 16, dtype=f64)
     allowed = torch.arange(6) < torch.tensor([6, 4, 2])[:, None]  # [B, L]
+    mask = allowed[:, None, None, :] if masked else None
     state = stack_weights(["self_attn"], 2, norm_first)
     result = learner.run(stack_run, name="Encoder", x=x, norm_first=norm_first, state=state,
-                         masks={"mask": allowed[:, None, None, :]} if masked else None)
+                         masks={"mask": mask} if masked else None, dropout=dropout)
     check_stack(result, "Encoder", "5.6")
+    check_last_norm(result, state, "Encoder", "5.6", norm_first)
     check_names(result["names"], state, "Encoder",
                 hint="" if norm_first else "A post-LN stack has no last norm: nn.Identity().")
     layers, norm = torch_stack(
@@ -761,42 +806,67 @@ def test_encoder_matches_pytorch(learner, norm_first, masked):
                                     norm_first=norm_first).double() for _ in range(2)],
         state, norm_first, [("self_attn", "self_attn")], 2)
 
-    def run(blocked):
-        y = x
-        for layer in layers:
-            y = layer(y, src_key_padding_mask=blocked)
-        return y
+    def replay(**mistaken):
+        """The stack's output in training mode, seeded as the worker's run (a mistake's with
+        ``mistaken``)."""
+        torch.manual_seed(REPLAY_SEED)
+        return replay_stack(x, state, **{"heads": 4, "p": dropout, "norm_first": norm_first,
+                                         "self_mask": mask, **mistaken})
 
     with torch.no_grad():
-        expected = norm(run(~allowed if masked else None))
-        mistakes = {"5.6/mask-not-passed": norm(run(None))} if masked else {}
+        if dropout:
+            expected = replay()
+        else:
+            y = x
+            for layer in layers:
+                y = layer(y, src_key_padding_mask=None if mask is None else ~allowed)
+            expected = norm(y)
+        mistakes = {"5.6/mask-not-passed": replay(self_mask=None)} if masked else {}
+        if dropout:
+            mistakes["5.6/dropout-not-passed-on"] = replay(p=0.0)
         if norm_first:
-            mistakes["5.6/no-final-norm"] = run(~allowed if masked else None)
+            mistakes["5.6/no-final-norm"] = replay(norm_first=False, layers_norm_first=True)
+            mistakes["5.6/norm-first-not-passed-on"] = replay(layers_norm_first=False)
+        mistakes["5.6/layers-not-chained"] = replay(chained=False)
     output = result["output"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
-    assert_close(output, expected, f"Encoder(norm_first={norm_first})"
+    mistake = mistake_of(output, expected, mistakes)
+    assert_close(output, expected, f"Encoder{stack_case(norm_first, dropout)}"
                  + (" with a padding mask" if masked else "") + ", called as encoder(x, mask)",
-                 hint=named(mistake) if mistake else "Each layer in turn, with the mask, then "
-                 "the last norm.")
+                 hint=named(mistake) if mistake else "Each layer in turn (each reads the last "
+                 "one's output), with the mask, then the last norm.")
+
+
+def explain_stack_size_error(result, expected, call):
+    """A decoder stack that raised a size mismatch: named when it computes the right output
+    with the two masks handed over swapped (it swaps them on their way to the layers)."""
+    if "size_error" not in result:
+        return
+    swapped = result["swapped"]
+    if isinstance(swapped, torch.Tensor) and swapped.shape == expected.shape and (
+            torch.allclose(swapped.double(), expected)):
+        raise AssertionError(named("5.7/masks-swapped", call=call, error=result["size_error"]))
+    raise AssertionError(f"{call} raised a size mismatch: {result['size_error']}. Each layer "
+                         f"takes layer(x, memory, src_mask, tgt_mask): the source's mask "
+                         f"[B, 1, 1, Ls] for cross-attention, the target's [B, 1, Lt, Lt] for "
+                         f"self-attention.")
 
 
 @pytest.mark.grade("5.7", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-@pytest.mark.parametrize("masked", [False, True], ids=["no masks", "causal and padding masks"])
-def test_decoder_matches_pytorch(learner, norm_first, masked):
+@STACK_CASES
+def test_decoder_matches_pytorch(learner, norm_first, masked, dropout):
     x, memory = torch.randn(2, 5, 16, dtype=f64), torch.randn(2, 7, 16, dtype=f64)
     source_allowed = torch.arange(7) < torch.tensor([7, 3])[:, None]  # [B, Ls]
     target_allowed = torch.arange(5) < torch.tensor([5, 4])[:, None]  # [B, Lt]
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
-    masks = None
-    if masked:
-        masks = {"src_mask": source_allowed[:, None, None, :],
-                 "tgt_mask": target_allowed[:, None, None, :] & causal}
+    src_mask = source_allowed[:, None, None, :] if masked else None
+    tgt_mask = target_allowed[:, None, None, :] & causal if masked else None
     state = stack_weights(["self_attn", "cross_attn"], 3, norm_first)
     result = learner.run(stack_run, name="Decoder", x=x, norm_first=norm_first, state=state,
-                         memory=memory, masks=masks)
+                         memory=memory, dropout=dropout,
+                         masks={"src_mask": src_mask, "tgt_mask": tgt_mask} if masked else None)
     check_stack(result, "Decoder", "5.7")
+    check_last_norm(result, state, "Decoder", "5.7", norm_first)
     check_names(result["names"], state, "Decoder",
                 hint="" if norm_first else "A post-LN stack has no last norm: nn.Identity().")
     layers, norm = torch_stack(
@@ -806,26 +876,43 @@ def test_decoder_matches_pytorch(learner, norm_first, masked):
     self_blocked = (~(target_allowed[:, None, :] & causal)).repeat_interleave(4, dim=0)
     cross_blocked = (~source_allowed[:, None, :]).expand(2, 5, 7).repeat_interleave(4, dim=0)
 
-    def run(with_masks):
-        y = x
-        for layer in layers:
-            y = layer(y, memory, tgt_mask=self_blocked if with_masks else None,
-                      memory_mask=cross_blocked if with_masks else None)
-        return y
+    def replay(**mistaken):
+        """The stack's output in training mode, seeded as the worker's run (a mistake's with
+        ``mistaken``)."""
+        torch.manual_seed(REPLAY_SEED)
+        return replay_stack(x, state, **{"heads": 4, "p": dropout, "norm_first": norm_first,
+                                         "self_mask": tgt_mask, "memory": memory,
+                                         "cross_mask": src_mask, **mistaken})
 
     with torch.no_grad():
-        expected = norm(run(masked))
-        mistakes = {"5.7/masks-not-passed": norm(run(False))} if masked else {}
+        if dropout:
+            expected = replay()
+        else:
+            y = x
+            for layer in layers:
+                y = layer(y, memory, tgt_mask=self_blocked if masked else None,
+                          memory_mask=cross_blocked if masked else None)
+            expected = norm(y)
+        mistakes = {}
+        if masked:
+            mistakes.update({"5.7/masks-not-passed": replay(self_mask=None, cross_mask=None),
+                             "5.7/target-mask-not-passed": replay(self_mask=None),
+                             "5.7/source-mask-not-passed": replay(cross_mask=None)})
+        if dropout:
+            mistakes["5.7/dropout-not-passed-on"] = replay(p=0.0)
         if norm_first:
-            mistakes["5.7/no-final-norm"] = run(masked)
+            mistakes["5.7/no-final-norm"] = replay(norm_first=False, layers_norm_first=True)
+            mistakes["5.7/norm-first-not-passed-on"] = replay(layers_norm_first=False)
+        mistakes["5.7/layers-not-chained"] = replay(chained=False)
+    call = (f"Decoder{stack_case(norm_first, dropout)}"
+            + (" with masks, called as decoder(x, memory, src_mask, tgt_mask)" if masked
+               else ", called as decoder(x, memory)"))
+    explain_stack_size_error(result, expected, call)
     output = result["output"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
-    assert_close(output, expected, f"Decoder(norm_first={norm_first})"
-                 + (" with masks, called as decoder(x, memory, src_mask, tgt_mask)" if masked
-                    else ", called as decoder(x, memory)"),
-                 hint=named(mistake) if mistake else "Each layer in turn on the same memory, "
-                 "with both masks, then the last norm.")
+    mistake = mistake_of(output, expected, mistakes)
+    assert_close(output, expected, call, hint=named(mistake) if mistake else "Each layer in "
+                 "turn (each reads the last one's output) on the same memory, with both "
+                 "masks, then the last norm.")
 
 
 def stack_depths(impl, name):
@@ -864,19 +951,32 @@ def test_decoder_depth_and_shape(learner):
 VOCAB, MAX_LEN = 11, 12
 
 
-def model_run(impl, state, tie, norm_first, src, tgt, src_mask, tgt_mask):
-    """The learner's EncoderDecoder (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers) with the
-    grader's weights ``state``: its state-dict names, then ``encode``, ``decode`` and
-    ``forward`` as the package calls them."""
-    model = impl.EncoderDecoder(VOCAB, VOCAB, 16, 4, 32, 2, norm_first=norm_first,
-                                tie_embeddings=tie, max_len=MAX_LEN).double()
+def model_run(impl, state, tie, norm_first, src, tgt, src_mask, tgt_mask, memory,
+              dropout=0.0):
+    """The learner's EncoderDecoder (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers, with
+    ``dropout``) with the grader's weights ``state``: its state-dict names, then ``encode``
+    and ``decode`` (of the grader's ``memory``) in training mode, each after
+    ``torch.manual_seed(REPLAY_SEED)``, and ``forward`` (in evaluation mode when it has
+    dropout), as the package calls them; a size mismatch in ``forward``, its message."""
+    model = impl.EncoderDecoder(VOCAB, VOCAB, 16, 4, 32, 2, dropout=dropout,
+                                norm_first=norm_first, tie_embeddings=tie,
+                                max_len=MAX_LEN).double()
     names = load_trusted(model, state)
     if names != {n: list(v.shape) for n, v in state.items()}:
         return {"names": names}
-    memory = model.encode(src, src_mask)
-    return {"names": names, "memory": memory,
-            "hidden": model.decode(memory, src_mask, tgt, tgt_mask),
-            "logits": model(src, tgt, src_mask, tgt_mask)}
+    model.train()
+    torch.manual_seed(REPLAY_SEED)
+    encoded = model.encode(src, src_mask)
+    torch.manual_seed(REPLAY_SEED)
+    result = {"names": names, "memory": encoded,
+              "hidden": model.decode(memory, src_mask, tgt, tgt_mask)}
+    model.train(not dropout)
+    try:
+        return {**result, "logits": model(src, tgt, src_mask, tgt_mask)}
+    except (RuntimeError, ValueError) as error:
+        if size_error(error) is None:
+            raise
+        return {**result, "forward_error": str(error)}
 
 
 def model_weights(norm_first, tie):
@@ -909,10 +1009,36 @@ def torch_model(state, norm_first, tie):
     return model
 
 
+def model_replays(tokens, state, side, p, **stack):
+    """``{what had no dropout: output}``: a side (``"src"``: encode, ``"tgt"``: decode) of the
+    model replayed in training mode with its dropout left out of the embeddings, the stack
+    or both, seeded as the worker's run; ``""`` for the right output."""
+    stack_prefix = "encoder." if side == "src" else "decoder."
+    found = {}
+    for what, embedding_p, stack_p in (("", p, p), ("the embeddings", 0.0, p),
+                                       ("the stack", p, 0.0),
+                                       ("the embeddings and the stack", 0.0, 0.0)):
+        torch.manual_seed(REPLAY_SEED)
+        x = replay_embedding(tokens, state, f"{side}_embed.", embedding_p)
+        found[what] = replay_stack(x, state, stack_prefix, heads=4, p=stack_p, **stack)
+    return found
+
+
+def check_dropout_reached(output, replays, what, dropout):
+    """``output`` is the training pass replayed (``replays[""]``), or a message naming the
+    parts that drew no dropout."""
+    missing = first_match(output, {k: v for k, v in replays.items() if k})
+    assert_close(output, replays[""], f"{what} in training with dropout={dropout}",
+                 hint=named("5.8/dropout-not-passed-on", call=what, parts=missing)
+                 if missing else "Every part draws its dropout: the embeddings, then each "
+                 "layer's sublayers in turn.")
+
+
 @pytest.mark.grade("5.8", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
+@pytest.mark.parametrize("tie, dropout", [(True, 0.0), (False, 0.0), (False, DROPOUT)],
+                         ids=["tied", "untied", f"untied, dropout {DROPOUT} in training"])
+def test_encoder_decoder_matches_pytorch(learner, norm_first, tie, dropout):
     src = torch.randint(3, VOCAB, (2, 7))
     tgt = torch.randint(3, VOCAB, (2, 5))
     source_allowed = torch.arange(7) < torch.tensor([7, 4])[:, None]  # [B, Ls]
@@ -920,17 +1046,27 @@ def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
     tgt_mask = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, None, :] & torch.ones(
         5, 5, dtype=torch.bool).tril()
     state = model_weights(norm_first, tie)
+    theirs = torch_model(state, norm_first, tie)
+    with torch.no_grad():
+        memory = theirs.encode(src, src_mask)
     result = learner.run(model_run, state=state, tie=tie, norm_first=norm_first, src=src,
-                         tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask)
+                         tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask, memory=memory,
+                         dropout=dropout)
     check_names(result["names"], state, f"EncoderDecoder(tie_embeddings={tie})",
                 hint="src_embed and tgt_embed are each embeddings(...), given in the file; "
                 "the stacks are encoder and decoder; the last layer is generator.")
-    theirs = torch_model(state, norm_first, tie)
-    call = f"EncoderDecoder(norm_first={norm_first}, tie_embeddings={tie})"
+    call = f"EncoderDecoder(norm_first={norm_first}, tie_embeddings={tie}, dropout={dropout})"
     with torch.no_grad():
-        memory = theirs.encode(src, src_mask)
         hidden = theirs.decode(memory, src_mask, tgt, tgt_mask)
         logits = theirs.projection(hidden)
+        if dropout:
+            check_dropout_reached(result["memory"], model_replays(
+                src, state, "src", dropout, norm_first=norm_first, self_mask=src_mask),
+                f"{call}.encode(src, src_mask)", dropout)
+            check_dropout_reached(result["hidden"], model_replays(
+                tgt, state, "tgt", dropout, norm_first=norm_first, self_mask=tgt_mask,
+                memory=memory, cross_mask=src_mask),
+                f"{call}.decode(memory, src_mask, tgt, tgt_mask)", dropout)
         # The hidden states of each mistake, then its logits.
         wrong = {"5.8/cross-attention-unmasked": theirs.decode(memory, None, tgt, tgt_mask)}
         if not tie:
@@ -939,18 +1075,24 @@ def test_encoder_decoder_matches_pytorch(learner, norm_first, tie):
                 memory, src_mask, tgt, tgt_mask)
         wrong_logits = {"5.8/log-probabilities": F.log_softmax(logits, dim=-1),
                         **{m: theirs.projection(h) for m, h in wrong.items()}}
-    assert_close(result["memory"], memory, f"{call}.encode(src, src_mask)",
-                 hint="The encoder reads src_embed(src), with the source's mask.")
-    found = result["hidden"]
-    mistake = None if isinstance(found, torch.Tensor) and torch.allclose(
-        found.double(), hidden) else first_match(found, wrong)
-    assert_close(found, hidden, f"{call}.decode(memory, src_mask, tgt, tgt_mask)",
-                 hint=named(mistake) if mistake else "The decoder reads tgt_embed(tgt) and "
-                 "the memory, with both masks.")
+        wrong["5.8/generator-in-decode"] = logits
+    if not dropout:
+        assert_close(result["memory"], memory, f"{call}.encode(src, src_mask)",
+                     hint="The encoder reads src_embed(src), with the source's mask.")
+        found = result["hidden"]
+        mistake = mistake_of(found, hidden, wrong)
+        assert mistake != "5.8/generator-in-decode", named(mistake)  # its shape is [B, Lt, V]
+        assert_close(found, hidden, f"{call}.decode(memory, src_mask, tgt, tgt_mask)",
+                     hint=named(mistake) if mistake else "The decoder reads tgt_embed(tgt) and "
+                     "the memory, with both masks.")
+    assert "forward_error" not in result, (
+        f"{call}(src, tgt, src_mask, tgt_mask) raised a size mismatch: "
+        f"{result['forward_error']}. forward is generator(decode(encode(src, src_mask), "
+        f"src_mask, tgt, tgt_mask)): decode gives [B, Lt, D], the generator [B, Lt, V].")
     output = result["logits"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), logits) else first_match(output, wrong_logits)
-    assert_close(output, logits, f"{call}(src, tgt, src_mask, tgt_mask)",
+    mistake = mistake_of(output, logits, wrong_logits)
+    assert_close(output, logits, f"{call}(src, tgt, src_mask, tgt_mask)"
+                 + (" in evaluation mode" if dropout else ""),
                  hint=named(mistake) if mistake else "generator(decode(encode(src, src_mask), "
                  "src_mask, tgt, tgt_mask)).")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from annotated_transformer.batch import Batch
 from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
 
 from checks import (
@@ -32,7 +34,7 @@ from checks import (
     assert_tensor,
     check_trained_config,
 )
-from mistakes import first_match, named
+from mistakes import first_match, mistake_of, named
 from torch_models import TorchEncoderDecoder, greedy_decode
 
 CHAPTER = 6
@@ -421,10 +423,12 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
 # ---------------------------------------------------------------- 6.5 the training step
 
 
-class TinyLanguageModel(nn.Module):
+class TinyTranslator(nn.Module):
     """The grader's model for the training step (built in the worker by the probe, and in
-    the grader for the expected values): logits ``[B, L, V]`` of tokens ``[B, L]``, with
-    dropout, noting whether each forward pass ran in training mode."""
+    the grader for the expected values): logits ``[B, Lt, V]`` of a chapter-6 ``Batch``'s
+    ``args``, ``(src [B, Ls], tgt_input [B, Lt], src_mask [B, 1, 1, Ls], tgt_mask)``: each
+    target token's embedding plus the mean of the source's unpadded ones, through tanh and a
+    linear layer. It notes whether each forward pass ran in training mode."""
 
     def __init__(self, vocab: int = 7, width: int = 5) -> None:
         super().__init__()
@@ -432,28 +436,31 @@ class TinyLanguageModel(nn.Module):
         self.out = nn.Linear(width, vocab)
         self.modes: list[bool] = []
 
-    def forward(self, tokens):
+    def forward(self, src, tgt_input, src_mask, tgt_mask):
         self.modes.append(self.training)
-        return self.out(torch.tanh(self.embed(tokens)))
+        kept = src_mask[:, 0, 0, :, None].to(self.embed.weight.dtype)  # [B, Ls, 1]
+        source = (self.embed(src) * kept).sum(1, keepdim=True) / kept.sum(1, keepdim=True)
+        return self.out(torch.tanh(self.embed(tgt_input) + source))
 
 
 STEP_LR = 0.5  # SGD's rate; LambdaLR halves it at every scheduler.step()
 
 
 def tiny_training(state):
-    model = TinyLanguageModel().double()
+    model = TinyTranslator().double()
     model.load_state_dict(state)
     optimizer = torch.optim.SGD(model.parameters(), lr=STEP_LR)
     return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 ** s)
 
 
-def train_step_run(impl, state, tokens, labels, clip_norm):
-    """Two calls of ``train_step`` on the grader's model (which starts in eval mode), SGD
-    and a schedule that halves the rate: the weights after each, the losses returned, the
-    rates and the model's modes."""
+def train_step_run(impl, state, fields, clip_norm):
+    """Two calls of ``train_step`` on the grader's model (which starts in eval mode) and a
+    chapter-6 ``Batch`` of ``fields`` (what 6.3's make_batch returns, as the chapter's loop
+    hands it over), SGD and a schedule that halves the rate: the weights after each, the
+    losses returned, the rates and the model's modes."""
     model, optimizer, scheduler = tiny_training(state)
     model.eval()
-    batch = SimpleNamespace(args=(tokens,), labels=labels)
+    batch = Batch(**fields)
     loss_fn = nn.CrossEntropyLoss(ignore_index=0)
     found = {"weights": [], "losses": [], "on_graph": [], "rates": []}
     for _ in range(2):
@@ -466,22 +473,31 @@ def train_step_run(impl, state, tokens, labels, clip_norm):
     return found
 
 
-def expected_steps(state, tokens, labels, clip_norm, zero=True, clip=True, schedule=True):
-    """The weights and losses of two right steps (or of one mistake: no zeroing, no
-    clipping, no schedule), computed here with PyTorch."""
+def expected_steps(state, fields, clip_norm, zero=True, schedule=True,
+                   zero_before_step=False, schedule_first=False):
+    """The weights and losses of two right steps, computed here with PyTorch (clipped to
+    ``clip_norm``, none when None); or of one mistake: no zeroing, no schedule, the gradients
+    zeroed between backward and the update, the schedule stepped before the update."""
     model, optimizer, scheduler = tiny_training(state)
+    batch = Batch(**fields)
     loss_fn = nn.CrossEntropyLoss(ignore_index=0)
     weights, losses = [], []
     for _ in range(2):
-        if zero:
+        if zero and not zero_before_step:
             optimizer.zero_grad()
-        logits = model(tokens)
-        loss = loss_fn(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        logits = model(*batch.args)
+        loss = loss_fn(logits.reshape(-1, logits.size(-1)), batch.labels.reshape(-1))
         loss.backward()
-        if clip:
+        if zero_before_step:
+            optimizer.zero_grad()
+        if clip_norm is not None:
             nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        if schedule and schedule_first:
+            with warnings.catch_warnings():  # PyTorch warns of this order: the mistake's
+                warnings.simplefilter("ignore")
+                scheduler.step()
         optimizer.step()
-        if schedule:
+        if schedule and not schedule_first:
             scheduler.step()
         losses.append(loss.detach())
         weights.append(torch.cat([v.detach().flatten() for v in model.state_dict().values()]))
@@ -489,26 +505,39 @@ def expected_steps(state, tokens, labels, clip_norm, zero=True, clip=True, sched
 
 
 def step_case():
-    state = {k: v.double() for k, v in TinyLanguageModel().state_dict().items()}
-    tokens = torch.randint(1, 7, (3, 4))
+    """The grader's weights and a Batch's fields: 3 sources of 5 tokens (the last two of row
+    2 padding), targets of 4, labels with padding (0, not scored)."""
+    state = {k: v.double() for k, v in TinyTranslator().state_dict().items()}
+    src = torch.randint(1, 7, (3, 5))
+    src[2, 3:] = 0
     labels = torch.randint(1, 7, (3, 4))
-    labels[2, 2:] = 0  # padding: not scored
-    return state, tokens, labels
+    labels[2, 2:] = 0
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    fields = {"src": src, "src_mask": (src != 0)[:, None, None, :],
+              "tgt_input": torch.randint(1, 7, (3, 4)), "tgt_labels": labels,
+              "tgt_mask": causal.expand(3, 1, 4, 4), "num_tokens": int((labels != 0).sum())}
+    return state, fields
+
+
+def flat(weights):
+    return torch.cat([v.flatten() for v in weights.values()])
 
 
 @pytest.mark.grade("6.5", points=3, values=True)
-@pytest.mark.parametrize("clip_norm", [0.05, None], ids=["clipped", "no clipping"])
+@pytest.mark.parametrize("clip_norm", [0.05, None, 0.0],
+                         ids=["clipped", "no clipping", "clip_norm 0: no clipping"])
 def test_train_step_updates_like_pytorch(learner, clip_norm):
-    state, tokens, labels = step_case()
-    result = learner.run(train_step_run, state=state, tokens=tokens, labels=labels,
-                         clip_norm=clip_norm)
-    weights, losses = expected_steps(state, tokens, labels, clip_norm or 0.0,
-                                     clip=clip_norm is not None)
+    state, fields = step_case()
+    result = learner.run(train_step_run, state=state, fields=fields, clip_norm=clip_norm)
+    clip = clip_norm or None  # 0 clips nothing
+    weights, losses = expected_steps(state, fields, clip)
     assert result["rates"] != [STEP_LR, STEP_LR], named("6.5/schedule-not-stepped")
-    mistakes = {"6.5/gradients-not-zeroed": expected_steps(  # the weights after each call
-        state, tokens, labels, clip_norm or 0.0, zero=False, clip=clip_norm is not None)[0]}
-    if clip_norm is not None:
-        mistakes["6.5/not-clipped"] = expected_steps(state, tokens, labels, 0.0, clip=False)[0]
+    mistakes = {  # the weights after each call
+        "6.5/gradients-not-zeroed": expected_steps(state, fields, clip, zero=False)[0],
+        "6.5/zeroed-before-step": expected_steps(state, fields, clip, zero_before_step=True)[0],
+        "6.5/schedule-before-step": expected_steps(state, fields, clip, schedule_first=True)[0]}
+    if clip_norm:
+        mistakes["6.5/not-clipped"] = expected_steps(state, fields, None)[0]
     for i in range(2):  # each call's loss (before its update), then the weights after it
         returned = result["losses"][i]
         if type(returned) is float:  # loss.item(): its value counts here, its type in the
@@ -517,19 +546,31 @@ def test_train_step_updates_like_pytorch(learner, clip_norm):
         assert_close(returned, losses[i], f"the loss of call {i + 1}",
                      hint="The mean of loss_fn over logits [B*L, V] and labels [B*L], computed "
                      "before the update.")
-        got = torch.cat([v.flatten() for v in result["weights"][i].values()])
-        mistake = None if torch.allclose(got, weights[i]) else first_match(
-            got, {name: after[i] for name, after in mistakes.items()})
+        got = flat(result["weights"][i])
+        mistake = mistake_of(got, weights[i], {name: after[i] for name, after in mistakes.items()})
+        if clip_norm == 0 and mistake == "6.5/zeroed-before-step":
+            mistake = clipped_at_zero(learner, state, fields)
         assert_close(got, weights[i], f"the weights after call {i + 1} of train_step"
-                     + (f" (clip_norm={clip_norm})" if clip_norm else " (no clipping)"),
+                     + {0.0: " (clip_norm=0)", None: " (no clipping)"}.get(
+                         clip_norm, f" (clip_norm={clip_norm})"),
                      hint=named(mistake) if mistake else "Zero the gradients, compute the loss, "
                      "backward, clip, optimizer.step(), scheduler.step(), in that order.")
 
 
+def clipped_at_zero(learner, state, fields):
+    """For weights left as they were by a step with clip_norm=0 (clipped to a norm of 0, or
+    zeroed before the update): the first when the same train_step without clipping updates
+    them right, else the second."""
+    result = learner.run(train_step_run, state=state, fields=fields, clip_norm=None)
+    weights, _ = expected_steps(state, fields, None)
+    right = all(torch.allclose(flat(result["weights"][i]), weights[i]) for i in range(2))
+    return "6.5/clipped-at-zero" if right else "6.5/zeroed-before-step"
+
+
 @pytest.mark.grade("6.5", points=1)
 def test_train_step_trains_in_training_mode_and_returns_a_detached_loss(learner):
-    state, tokens, labels = step_case()
-    result = learner.run(train_step_run, state=state, tokens=tokens, labels=labels, clip_norm=1.0)
+    state, fields = step_case()
+    result = learner.run(train_step_run, state=state, fields=fields, clip_norm=1.0)
     assert result["modes"] and all(result["modes"]), named("6.5/eval-mode")
     assert not any(result["on_graph"]), named("6.5/loss-not-detached")
     returned = result["losses"][0]

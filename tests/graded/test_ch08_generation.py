@@ -36,10 +36,12 @@ from checks import (
     check_names,
     check_trained_config,
     load_trusted,
+    replay_embedding,
+    replay_stack,
     trusted_state,
     untied_how,
 )
-from mistakes import first_match, named
+from mistakes import first_match, mistake_of, named
 from torch_models import TorchLanguageModel, complete_greedily
 
 CHAPTER = 8
@@ -70,6 +72,9 @@ FORBIDDEN_OPS = {"8.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS),
                  "8.5": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
 f64 = torch.float64
 D_MODEL, HEADS = 16, 4
+# A training pass with dropout is replayed from this seed, in the worker and here
+# (checks.replay_stack): every module that should drop must draw, in the contract's order.
+REPLAY_SEED, DROPOUT = 11, 0.25
 CAPSTONE_STEPS = 300
 CAPSTONE_THRESHOLD = 0.9
 # The reference writes 61-74% of the held-out next terms right (seeds 0-4; chance 10%).
@@ -569,15 +574,31 @@ def test_loss_refuses_what_predicts_nothing(learner):
 LM_VOCAB, LM_MAX_LEN = 11, 12
 
 
-def language_model_run(impl, state, tie, norm_first, tokens, mask):
-    """The learner's DecoderOnlyTransformer (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers)
-    with the grader's weights ``state``: its state-dict names and ``model(tokens, mask)``."""
-    model = impl.DecoderOnlyTransformer(LM_VOCAB, D_MODEL, HEADS, 32, 2, norm_first=norm_first,
-                                        tie_embeddings=tie, max_len=LM_MAX_LEN).double()
+def language_model_run(impl, state, tie, norm_first, tokens, mask, dropout=0.0):
+    """The learner's DecoderOnlyTransformer (V = 11, d_model 16, 4 heads, d_ff 32, 2 layers,
+    with ``dropout``) with the grader's weights ``state``: its state-dict names and
+    ``model(tokens, mask)`` in training mode after ``torch.manual_seed(REPLAY_SEED)``, with
+    how many times the generator ran; for a size mismatch after a second run of the
+    generator, its message."""
+    model = impl.DecoderOnlyTransformer(LM_VOCAB, D_MODEL, HEADS, 32, 2, dropout=dropout,
+                                        norm_first=norm_first, tie_embeddings=tie,
+                                        max_len=LM_MAX_LEN).double()
     names = load_trusted(model, state)
     if names != {n: list(v.shape) for n, v in state.items()}:
         return {"names": names}
-    return {"names": names, "logits": model(tokens, mask)}
+    calls = []
+    generator = getattr(model, "generator", None)
+    if isinstance(generator, torch.nn.Module):
+        generator.register_forward_pre_hook(lambda module, args: calls.append(len(calls)))
+    model.train()
+    torch.manual_seed(REPLAY_SEED)
+    try:
+        logits = model(tokens, mask)
+    except (RuntimeError, ValueError) as error:
+        if isinstance(error, NotImplementedError) or len(calls) < 2:
+            raise
+        return {"names": names, "size_error": str(error), "generator_calls": len(calls)}
+    return {"names": names, "logits": logits, "generator_calls": len(calls)}
 
 
 def language_model_weights(norm_first, tie):
@@ -611,16 +632,31 @@ def language_model_weights(norm_first, tie):
     return state
 
 
+def language_model_replay(tokens, state, norm_first, mask, p, embedding_p=None, stack_p=None,
+                          positions=True):
+    """The model's logits in training mode, replayed from the grader's weights and seeded as
+    the worker's run (checks.replay_stack); a mistake's with the embedding's or the stack's
+    dropout (``embedding_p``, ``stack_p``, default ``p``), the positions or the mask left
+    out."""
+    torch.manual_seed(REPLAY_SEED)
+    x = replay_embedding(tokens, state, "embed.", p if embedding_p is None else embedding_p,
+                         positions=positions)
+    hidden = replay_stack(x, state, "decoder.", heads=HEADS, norm_first=norm_first,
+                          p=p if stack_p is None else stack_p, self_mask=mask)
+    return F.linear(hidden, state["generator.weight"], state["generator.bias"])
+
+
 @pytest.mark.grade("8.5", points=3, values=True)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_decoder_only_model_matches_pytorch(learner, norm_first, tie):
+@pytest.mark.parametrize("tie, dropout", [(True, 0.0), (False, 0.0), (False, DROPOUT)],
+                         ids=["tied", "untied", f"untied, dropout {DROPOUT} in training"])
+def test_decoder_only_model_matches_pytorch(learner, norm_first, tie, dropout):
     tokens = torch.randint(3, LM_VOCAB, (2, 6))
     tokens[1, 4:] = 0  # padding
     mask = (tokens != 0)[:, None, None, :] & torch.ones(6, 6, dtype=torch.bool).tril()
     state = language_model_weights(norm_first, tie)
     result = learner.run(language_model_run, state=state, tie=tie, norm_first=norm_first,
-                         tokens=tokens, mask=mask)
+                         tokens=tokens, mask=mask, dropout=dropout)
     assert not any(".cross_attn." in name for name in result["names"]), (
         "the stack has cross-attention: decoder is Chapter 5's Encoder (self-attention and "
         "feed-forward only), which the causal mask makes a decoder; Chapter 5's Decoder "
@@ -628,21 +664,35 @@ def test_decoder_only_model_matches_pytorch(learner, norm_first, tie):
     check_names(result["names"], state, f"DecoderOnlyTransformer(tie_embeddings={tie})",
                 hint="embed is embeddings(...) of Chapter 5, decoder Chapter 5's Encoder, "
                 "generator the last linear layer.")
+    assert "size_error" not in result, named("8.5/generator-twice",
+                                             calls=result["generator_calls"],
+                                             error=result.get("size_error"))
     config = SimpleNamespace(src_vocab_size=LM_VOCAB, tgt_vocab_size=LM_VOCAB, num_layers=2,
                              d_model=D_MODEL, d_ff=32, num_heads=HEADS, dropout=0.0,
                              max_len=LM_MAX_LEN, norm_first=norm_first, tie_embeddings=tie)
     theirs = TorchLanguageModel(config).double().train()  # dropout 0; off the fast path
     theirs.load_course_state_dict(state)
+
+    def replay(**mistaken):
+        return language_model_replay(tokens, state, norm_first,
+                                     **{"mask": mask, "p": dropout, **mistaken})
+
     with torch.no_grad():
-        expected = theirs(tokens, mask)
+        expected = replay() if dropout else theirs(tokens, mask)
         mistakes = {"8.5/log-probabilities": F.log_softmax(expected, dim=-1),
-                    "8.5/mask-not-passed": theirs(tokens, None)}
+                    "8.5/mask-not-passed": replay(mask=None),
+                    "8.5/positions-skipped": replay(positions=False)}
+        dropless = {"the embedding": replay(embedding_p=0.0), "the stack": replay(stack_p=0.0),
+                    "the embedding and the stack": replay(p=0.0)} if dropout else {}
     output = result["logits"]
-    mistake = None if isinstance(output, torch.Tensor) and torch.allclose(
-        output.double(), expected) else first_match(output, mistakes)
+    mistake = mistake_of(output, expected, mistakes)
+    missing = None if mistake else mistake_of(output, expected, dropless)
     assert_close(output, expected, f"DecoderOnlyTransformer(norm_first={norm_first}, "
-                 f"tie_embeddings={tie})(tokens, mask)",
-                 hint=named(mistake) if mistake else "generator(decoder(embed(tokens), mask)).")
+                 f"tie_embeddings={tie}, dropout={dropout})(tokens, mask)"
+                 + (" in training" if dropout else ""),
+                 hint=named(mistake) if mistake else named("8.5/dropout-not-passed-on",
+                                                           parts=missing) if missing
+                 else "generator(decoder(embed(tokens), mask)).")
 
 
 def language_model_build(impl):

@@ -492,6 +492,73 @@ class ReducedEncoder(_Stack):
         return self.norm(functools.reduce(lambda y, layer: layer(y, mask), self.layers, x))
 
 
+def _encoder_layers(d_model, num_heads, d_ff, num_layers, **kwargs):
+    """``num_layers`` encoder layers of the active parts, each built with ``kwargs``."""
+    parts = active_parts()
+    return nn.ModuleList([parts.EncoderLayer(d_model, num_heads, d_ff, **kwargs)
+                          for _ in range(num_layers)])
+
+
+@wrong("5.6", "Encoder", "the layers built without the stack's dropout",
+       mistake="5.6/dropout-not-passed-on")
+class EncoderLayersWithoutDropout(_Stack):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = _encoder_layers(d_model, num_heads, d_ff, num_layers,
+                                      norm_first=norm_first)
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+@wrong("5.6", "Encoder", "the layers built without norm_first (post-LN), the last norm kept",
+       mistake="5.6/norm-first-not-passed-on")
+class EncoderLayersAlwaysPostLN(EncoderLayersWithoutDropout):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = _encoder_layers(d_model, num_heads, d_ff, num_layers, dropout=dropout)
+
+
+@wrong("5.6", "Encoder", "every layer applied to the stack's input, the last one's output kept",
+       mistake="5.6/layers-not-chained")
+class EncoderLayersNotChained(_Stack):
+    def forward(self, x, mask=None):
+        out = x
+        for layer in self.layers:
+            out = layer(x, mask)
+        return self.norm(out)
+
+
+@wrong("5.6", "Encoder", "the last norm nn.Identity() whatever norm_first is",
+       mistake="5.6/norm-always-identity")
+class EncoderNormAlwaysIdentity(EncoderLayersWithoutDropout):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = _encoder_layers(d_model, num_heads, d_ff, num_layers, dropout=dropout,
+                                      norm_first=norm_first)
+        self.norm = nn.Identity()
+
+
+@right("5.6", "Encoder", "the layers built by keywords; the last norm set in an if, applied "
+       "only pre-LN")
+class EncoderNormSetLater(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.layers = _encoder_layers(d_model, num_heads, d_ff, num_layers, dropout=dropout,
+                                      norm_first=norm_first)
+        self.norm_first = norm_first
+        self.norm = nn.Identity()
+        if norm_first:
+            self.norm = active_parts().LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask=mask)
+        return self.norm(x) if self.norm_first else x
+
+
 class _DecoderStack(nn.Module):
     """A decoder's layers and its last norm, as :class:`_Stack`."""
 
@@ -552,6 +619,108 @@ class IndexedDecoder(_DecoderStack):
         return self.norm(x)
 
 
+def _decoder_layers(d_model, num_heads, d_ff, num_layers, **kwargs):
+    """``num_layers`` decoder layers of the active parts, each built with ``kwargs``."""
+    parts = active_parts()
+    return nn.ModuleList([parts.DecoderLayer(d_model, num_heads, d_ff, **kwargs)
+                          for _ in range(num_layers)])
+
+
+class _ChainedDecoder(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "the layers built without the stack's dropout",
+       mistake="5.7/dropout-not-passed-on")
+class DecoderLayersWithoutDropout(_ChainedDecoder):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = _decoder_layers(d_model, num_heads, d_ff, num_layers,
+                                      norm_first=norm_first)
+
+
+@wrong("5.7", "Decoder", "the layers built without norm_first (post-LN), the last norm kept",
+       mistake="5.7/norm-first-not-passed-on")
+class DecoderLayersAlwaysPostLN(_ChainedDecoder):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = _decoder_layers(d_model, num_heads, d_ff, num_layers, dropout=dropout)
+
+
+@wrong("5.7", "Decoder", "the last norm nn.Identity() whatever norm_first is",
+       mistake="5.7/norm-always-identity")
+class DecoderNormAlwaysIdentity(_ChainedDecoder):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.norm = nn.Identity()
+
+
+@wrong("5.7", "Decoder", "every layer applied to the stack's input, the last one's output kept",
+       mistake="5.7/layers-not-chained")
+class DecoderLayersNotChained(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        out = x
+        for layer in self.layers:
+            out = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(out)
+
+
+@wrong("5.7", "Decoder", "the two masks handed to the layers swapped",
+       mistake="5.7/masks-swapped")
+class DecoderMasksSwapped(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, src_mask)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "the target's mask left out (self-attention unmasked)",
+       mistake="5.7/target-mask-not-passed")
+class DecoderWithoutTargetMask(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "the source's mask left out (cross-attention reads the padding)",
+       mistake="5.7/source-mask-not-passed")
+class DecoderWithoutSourceMask(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "the target's mask handed over as the source's")
+class DecoderTargetMaskAsSource(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask)
+        return self.norm(x)
+
+
+@right("5.7", "Decoder", "the layers built by keywords; the last norm set in an if, applied "
+       "only pre-LN")
+class DecoderNormSetLater(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, num_layers, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.layers = _decoder_layers(d_model, num_heads, d_ff, num_layers, dropout=dropout,
+                                      norm_first=norm_first)
+        self.norm_first = norm_first
+        self.norm = nn.Identity()
+        if norm_first:
+            self.norm = active_parts().LayerNorm(d_model)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        return self.norm(x) if self.norm_first else x
+
+
 # ------------------------------------------------------------------ 5.8 the encoder-decoder
 
 
@@ -561,6 +730,7 @@ class _Model(nn.Module):
 
     TIE = True  # False: the variant does not tie (it ties otherwise, or not at all)
     XAVIER = True
+    EMBEDDING_DROPOUT = STACK_DROPOUT = True  # False: that part built with dropout 0
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
                  dropout=0.0, norm_first=False, tie_embeddings=True, max_len=5000):
@@ -568,10 +738,12 @@ class _Model(nn.Module):
         parts = active_parts()
         if tie_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"one vocabulary: {src_vocab_size} != {tgt_vocab_size}")
-        self.src_embed = parts.embeddings(src_vocab_size, d_model, max_len, dropout)
-        self.tgt_embed = parts.embeddings(tgt_vocab_size, d_model, max_len, dropout)
-        self.encoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
-        self.decoder = parts.Decoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        embedding_p = dropout if self.EMBEDDING_DROPOUT else 0.0
+        stack_p = dropout if self.STACK_DROPOUT else 0.0
+        self.src_embed = parts.embeddings(src_vocab_size, d_model, max_len, embedding_p)
+        self.tgt_embed = parts.embeddings(tgt_vocab_size, d_model, max_len, embedding_p)
+        self.encoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, stack_p, norm_first)
+        self.decoder = parts.Decoder(d_model, num_heads, d_ff, num_layers, stack_p, norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)
         if self.XAVIER:
             for parameter in self.parameters():
@@ -641,6 +813,43 @@ class DefaultInitialisation(_Model):
 class ModelEncoderUnmasked(_Model):
     def encode(self, src, src_mask):
         return self.encoder(self.src_embed(src), None)
+
+
+@wrong("5.8", "EncoderDecoder", "the stacks built without the model's dropout",
+       mistake="5.8/dropout-not-passed-on")
+class StacksWithoutDropout(_Model):
+    STACK_DROPOUT = False
+
+
+@wrong("5.8", "EncoderDecoder", "the embeddings built without the model's dropout",
+       mistake="5.8/dropout-not-passed-on")
+class EmbeddingsWithoutDropout(_Model):
+    EMBEDDING_DROPOUT = False
+
+
+@wrong("5.8", "EncoderDecoder", "decode returns the generator's logits, and forward applies "
+       "the generator again", mistake="5.8/generator-in-decode")
+class GeneratorInDecode(_Model):
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        return self.generator(self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask))
+
+
+@right("5.8", "EncoderDecoder", "the embeddings' dropout applied in encode and decode with "
+       "F.dropout(..., training=self.training)")
+class FunctionalEmbeddingDropout(_Model):
+    EMBEDDING_DROPOUT = False
+
+    def __init__(self, *args, dropout=0.0, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.p = dropout
+
+    def encode(self, src, src_mask):
+        x = torch.nn.functional.dropout(self.src_embed(src), self.p, training=self.training)
+        return self.encoder(x, src_mask)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        x = torch.nn.functional.dropout(self.tgt_embed(tgt), self.p, training=self.training)
+        return self.decoder(x, memory, src_mask, tgt_mask)
 
 
 @right("5.8", "EncoderDecoder", "initialised by apply(), tied in one statement")

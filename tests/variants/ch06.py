@@ -364,6 +364,63 @@ def loss_item_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
     return loss.item()
 
 
+@wrong("6.5", "train_step", "clips whenever clip_norm is not None, so 0 clips to a norm of 0",
+       mistake="6.5/clipped-at-zero")
+def clipped_at_zero_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the gradients zeroed between backward and the update",
+       mistake="6.5/zeroed-before-step")
+def zeroed_before_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.zero_grad()
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the schedule stepped before the optimizer",
+       mistake="6.5/schedule-before-step")
+def schedule_before_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scheduler.step()
+    optimizer.step()
+    return loss.detach()
+
+
+@right("6.5", "train_step", "clips only for a positive clip_norm; the loss over the batch's "
+       "flattened labels")
+def clip_when_positive(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    logits = model(*batch.args)
+    loss = loss_fn(logits.flatten(0, 1), batch.labels.flatten())
+    loss.backward()
+    if clip_norm is not None and clip_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
 @right("6.5", "train_step", "the gradients zeroed after the update, the model's own zero_grad")
 def zero_after_step(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
     model.train()

@@ -427,13 +427,16 @@ class _LanguageModel(nn.Module):
 
     TIE = True
     XAVIER = True
+    EMBEDDING_DROPOUT = STACK_DROPOUT = True  # False: that part built with dropout 0
 
     def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
                  norm_first=False, tie_embeddings=True, max_len=5000):
         super().__init__()
         parts = active_parts()
-        self.embed = parts.embeddings(vocab_size, d_model, max_len, dropout)
-        self.decoder = parts.Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first)
+        self.embed = parts.embeddings(vocab_size, d_model, max_len,
+                                      dropout if self.EMBEDDING_DROPOUT else 0.0)
+        self.decoder = parts.Encoder(d_model, num_heads, d_ff, num_layers,
+                                     dropout if self.STACK_DROPOUT else 0.0, norm_first)
         self.generator = nn.Linear(d_model, vocab_size)
         if self.XAVIER:
             for parameter in self.parameters():
@@ -483,10 +486,45 @@ class LanguageModelDefaultInitialisation(_LanguageModel):
     XAVIER = False
 
 
-@wrong("8.5", "DecoderOnlyTransformer", "the embedding without its positions")
+@wrong("8.5", "DecoderOnlyTransformer", "the embedding without its positions",
+       mistake="8.5/positions-skipped")
 class LanguageModelWithoutPositions(_LanguageModel):
     def forward(self, tokens, mask):
         return self.generator(self.decoder(self.embed.tokens(tokens), mask))
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the stack built without the model's dropout",
+       mistake="8.5/dropout-not-passed-on")
+class LanguageModelStackWithoutDropout(_LanguageModel):
+    STACK_DROPOUT = False
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the embedding built without the model's dropout",
+       mistake="8.5/dropout-not-passed-on")
+class LanguageModelEmbeddingWithoutDropout(_LanguageModel):
+    EMBEDDING_DROPOUT = False
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the generator applied twice",
+       mistake="8.5/generator-twice")
+class LanguageModelGeneratorTwice(_LanguageModel):
+    def forward(self, tokens, mask):
+        logits = self.generator(self.decoder(self.embed(tokens), mask))
+        return self.generator(logits)
+
+
+@right("8.5", "DecoderOnlyTransformer", "the embedding's dropout applied in forward with "
+       "F.dropout(..., training=self.training)")
+class LanguageModelFunctionalDropout(_LanguageModel):
+    EMBEDDING_DROPOUT = False
+
+    def __init__(self, *args, dropout=0.0, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.p = dropout
+
+    def forward(self, tokens, mask):
+        x = torch.nn.functional.dropout(self.embed(tokens), p=self.p, training=self.training)
+        return self.generator(self.decoder(x, mask=mask))
 
 
 @right("8.5", "DecoderOnlyTransformer", "the stack's layers run one by one, then its norm")
