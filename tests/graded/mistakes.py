@@ -32,6 +32,10 @@ MISTAKES = {
     "1.1/sines-then-cosines": "This is the table with all sines first and all cosines after "
     "(concatenated): interleave them, sine at column 2i, cosine at column 2i + 1 "
     "(pe[:, 0::2] = sin, pe[:, 1::2] = cos).",
+    "1.1/not-float32": "Its values are right, but the table is {got}: it is float32, the "
+    "dtype of the embeddings it is added to (NumPy computes in float64, and torch.tensor or "
+    "torch.from_numpy of its arrays keeps that). Build it with dtype=torch.float32, or "
+    "convert the finished table with .float().",
     # 1.2 PositionalEncoding
     "1.2/table-learned": "The table is an nn.Parameter, so the optimiser would change it: the "
     "sinusoids are fixed. Register it with self.register_buffer('pe', table).",
@@ -45,6 +49,10 @@ MISTAKES = {
     "training=self.training).",
     "1.2/dropout-before-the-table": "Dropout is applied to x before the table is added: the "
     "paper applies it to the sum, dropout(x + pe[:L]).",
+    "1.2/detached": "Its values are right, but no gradient reaches x through "
+    "PositionalEncoding: a step left autograd's graph (x.data, .detach(), torch.no_grad(), "
+    "NumPy). The embeddings below it learn through this sum: compute dropout(x + pe[:L]) "
+    "with torch operations on x itself.",
     # 1.3 TokenEmbedding
     "1.3/no-scale": "This is the embedding lookup without the scale: multiply it by "
     "sqrt(d_model) (section 3.4).",
@@ -52,6 +60,13 @@ MISTAKES = {
     "root, sqrt(d_model).",
     "1.3/divided-by-sqrt-d_model": "This is the lookup divided by sqrt(d_model): multiply by "
     "it instead.",
+    "1.3/dtype-changed": "Its values are right, but for a {dtype} table the output is {got}: "
+    "the output keeps the table's dtype. A tensor made in another dtype "
+    "(torch.tensor(..., dtype=torch.float64), NumPy's float64) promoted it: multiply by the "
+    "Python number math.sqrt(d_model).",
+    "1.3/detached": "Its values are right, but no gradient reaches embedding.weight: the "
+    "lookup left autograd's graph (embedding.weight.data, .detach(), torch.no_grad(), NumPy), "
+    "so the table would never learn. Look up with self.embedding(tokens) itself.",
     # 1.4 relative_position_matrix
     "1.4/identity": "This is the identity: PE[pos + k] is not PE[pos] (every pair turns by "
     "k * w_i). Build the block-diagonal rotation, each 2x2 block [[cos, -sin], [sin, cos]] "
@@ -61,6 +76,9 @@ MISTAKES = {
     "cos t]], -sin t in the top right.",
     "1.4/angle-without-frequency": "The angle of pair i is k * i: it is k * w_i, with "
     "w_i = 1 / 10000^(2i/d_model) the pair's frequency.",
+    "1.4/not-float32": "Its values are right, but M is {got}: it is float32, as the table "
+    "PE it multiplies (computing in float64 is fine: convert the finished matrix with "
+    ".float(), or build it with dtype=torch.float32).",
     # 2.1 softmax
     "2.1/no-maximum-subtracted": "This is exp(x) / sum(exp(x)) with no maximum subtracted: "
     "exp(1000) overflows to inf and inf / inf is NaN. Subtract each slice's maximum first: "
