@@ -94,6 +94,14 @@ MISTAKES = {
     "2.1/keepdim-forgotten": "The maximum or the sum lost the dimension it was taken over, "
     "so it does not line up with x any more: take them with keepdim=True "
     "(x.amax(dim, keepdim=True), e.sum(dim, keepdim=True)) so that they broadcast back.",
+    "2.1/dtype-changed": "Its values are right, but for {dtype} x the result is {got}: softmax "
+    "keeps x's dtype. A tensor made in another dtype (.double(), dtype=torch.float64, NumPy's "
+    "float64) promoted it: compute with x's own dtype (torch.zeros_like(x), or convert the "
+    "result back with .to(x.dtype)).",
+    "2.1/detached": "Its values are right, but no gradient flows through softmax: the result "
+    "is off autograd's graph (torch.no_grad(), .detach(), .item(), NumPy), and attention is "
+    "trained through it. Compute it with torch operations on x alone, with no no_grad around "
+    "them.",
     # 2.2 scaled_dot_product_attention
     "2.2/no-scaling": "These are the weights with no scaling, softmax(Q K^T): divide the "
     "scores by sqrt(d_k) = {sqrt_d_k} before the softmax.",
@@ -123,6 +131,10 @@ MISTAKES = {
     "fill the scores with -inf where the mask is False: scores.masked_fill(~mask, -inf).",
     "2.2/mask-after-softmax": "The mask is applied after the softmax, so the weights of the "
     "allowed keys no longer sum to 1: fill the masked scores with -inf before the softmax.",
+    "2.2/weights-detached": "The output is right, but no gradient reaches query and key: the "
+    "weights were detached before they multiply value, so the scores never learn. Keep the "
+    "weights on the graph for weights @ value; only a copy kept for inspection is detached "
+    "(3.3's attention_weights).",
     # 2.3 softmax_jacobian
     "2.3/outer-added": "This is diag(p) + p p^T: the outer product is subtracted, "
     "J = diag(p) - p p^T (off the diagonal dp_i/dz_j = -p_i p_j).",
