@@ -32,6 +32,10 @@ MISTAKES = {
     "1.1/sines-then-cosines": "This is the table with all sines first and all cosines after "
     "(concatenated): interleave them, sine at column 2i, cosine at column 2i + 1 "
     "(pe[:, 0::2] = sin, pe[:, 1::2] = cos).",
+    "1.1/not-float32": "Its values are right, but the table is {got}: it is float32, the "
+    "dtype of the embeddings it is added to (NumPy computes in float64, and torch.tensor or "
+    "torch.from_numpy of its arrays keeps that). Build it with dtype=torch.float32, or "
+    "convert the finished table with .float().",
     # 1.2 PositionalEncoding
     "1.2/table-learned": "The table is an nn.Parameter, so the optimiser would change it: the "
     "sinusoids are fixed. Register it with self.register_buffer('pe', table).",
@@ -45,6 +49,10 @@ MISTAKES = {
     "training=self.training).",
     "1.2/dropout-before-the-table": "Dropout is applied to x before the table is added: the "
     "paper applies it to the sum, dropout(x + pe[:L]).",
+    "1.2/detached": "Its values are right, but no gradient reaches x through "
+    "PositionalEncoding: a step left autograd's graph (x.data, .detach(), torch.no_grad(), "
+    "NumPy). The embeddings below it learn through this sum: compute dropout(x + pe[:L]) "
+    "with torch operations on x itself.",
     # 1.3 TokenEmbedding
     "1.3/no-scale": "This is the embedding lookup without the scale: multiply it by "
     "sqrt(d_model) (section 3.4).",
@@ -52,6 +60,13 @@ MISTAKES = {
     "root, sqrt(d_model).",
     "1.3/divided-by-sqrt-d_model": "This is the lookup divided by sqrt(d_model): multiply by "
     "it instead.",
+    "1.3/dtype-changed": "Its values are right, but for a {dtype} table the output is {got}: "
+    "the output keeps the table's dtype. A tensor made in another dtype "
+    "(torch.tensor(..., dtype=torch.float64), NumPy's float64) promoted it: multiply by the "
+    "Python number math.sqrt(d_model).",
+    "1.3/detached": "Its values are right, but no gradient reaches embedding.weight: the "
+    "lookup left autograd's graph (embedding.weight.data, .detach(), torch.no_grad(), NumPy), "
+    "so the table would never learn. Look up with self.embedding(tokens) itself.",
     # 1.4 relative_position_matrix
     "1.4/identity": "This is the identity: PE[pos + k] is not PE[pos] (every pair turns by "
     "k * w_i). Build the block-diagonal rotation, each 2x2 block [[cos, -sin], [sin, cos]] "
@@ -61,6 +76,9 @@ MISTAKES = {
     "cos t]], -sin t in the top right.",
     "1.4/angle-without-frequency": "The angle of pair i is k * i: it is k * w_i, with "
     "w_i = 1 / 10000^(2i/d_model) the pair's frequency.",
+    "1.4/not-float32": "Its values are right, but M is {got}: it is float32, as the table "
+    "PE it multiplies (computing in float64 is fine: convert the finished matrix with "
+    ".float(), or build it with dtype=torch.float32).",
     # 2.1 softmax
     "2.1/no-maximum-subtracted": "This is exp(x) / sum(exp(x)) with no maximum subtracted: "
     "exp(1000) overflows to inf and inf / inf is NaN. Subtract each slice's maximum first: "
@@ -76,6 +94,14 @@ MISTAKES = {
     "2.1/keepdim-forgotten": "The maximum or the sum lost the dimension it was taken over, "
     "so it does not line up with x any more: take them with keepdim=True "
     "(x.amax(dim, keepdim=True), e.sum(dim, keepdim=True)) so that they broadcast back.",
+    "2.1/dtype-changed": "Its values are right, but for {dtype} x the result is {got}: softmax "
+    "keeps x's dtype. A tensor made in another dtype (.double(), dtype=torch.float64, NumPy's "
+    "float64) promoted it: compute with x's own dtype (torch.zeros_like(x), or convert the "
+    "result back with .to(x.dtype)).",
+    "2.1/detached": "Its values are right, but no gradient flows through softmax: the result "
+    "is off autograd's graph (torch.no_grad(), .detach(), .item(), NumPy), and attention is "
+    "trained through it. Compute it with torch operations on x alone, with no no_grad around "
+    "them.",
     # 2.2 scaled_dot_product_attention
     "2.2/no-scaling": "These are the weights with no scaling, softmax(Q K^T): divide the "
     "scores by sqrt(d_k) = {sqrt_d_k} before the softmax.",
@@ -105,6 +131,10 @@ MISTAKES = {
     "fill the scores with -inf where the mask is False: scores.masked_fill(~mask, -inf).",
     "2.2/mask-after-softmax": "The mask is applied after the softmax, so the weights of the "
     "allowed keys no longer sum to 1: fill the masked scores with -inf before the softmax.",
+    "2.2/weights-detached": "The output is right, but no gradient reaches query and key: the "
+    "weights were detached before they multiply value, so the scores never learn. Keep the "
+    "weights on the graph for weights @ value; only a copy kept for inspection is detached "
+    "(3.3's attention_weights).",
     # 2.3 softmax_jacobian
     "2.3/outer-added": "This is diag(p) + p p^T: the outer product is subtracted, "
     "J = diag(p) - p p^T (off the diagonal dp_i/dz_j = -p_i p_j).",

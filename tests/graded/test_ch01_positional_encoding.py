@@ -18,7 +18,14 @@ import pytest
 import torch
 from torch import nn
 
-from checks import assert_close, assert_tensor, check_names, load_trusted, trusted_state
+from checks import (
+    KEEP_DTYPE,
+    assert_close,
+    assert_tensor,
+    check_names,
+    load_trusted,
+    trusted_state,
+)
 from mistakes import first_match, named
 
 CHAPTER = 1
@@ -31,6 +38,7 @@ EXERCISES = {
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
 BUILDS_ON = {"1.2": ("1.1",)}
+f64 = torch.float64
 
 
 # ---------------------------------------------------------------- probes (run in the worker)
@@ -61,7 +69,8 @@ def positional_encoding_state(impl, d_model, max_len):
 
 def pe_buffer_after_to(impl):
     """Where the buffer ``pe`` is after ``.to(float64)``, then after ``.to("meta")`` (the
-    "meta" device stands in for a GPU)."""
+    "meta" device stands in for a GPU), and, once it moved there, where the output is for an
+    input there (a table made in forward on the CPU would clash with it)."""
 
     def where(module):
         pe = getattr(module, "pe", None)
@@ -71,7 +80,21 @@ def pe_buffer_after_to(impl):
     module = impl.PositionalEncoding(8, max_len=30).to(torch.float64)
     dtype, _ = where(module)
     _, device = where(module.to("meta"))
-    return {"dtype": dtype, "device": device}
+    output = module(torch.zeros(2, 5, 8, device="meta")) if device == "meta" else None
+    return {"dtype": dtype, "device": device,
+            "output": output.device.type if isinstance(output, torch.Tensor) else None}
+
+
+def positional_encoding_gradient(impl, x, upstream):
+    """PositionalEncoding(D) in eval mode on ``x`` made a leaf that requires grad: its output,
+    and the gradient of ``(output * upstream).sum()`` with respect to x (None when the output
+    is off autograd's graph)."""
+    module = impl.PositionalEncoding(x.size(-1), max_len=30).eval()
+    x = x.clone().requires_grad_(True)
+    output = module(x)
+    on_graph = isinstance(output, torch.Tensor) and output.requires_grad
+    return {"output": output,
+            "grad": torch.autograd.grad((output * upstream).sum(), x)[0] if on_graph else None}
 
 
 def embedding_output(impl, vocab_size, d_model, tokens, state):
@@ -93,10 +116,27 @@ def embedding_structure(impl, tokens):
             "padding_idx": embedding.padding_idx, "output": module(tokens)}
 
 
-def embedding_gradient(impl, tokens):
-    module = impl.TokenEmbedding(5, 4)
-    module(tokens).sum().backward()
-    return module.embedding.weight.grad
+def embedding_gradient(impl, tokens, upstream, state):
+    """TokenEmbedding(5, 4) in the dtype of ``state`` (the grader's table, loaded when its
+    state-dict names and shapes are the contract's): its output, and the gradient of
+    ``(output * upstream).sum()`` with respect to the table (None when the output is off
+    autograd's graph or does not use the table)."""
+    module = impl.TokenEmbedding(5, 4).to(state["embedding.weight"].dtype)
+    names = load_trusted(module, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    output = module(tokens)
+    weight = module.embedding.weight
+    grad = (torch.autograd.grad((output * upstream).sum(), weight, allow_unused=True)[0]
+            if isinstance(output, torch.Tensor) and output.requires_grad else None)
+    return {"names": names, "output": output, "grad": grad}
+
+
+def embedding_on_meta(impl, tokens):
+    """The device of the output for a module and tokens on the "meta" device (a stand-in for
+    a GPU: a tensor the module holds outside its parameters and buffers stays behind)."""
+    module = impl.TokenEmbedding(9, 6).to("meta")
+    return module(tokens.to("meta")).device.type
 
 
 def rotation_of(impl, offset, d_model):
@@ -150,13 +190,15 @@ def rotation(offset: int, d_model: int, frequency=None) -> torch.Tensor:
 @pytest.mark.parametrize("max_len, d_model", [(1, 2), (10, 6), (50, 64), (128, 512)])
 def test_table_matches_formula(learner, max_len, d_model):
     pe = assert_tensor(learner.run(table_of, max_len=max_len, d_model=d_model),
-                       "positional_encoding(...)", shape=(max_len, d_model), dtype=torch.float32)
+                       "positional_encoding(...)", shape=(max_len, d_model))
     expected = reference_table(max_len, d_model)
     mistake = None if torch.allclose(pe.double(), expected, atol=2e-5, rtol=0) else first_match(
         pe, mistaken_tables(max_len, d_model), atol=2e-5, rtol=0)
     assert_close(pe, expected, f"PE for max_len={max_len}, d_model={d_model}", atol=2e-5,
                  rtol=0, hint=named(mistake) if mistake else "Is the exponent 2i/d_model (i "
                  "counts sin/cos pairs)? Sine in even columns, cosine in odd ones?")
+    # Right values: the dtype is the contract's too (the model's parameters are float32).
+    assert pe.dtype == torch.float32, named("1.1/not-float32", got=pe.dtype)
 
 
 @pytest.mark.grade("1.1", points=1, values=True)
@@ -222,12 +264,16 @@ def test_table_is_a_buffer_not_a_parameter(learner):
 
 
 @pytest.mark.grade("1.2", points=1)
-def test_table_moves_with_to(learner):
+def test_table_and_output_move_with_to(learner):
     where = learner.run(pe_buffer_after_to)
     assert where["dtype"] == "torch.float64", (
         f"module.to(dtype) should convert the pe buffer; after .to(torch.float64) pe is "
         f"{where['dtype']}")
     assert where["device"] == "meta", "module.to(device) should move the pe buffer"
+    assert where["output"] == "meta", (
+        f"PositionalEncoding on the meta device (a stand-in for a GPU) returns "
+        f"{where['output']} for an input there, not a tensor on meta: add the buffer self.pe, "
+        f"which module.to(device) moves, never a table made in forward on the CPU")
 
 
 @pytest.mark.grade("1.2", points=1)
@@ -243,6 +289,23 @@ def test_keeps_input_dtype(learner, dtype):
     assert_close(out, reference_table(5, 8).expand(2, 5, 8), f"PositionalEncoding(x) for x of "
                  f"zeros in {dtype}", atol=atol, rtol=0,
                  hint="Convert the table to x's dtype (self.pe[:L].to(x.dtype)) before adding.")
+
+
+@pytest.mark.grade("1.2", points=1, values=True)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_gradient_reaches_the_input(learner, dtype):
+    x = torch.randn(2, 6, 8, dtype=f64, requires_grad=True)
+    upstream = torch.randn(2, 6, 8, dtype=f64)
+    result = learner.run(positional_encoding_gradient, x=x.detach().to(dtype),
+                         upstream=upstream.to(dtype))
+    what = f"PositionalEncoding(x) for {dtype} x"
+    output = assert_tensor(result["output"], what, shape=(2, 6, 8), dtype=dtype)
+    right = torch.allclose(output.double(), x.detach() + reference_table(6, 8), atol=1e-5)
+    assert result["grad"] is not None, (named("1.2/detached") if right else
+                                        f"{what} that requires grad is off autograd's graph")
+    (expected,) = torch.autograd.grad(((x + reference_table(6, 8)) * upstream).sum(), x)
+    assert_close(result["grad"], expected, f"the gradient of {what} with respect to x",
+                 hint="The table is a constant: d(x + pe)/dx is the identity.")
 
 
 @pytest.mark.grade("1.2", points=2, values=True)
@@ -316,12 +379,35 @@ def test_holds_an_embedding_with_padding_idx(learner):
 
 
 @pytest.mark.grade("1.3", points=1)
-def test_gradient_reaches_the_table(learner):
-    grad = learner.run(embedding_gradient, tokens=torch.tensor([[1, 2]]))
-    assert grad is not None, "no gradient reached embedding.weight"
-    assert_tensor(grad, "the gradient of embedding.weight", shape=(5, 4))
-    assert_close(grad[1], torch.full((4,), 2.0), "the gradient of the used row",
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_gradient_reaches_the_table(learner, dtype):
+    tokens, upstream = torch.tensor([[1, 2, 1], [4, 0, 2]]), torch.randn(2, 3, 4, dtype=f64)
+    state = trusted_state({"embedding.weight": (5, 4)})
+    result = learner.run(embedding_gradient, tokens=tokens, upstream=upstream.to(dtype),
+                         state={name: value.to(dtype) for name, value in state.items()})
+    check_names(result["names"], state, "TokenEmbedding")
+    what = f"TokenEmbedding(tokens) with a {dtype} table"
+    weight = state["embedding.weight"].to(dtype).double().requires_grad_(True)
+    output = assert_tensor(result["output"], what, shape=(2, 3, 4))
+    right = torch.allclose(output.double(), weight.detach()[tokens] * 2)  # sqrt(d_model) = 2
+    assert output.dtype == dtype, (
+        named("1.3/dtype-changed", got=output.dtype, dtype=dtype) if right else
+        f"{what} should have dtype {dtype}, the table's, but it has {output.dtype}. "
+        f"{KEEP_DTYPE}")
+    assert result["grad"] is not None, (named("1.3/detached") if right else
+                                        "no gradient reached embedding.weight")
+    (expected,) = torch.autograd.grad((weight[tokens] * 2 * upstream).sum(), weight)
+    assert_close(result["grad"], expected, f"the gradient of embedding.weight ({dtype})",
                  hint="d(out)/d(weight) is sqrt(d_model) for each use of a token.")
+
+
+@pytest.mark.grade("1.3", points=1)
+def test_output_on_the_tokens_device(learner):
+    device = learner.run(embedding_on_meta, tokens=torch.tensor([[0, 3, 8]]))
+    assert device == "meta", (
+        f"TokenEmbedding on the meta device (a stand-in for a GPU) returns a tensor on "
+        f"{device}: a tensor the module keeps outside its parameters and buffers is not moved "
+        f"by module.to(device); scale by the Python number math.sqrt(d_model)")
 
 
 # ---------------------------------------------------------------- 1.4 relative_position_matrix
@@ -332,8 +418,7 @@ def test_gradient_reaches_the_table(learner):
 def test_shift_is_a_matrix_product(learner, offset):
     d_model, positions = 16, torch.arange(50, 90)
     m = assert_tensor(learner.run(rotation_of, offset=offset, d_model=d_model),
-                      f"relative_position_matrix({offset}, {d_model})",
-                      shape=(d_model, d_model), dtype=torch.float32)
+                      f"relative_position_matrix({offset}, {d_model})", shape=(d_model, d_model))
     table = reference_table(200, d_model)
     shifted = table[positions] @ m.double()
     mistake = None if torch.allclose(shifted, table[positions + offset], atol=1e-4, rtol=0) else (
@@ -345,6 +430,8 @@ def test_shift_is_a_matrix_product(learner, offset):
                  rtol=0, hint=named(mistake) if mistake else "Each (sin, cos) column pair "
                  "should be rotated by offset * w_i: check the signs and which of the two "
                  "entries gets -sin.")
+    # Right values: the dtype is the contract's too (PE's, float32).
+    assert m.dtype == torch.float32, named("1.4/not-float32", got=m.dtype)
 
 
 @pytest.mark.grade("1.4", points=1)

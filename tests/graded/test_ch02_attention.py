@@ -74,8 +74,18 @@ def run_softmax(learner, **inputs):
 
 
 def softmax_gradient(impl, x, upstream):
+    """softmax of ``x`` made a leaf that requires grad: its output, and the gradient of
+    ``(output * upstream).sum()`` with respect to x (None when the output is off the graph)."""
     x = x.clone().requires_grad_(True)
-    return torch.autograd.grad((impl.softmax(x) * upstream).sum(), x)[0]
+    output = impl.softmax(x)
+    on_graph = isinstance(output, torch.Tensor) and output.requires_grad
+    return {"output": output,
+            "grad": torch.autograd.grad((output * upstream).sum(), x)[0] if on_graph else None}
+
+
+def softmax_on_meta(impl, x):
+    """The "meta" device stands in for a GPU: a tensor made on the CPU would clash with it."""
+    return impl.softmax(x.to("meta")).device.type
 
 
 def attention_of(impl, q, k, v, mask=None):
@@ -99,9 +109,14 @@ def attention_with_dropout(impl, q, k, v, keep):
 
 
 def attention_gradients(impl, q, k, v, mask, upstream):
+    """The attention of leaves that require grad: its output, and the gradients of
+    ``(output * upstream).sum()`` with respect to q, k and v (None for one the output is not
+    connected to)."""
     q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
     output = impl.scaled_dot_product_attention(q, k, v, mask)[0]
-    return torch.autograd.grad((output * upstream).sum(), (q, k, v))
+    grads = (torch.autograd.grad((output * upstream).sum(), (q, k, v), allow_unused=True)
+             if isinstance(output, torch.Tensor) and output.requires_grad else (None,) * 3)
+    return {"output": output, "grads": grads}
 
 
 def attention_on_meta(impl, q, k, v, mask):
@@ -247,13 +262,31 @@ def test_all_minus_inf_slice_gives_zeros(learner):
 
 
 @pytest.mark.grade("2.1", points=1, values=True)
-def test_softmax_gradient_matches_torch(learner):
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_softmax_gradient_matches_torch(learner, dtype):
     x = torch.randn(4, 6, dtype=f64, requires_grad=True)
     upstream = torch.randn(4, 6, dtype=f64)
-    grad = learner.run(softmax_gradient, x=x.detach(), upstream=upstream)
-    (expected,) = torch.autograd.grad((torch.softmax(x, -1) * upstream).sum(), x)
-    assert_close(grad, expected, "the gradient of softmax",
-                 hint="Build it from differentiable torch operations (no .detach(), no numpy).")
+    result = learner.run(softmax_gradient, x=x.detach().to(dtype), upstream=upstream.to(dtype))
+    what = f"softmax(x) for {dtype} x"
+    expected = torch.softmax(x.detach().to(dtype).double(), -1)
+    output = assert_tensor(result["output"], what, shape=(4, 6))
+    assert_close(output, expected, what, atol=1e-6)
+    # Right values: the dtype and the graph of the result are the contract's too.
+    assert output.dtype == dtype, named("2.1/dtype-changed", dtype=dtype, got=output.dtype)
+    assert result["grad"] is not None, named("2.1/detached")
+    (want,) = torch.autograd.grad((torch.softmax(x, -1) * upstream).sum(), x)
+    assert_close(result["grad"], want, f"the gradient of {what}", atol=1e-6 if dtype == f64
+                 else 1e-5, hint="Build it from differentiable torch operations (no .detach(), "
+                 "no numpy).")
+
+
+@pytest.mark.grade("2.1", points=1)
+def test_softmax_keeps_the_device(learner):
+    device = learner.run(softmax_on_meta, x=torch.randn(3, 5, dtype=f64))
+    assert device == "meta", (
+        f"softmax(x) for x on the meta device (a stand-in for a GPU) is on {device}: make new "
+        f"tensors on x's device (torch.zeros_like(m), torch.where(total == 0, 1, total)), "
+        f"never on the CPU by default")
 
 
 # ---------------------------------------------------------------- 2.2 attention
@@ -370,16 +403,28 @@ def test_dropout_is_applied_to_the_weights(learner):
 
 
 @pytest.mark.grade("2.2", points=1, values=True)
-def test_gradients_match_pytorch(learner):
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_gradients_match_pytorch(learner, dtype):
     q, k, v = (torch.randn(2, 2, 5, 4, dtype=f64, requires_grad=True) for _ in range(3))
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
     upstream = torch.randn(2, 2, 5, 4, dtype=f64)
-    grads = learner.run(attention_gradients, q=q.detach(), k=k.detach(), v=v.detach(), mask=mask,
-                        upstream=upstream)
-    expected = torch.autograd.grad((F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-                                    * upstream).sum(), (q, k, v))
-    for name, grad, want in zip("qkv", grads, expected, strict=True):
-        assert_close(grad, want, f"the gradient with respect to {name}")
+    result = learner.run(attention_gradients, q=q.detach().to(dtype), k=k.detach().to(dtype),
+                         v=v.detach().to(dtype), mask=mask, upstream=upstream.to(dtype))
+    reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    expected = torch.autograd.grad((reference * upstream).sum(), (q, k, v))
+    output = assert_tensor(result["output"], f"output for {dtype} inputs", shape=(2, 2, 5, 4))
+    grads = dict(zip("qkv", result["grads"], strict=True))
+    cut = [name for name, grad in grads.items() if grad is None]
+    right = torch.allclose(output.double(), reference.detach(), atol=1e-5)
+    assert not (right and cut == ["q", "k"]), named("2.2/weights-detached")
+    atol = 1e-6 if dtype == f64 else 1e-5
+    for name, want in zip("qkv", expected, strict=True):
+        assert grads[name] is not None, (
+            f"no gradient reaches {name}: the output for {dtype} inputs that require grad is "
+            f"not connected to {name} on autograd's graph. Build it from torch operations on "
+            f"the inputs alone (no .detach(), .item(), NumPy or torch.no_grad())")
+        assert_close(grads[name], want, f"the gradient with respect to {name} ({dtype})",
+                     atol=atol)
 
 
 @pytest.mark.grade("2.2", points=1, errors=True)

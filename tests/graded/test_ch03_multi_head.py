@@ -86,6 +86,57 @@ def merge_heads_of_split(impl, x, heads):
     return sent(impl.merge_heads(reference_split(x, heads)))
 
 
+def split_or_merge(impl, exercise, x, heads):
+    """split_heads of ``x`` (``exercise`` "3.1"), or merge_heads of ``x`` split slice by
+    slice ("3.2")."""
+    return (impl.split_heads(x, heads) if exercise == "3.1"
+            else impl.merge_heads(reference_split(x, heads)))
+
+
+def heads_gradient(impl, exercise, x, heads, upstream):
+    """:func:`split_or_merge` of ``x`` made a leaf that requires grad: the result, and the
+    gradient of ``(result * upstream).sum()`` with respect to x (None when the result is off
+    autograd's graph)."""
+    x = x.clone().requires_grad_(True)
+    output = split_or_merge(impl, exercise, x, heads)
+    on_graph = isinstance(output, torch.Tensor) and output.requires_grad
+    return {"output": sent(output),
+            "grad": torch.autograd.grad((output * upstream).sum(), x)[0] if on_graph else None}
+
+
+def heads_on_meta(impl, exercise, x, heads):
+    """The device of :func:`split_or_merge` of ``x`` moved to the "meta" device (a stand-in
+    for a GPU: a tensor made on the CPU would clash with it)."""
+    output = split_or_merge(impl, exercise, x.to("meta"), heads)
+    return output.device.type if isinstance(output, torch.Tensor) else None
+
+
+def module_contract(impl, query, memory, upstream, state):
+    """MultiHeadAttention(16, 4) in the dtype of ``state`` (the grader's weights, loaded when
+    the names and shapes are the contract's), on leaves that require grad: its output, its
+    attention_weights, the gradients of ``(output * upstream).sum()`` with respect to query,
+    memory (key and value) and every parameter (None for one it is not connected to), and
+    the devices of the output and the weights on the "meta" device (a stand-in for a GPU)."""
+    module = impl.MultiHeadAttention(16, 4).to(next(iter(state.values())).dtype)
+    names = load_trusted(module, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    query, memory = (t.clone().requires_grad_(True) for t in (query, memory))
+    output = module(query, memory, memory)
+    weights = getattr(module, "attention_weights", None)
+    inputs = {"query": query, "memory": memory, **dict(module.named_parameters())}
+    grads = (torch.autograd.grad((output * upstream).sum(), list(inputs.values()),
+                                 allow_unused=True)
+             if isinstance(output, torch.Tensor) and output.requires_grad else [None] * len(inputs))
+    module.to("meta")
+    on_meta = module(query.detach().to("meta"), memory.detach().to("meta"),
+                     memory.detach().to("meta"))
+    return {"names": names, "output": sent(output), "weights": sent(weights),
+            "grads": dict(zip(inputs, grads, strict=True)),
+            "devices": [getattr(t, "device", None) and t.device.type
+                        for t in (on_meta, getattr(module, "attention_weights", None))]}
+
+
 def new_module(impl, d_model, heads):
     impl.MultiHeadAttention(d_model, heads)
 
@@ -326,6 +377,42 @@ def test_merge_inverts_split_both_ways(learner):
     assert_close(reference_split(merged, 3), heads, "split_heads(merge_heads(h))")
 
 
+def check_heads_contract(learner, exercise, dtype):
+    """The dtype, device and gradient of split_heads (3.1) or merge_heads (3.2): float32 or
+    float64 ``x`` gives a result of its dtype, on its device, whose gradient is autograd's of
+    the reference (a reshape passes each entry's gradient back to where it came from)."""
+    x = torch.randn(2, 5, 12, dtype=f64, requires_grad=True)
+    expected = reference_split(x, 3) if exercise == "3.1" else x * 1
+    upstream = torch.randn(expected.shape, dtype=f64)
+    result = learner.run(heads_gradient, exercise=exercise, x=x.detach().to(dtype), heads=3,
+                         upstream=upstream.to(dtype))
+    what = ("split_heads(x, 3)" if exercise == "3.1" else "merge_heads(h)") + f" for {dtype} x"
+    output = tensor(result["output"], what, shape=expected.shape)
+    assert_close(output, expected.detach().to(dtype), what)
+    assert_tensor(output, what, dtype=dtype)
+    assert result["grad"] is not None, (
+        f"{what} is off autograd's graph: no gradient reaches x (.detach(), NumPy, .tolist() "
+        f"or torch.no_grad() on the way). Reshape and transpose x with torch operations")
+    (want,) = torch.autograd.grad((expected * upstream).sum(), x)
+    assert_close(result["grad"], want, f"the gradient of {what} with respect to x")
+    device = learner.run(heads_on_meta, exercise=exercise, x=x.detach().to(dtype), heads=3)
+    assert device == "meta", (
+        f"{what} on the meta device (a stand-in for a GPU) is on {device}: make new tensors "
+        f"on x's device, or better, only reshape and transpose x itself")
+
+
+@pytest.mark.grade("3.1", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_split_heads_keeps_dtype_device_and_gradient(learner, dtype):
+    check_heads_contract(learner, "3.1", dtype)
+
+
+@pytest.mark.grade("3.2", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_merge_heads_keeps_dtype_device_and_gradient(learner, dtype):
+    check_heads_contract(learner, "3.2", dtype)
+
+
 # ---------------------------------------------------------------- 3.3 MultiHeadAttention
 
 # PyTorch's words for operands whose sizes do not line up (a product, a sum, a reshape).
@@ -426,6 +513,49 @@ def test_gradients_reach_every_projection(learner):
     for name, grad in grads.items():
         assert grad is not None and grad.abs().sum() > 0, (
             f"no gradient reached {name}: is it used in forward?")
+
+
+@pytest.mark.grade("3.3", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_keeps_dtype_device_and_gradients(learner, dtype):
+    query = torch.randn(2, 4, 16, dtype=f64, requires_grad=True)
+    memory = torch.randn(2, 5, 16, dtype=f64, requires_grad=True)
+    upstream = torch.randn(2, 4, 16, dtype=f64)
+    state = trusted_weights()
+    result = learner.run(module_contract, query=query.detach().to(dtype),
+                         memory=memory.detach().to(dtype), upstream=upstream.to(dtype),
+                         state={name: value.to(dtype) for name, value in state.items()})
+    check_names({**result, "linear": dict.fromkeys(PROJECTIONS, True)}, state)
+    what = f"MultiHeadAttention in {dtype}"
+    output = tensor(result["output"], f"the output of {what}", shape=(2, 4, 16))
+    assert_tensor(output, f"the output of {what}", dtype=dtype)
+    weights = tensor(result["weights"], f"attention_weights of {what}", shape=(2, 4, 4, 5))
+    assert_tensor(weights, f"attention_weights of {what}", dtype=dtype)
+    assert result["devices"] == ["meta", "meta"], (
+        f"{what} moved to the meta device (a stand-in for a GPU), with inputs there, gives "
+        f"its output and attention_weights on {result['devices']}: make every tensor on the "
+        f"inputs' device (a default mask too), and keep attention_weights where it was "
+        f"computed (weights.detach(), no .cpu())")
+    theirs = pytorch_twin(state)
+    reference = theirs(query, memory, memory)[0]
+    wanted = {"query": query, "memory": memory, "in_proj_weight": theirs.in_proj_weight,
+              "in_proj_bias": theirs.in_proj_bias, "out_proj.weight": theirs.out_proj.weight,
+              "out_proj.bias": theirs.out_proj.bias}
+    grads = dict(zip(wanted, torch.autograd.grad((reference * upstream).sum(),
+                                                 list(wanted.values())), strict=True))
+    expected = {name: grads[name] for name in ("query", "memory", "out_proj.weight",
+                                               "out_proj.bias")}
+    for i, proj in enumerate(PROJECTIONS[:3]):
+        expected[f"{proj}.weight"] = grads["in_proj_weight"][16 * i:16 * (i + 1)]
+        expected[f"{proj}.bias"] = grads["in_proj_bias"][16 * i:16 * (i + 1)]
+    atol = 1e-6 if dtype == f64 else 1e-4
+    for name, want in expected.items():
+        got = result["grads"].get(name)
+        assert got is not None, (
+            f"no gradient reaches {name} through the output of {what}: is it used in forward, "
+            f"and on autograd's graph (no .detach(), NumPy or torch.no_grad() on the way)?")
+        assert_close(got, want, f"the gradient with respect to {name} ({dtype})", atol=atol,
+                     rtol=1e-4 if dtype == torch.float32 else 1e-5)
 
 
 @pytest.mark.grade("3.3", points=1)

@@ -107,7 +107,12 @@ def check_mask(mask, name, shape, expected, mistakes=None):
              and mask.dtype == expected.dtype and torch.equal(mask, expected))
     mistake = None if right else first_match(mask, mistakes or {})
     assert mistake is None, named(mistake)
-    assert_tensor(mask, name, shape=shape, dtype=torch.bool)
+    assert_tensor(mask, name, shape=shape)
+    assert mask.dtype == torch.bool, (
+        f"{name} should have dtype torch.bool, but it has {mask.dtype}: a mask is True where "
+        f"attention is allowed, False elsewhere. A comparison (tokens != pad_id) gives one; "
+        f"make new masks with dtype=torch.bool (torch.ones(n, n, dtype=torch.bool, "
+        f"device=device)) and combine them with & rather than *")
     wrong = (mask != expected).nonzero()
     assert not len(wrong), (
         f"{name} is {bool(mask[tuple(wrong[0])])} at index {tuple(wrong[0].tolist())} where it "

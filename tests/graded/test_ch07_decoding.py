@@ -63,6 +63,13 @@ def beam_search_of(impl, model, src, src_mask, max_len, **options):
                                 **options)
 
 
+def beam_search_contract(impl, model, src, src_mask, max_len, **options):
+    """``beam_search_of``, with the devices of the source and of what came back."""
+    out = beam_search_of(impl, model, src, src_mask, max_len, **options)
+    return {"output": out, "device": getattr(out, "device", None) and out.device.type,
+            "src_device": src.device.type}
+
+
 # ---------------------------------------------------------------- models
 
 
@@ -81,13 +88,13 @@ def build_model(rule=None, params=None, logits=False, transformer=None, vocab_si
                 log_softmax=False):
     """The model a probe searches with, from plain data: ``rule`` names a rule maker of this
     file (``RULES``) called with ``params``; or ``transformer`` is the state dict of
-    ``transformer(vocab_size, seed)``, whose generator returns log-probabilities if
-    ``log_softmax``, logits if not."""
+    ``transformer(vocab_size, seed)`` (in the dtype of its weights), whose generator returns
+    log-probabilities if ``log_softmax``, logits if not."""
     if rule is not None:
         return RuleModel(RULES[rule](**params), params["vocab_size"], logits=logits)
     model = transformer_model(vocab_size, log_softmax)
     model.load_state_dict(transformer)
-    return model
+    return model.to(next(iter(transformer.values())).dtype)
 
 
 class RuleModel(nn.Module):
@@ -397,10 +404,11 @@ def rule_model(rule, logits=False, **params):
     return {"rule": rule, "params": params, "logits": logits}
 
 
-def transformer_spec(vocab_size, seed, log_softmax=False):
-    """The probe's description of ``transformer(vocab_size, seed)``: its weights."""
-    return {"transformer": transformer(vocab_size, seed).state_dict(), "vocab_size": vocab_size,
-            "log_softmax": log_softmax}
+def transformer_spec(vocab_size, seed, log_softmax=False, dtype=f64):
+    """The probe's description of ``transformer(vocab_size, seed)``: its weights (in
+    ``dtype``)."""
+    return {"transformer": transformer(vocab_size, seed).to(dtype).state_dict(),
+            "vocab_size": vocab_size, "log_softmax": log_softmax}
 
 
 def model_and_rules(kind, src, vocab_size, max_len, rule_seed, transformer_seed):
@@ -629,6 +637,33 @@ def test_output_format(learner):
     assert out.tolist() == as_rows([(EOS,), (5, 3, EOS)]), (
         f"the output should be as wide as its longest row (4 columns): expected "
         f"{as_rows([(EOS,), (5, 3, EOS)])}, got {out.tolist()}")
+
+
+@pytest.mark.grade("7.1", points=1)
+def test_a_float32_model_gives_token_ids_in_the_source_dtype_and_device(learner):
+    # The course's model computes in float32 (the other tests use float64 models): the
+    # search's own tensors must follow its log-probabilities, and the ids are src's.
+    vocab_size, max_len, beam_size = 6, 5, 3
+    src, src_mask = sources(4, 5, vocab_size, seed=2)
+    result = learner.run(beam_search_contract, model=transformer_spec(vocab_size, seed=7,
+                                                                      dtype=torch.float32),
+                         src=src, src_mask=src_mask, max_len=max_len, beam_size=beam_size,
+                         length_penalty=0.6)
+    out = assert_tensor(result["output"], "beam_search(...) with a float32 model",
+                        dtype=torch.int64)
+    assert result["device"] == result["src_device"], (
+        f"beam_search(...) returned its ids on {result['device']}, src is on "
+        f"{result['src_device']}: make every tensor on src's device")
+    # The same weights in float64 decide: their best hypotheses are far enough apart that
+    # float32's rounding does not change them.
+    rules = transformer_rules(7, vocab_size, max_len, tuple(map(tuple, src.tolist())))
+    expected = [by_the_rules(rules[b], tuple(row), max_len, beam_size, 0.6)
+                for b, row in enumerate(src.tolist())]
+    got = hypotheses_of(out, len(src), max_len)
+    assert got == expected, (
+        f"with the model in float32 the search gives {got}, in float64 {expected}: keep the "
+        f"scores in the dtype of the model's log-probabilities (or promote them with "
+        f"+, torch.where), never write a float32 score into a float64 tensor in place")
 
 
 @pytest.mark.grade("7.1", points=1, errors=True)

@@ -69,6 +69,16 @@ def numpy_float64(max_len, d_model):
     return torch.from_numpy(pe).float()
 
 
+@wrong("1.1", "positional_encoding", "computed in float64 with NumPy, never cast: a float64 table",
+       mistake="1.1/not-float32")
+def numpy_float64_not_cast(max_len, d_model):
+    if d_model <= 0 or d_model % 2:
+        raise ValueError(f"d_model must be positive and even, got d_model={d_model}")
+    angles = np.arange(max_len)[:, None] / np.power(10000.0, np.arange(0, d_model, 2) / d_model)
+    return torch.from_numpy(np.stack([np.sin(angles), np.cos(angles)], -1).reshape(max_len,
+                                                                                  d_model))
+
+
 @right("1.1", "positional_encoding", "interleaved with stack and flatten, pow instead of exp")
 def stacked_pairs(max_len, d_model):
     if d_model % 2 or d_model < 1:
@@ -148,6 +158,22 @@ class NoLengthCheck(_Reference):
         return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
 
 
+@wrong("1.2", "PositionalEncoding", "x.data plus the table: right values, no gradient reaches x",
+       mistake="1.2/detached")
+class AddedToData(_Reference):
+    def forward(self, x):
+        self.check(x)
+        return self.dropout(x.data + self.pe[: x.size(1)].to(x.dtype))
+
+
+@wrong("1.2", "PositionalEncoding", "the buffer registered, but forward adds a table rebuilt on "
+       "the CPU")
+class TableRebuiltInForward(_Reference):
+    def forward(self, x):
+        self.check(x)
+        return self.dropout(x + _table(x.size(1), x.size(2)).to(x.dtype))
+
+
 @right("1.2", "PositionalEncoding", "table stored as [1, max_len, D] would break the contract, "
        "so this one keeps [max_len, D] and unsqueezes in forward")
 class UnsqueezeInForward(_Reference):
@@ -196,6 +222,32 @@ class PaddingIgnored(_Embedding):
         return self.embedding(tokens) * math.sqrt(self.d_model)
 
 
+@wrong("1.3", "TokenEmbedding", "the scale a float64 tensor [1] on the tokens' device: a "
+       "float32 table gives float64",
+       mistake="1.3/dtype-changed")
+class Float64Scale(_Embedding):
+    def forward(self, tokens):
+        scale = torch.tensor([self.d_model], dtype=torch.float64, device=tokens.device).sqrt()
+        return self.embedding(tokens) * scale
+
+
+@wrong("1.3", "TokenEmbedding", "the scale a tensor attribute: module.to(device) leaves it behind")
+class ScaleLeftOnTheCpu(_Embedding):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__(vocab_size, d_model, padding_idx)
+        self.scale = torch.full((1,), math.sqrt(d_model))
+
+    def forward(self, tokens):
+        return self.embedding(tokens) * self.scale
+
+
+@wrong("1.3", "TokenEmbedding", "looked up in embedding.weight.data: the table never learns",
+       mistake="1.3/detached")
+class LookupInData(_Embedding):
+    def forward(self, tokens):
+        return self.embedding.weight.data[tokens] * math.sqrt(self.d_model)
+
+
 @right("1.3", "TokenEmbedding", "F.embedding on the table, scale d_model ** 0.5")
 class Functional(_Embedding):
     def forward(self, tokens):
@@ -231,6 +283,15 @@ def _rotation(offset, d_model, frequency=lambda i, d: 1 / 10000 ** (2 * i / d)):
         t = offset * frequency(i, d_model)
         blocks.append(torch.tensor([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]]))
     return torch.block_diag(*blocks).float()
+
+
+@wrong("1.4", "relative_position_matrix", "computed in float64, never cast back: a float64 M",
+       mistake="1.4/not-float32")
+def float64_matrix(offset, d_model):
+    angles = [offset / 10000 ** (2 * i / d_model) for i in range(d_model // 2)]
+    return torch.block_diag(*[torch.tensor([[math.cos(t), -math.sin(t)], [math.sin(t),
+                                                                          math.cos(t)]],
+                                           dtype=torch.float64) for t in angles])
 
 
 @right("1.4", "relative_position_matrix", "block_diag of 2x2 rotations")

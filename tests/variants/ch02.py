@@ -108,6 +108,32 @@ def categorical_probs(x, dim=-1):
         -1, dim)
 
 
+def _guarded(x, dim, zeros=torch.zeros_like):
+    maximum = x.amax(dim, keepdim=True)
+    maximum = torch.where(torch.isfinite(maximum), maximum, zeros(maximum))
+    exps = torch.exp(x - maximum)
+    total = exps.sum(dim, keepdim=True)
+    return exps / torch.where(total == 0, torch.ones_like(total), total)
+
+
+@wrong("2.1", "softmax", "computed in float64 for precision, never converted back",
+       mistake="2.1/dtype-changed")
+def float64_result(x, dim=-1):
+    return _guarded(x.double(), dim)
+
+
+@wrong("2.1", "softmax", "the zeros that replace a -inf maximum made on the CPU")
+def zeros_on_the_cpu(x, dim=-1):
+    return _guarded(x, dim, zeros=lambda m: torch.zeros(m.shape))
+
+
+@wrong("2.1", "softmax", "under torch.no_grad(): right values, no gradient reaches x",
+       mistake="2.1/detached")
+@torch.no_grad()
+def without_gradient(x, dim=-1):
+    return _guarded(x, dim)
+
+
 @right("2.1", "softmax", "detached maximum and nan_to_num")
 def detached_max_nan_to_num(x, dim=-1):
     m = x.max(dim=dim, keepdim=True).values.detach()
@@ -212,6 +238,29 @@ def weights_before_dropout(q, k, v, mask=None, dropout=None):
 def dropout_on_output(q, k, v, mask=None, dropout=None):
     output, weights = _attention(q, k, v, mask, None)
     return (output if dropout is None else dropout(output)), weights
+
+
+@wrong("2.2", "scaled_dot_product_attention", "the weights detached before they multiply value "
+       "(as 3.3 keeps attention_weights): no gradient reaches query and key",
+       mistake="2.2/weights-detached")
+def weights_detached(q, k, v, mask=None, dropout=None):
+    from solutions.ch02_attention import softmax
+
+    _checked(q, k, v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.full_like(scores, NEG_INF))
+    weights = softmax(scores).detach()
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ v, weights
+
+
+@wrong("2.2", "scaled_dot_product_attention", "the softmax taken in float64, never converted "
+       "back: float32 inputs give float64 results")
+def float64_softmax(q, k, v, mask=None, dropout=None):
+    output, weights = _attention(q.double(), k.double(), v.double(), mask, dropout)
+    return output, weights
 
 
 @right("2.2", "scaled_dot_product_attention", "einsum, query scaled first, masked_fill")

@@ -45,6 +45,26 @@ def truncates_width(x, num_heads):
     return x[..., :d_k * num_heads].reshape(b, length, num_heads, d_k).transpose(1, 2)
 
 
+@wrong("3.1", "split_heads", "a torch.zeros [B, H, L, d_k] on x's device, filled head by head: "
+       "the default dtype, float32, whatever x's")
+def filled_zeros(x, num_heads):
+    _check(x, num_heads)
+    b, length, d = x.shape
+    d_k = d // num_heads
+    out = torch.zeros(b, num_heads, length, d_k, device=x.device)
+    for h in range(num_heads):
+        out[:, h] = x[..., h * d_k:(h + 1) * d_k]
+    return out
+
+
+@wrong("3.1", "split_heads", "through NumPy (x.detach().numpy()): right values, off the graph")
+def through_numpy(x, num_heads):
+    _check(x, num_heads)
+    b, length, d = x.shape
+    array = x.detach().numpy().reshape(b, length, num_heads, d // num_heads)
+    return torch.from_numpy(array.transpose(0, 2, 1, 3).copy())
+
+
 @right("3.1", "split_heads", "chunk and stack")
 def chunk_and_stack(x, num_heads):
     _check(x, num_heads)
@@ -79,6 +99,23 @@ def wrong_order(x):
 def view_after_transpose(x):
     b, h, length, d_k = x.shape
     return x.transpose(1, 2).view(b, length, h * d_k)
+
+
+@wrong("3.2", "merge_heads", "a torch.zeros [B, L, D] on x's device, filled head by head: the "
+       "default dtype, float32, whatever x's")
+def merged_into_zeros(x):
+    b, h, length, d_k = x.shape
+    out = torch.zeros(b, length, h * d_k, device=x.device)
+    for head in range(h):
+        out[..., head * d_k:(head + 1) * d_k] = x[:, head]
+    return out
+
+
+@wrong("3.2", "merge_heads", "rebuilt with torch.tensor(x.tolist()): right values, off the graph "
+       "and on the CPU")
+def rebuilt_from_lists(x):
+    b, h, length, d_k = x.shape
+    return torch.tensor(x.transpose(1, 2).tolist(), dtype=x.dtype).reshape(b, length, h * d_k)
 
 
 @right("3.2", "merge_heads", "unbind and cat")
@@ -232,6 +269,40 @@ class NoDropout(_Base):
         self.check(mask)
         out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
                              self.heads(self.v_proj(value)), mask, None)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "a mask of ones made on the CPU when none is given")
+class DefaultMaskOnTheCpu(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        if mask is None:
+            mask = torch.ones(query.size(1), key.size(1), dtype=torch.bool)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "attention_weights moved to the CPU (for plotting)")
+class WeightsMovedToTheCpu(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                             self.heads(self.v_proj(value)), mask, self.dropout)
+        self.attention_weights = w.detach().cpu()
+        return self.out_proj(self.merge(out))
+
+
+@wrong("3.3", "MultiHeadAttention", "attention under torch.no_grad(), as its weights are kept "
+       "detached: no gradient reaches q_proj, k_proj, v_proj or the inputs")
+class AttentionWithoutGradient(_Base):
+    def forward(self, query, key, value, mask=None):
+        self.check(mask)
+        with torch.no_grad():
+            out, w = self.attend(self.heads(self.q_proj(query)), self.heads(self.k_proj(key)),
+                                 self.heads(self.v_proj(value)), mask, self.dropout)
         self.attention_weights = w.detach()
         return self.out_proj(self.merge(out))
 

@@ -47,6 +47,13 @@ def allows_every_key(tokens, pad_id):
                       device=tokens.device)
 
 
+@wrong("4.1", "padding_mask", "a bool mask made on the CPU, then filled from the tokens")
+def filled_on_the_cpu(tokens, pad_id):
+    mask = torch.zeros(tokens.size(0), 1, 1, tokens.size(1), dtype=torch.bool)
+    mask[:, 0, 0] = tokens != pad_id
+    return mask
+
+
 @right("4.1", "padding_mask", "ne and two unsqueezes")
 def ne_unsqueeze(tokens, pad_id):
     return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
@@ -87,6 +94,11 @@ def cpu_only(size, device=None):
 @wrong("4.2", "causal_mask", "the identity: no later position leaks, but no earlier one is seen")
 def identity_mask(size, device=None):
     return torch.eye(size, dtype=torch.bool, device=device)
+
+
+@wrong("4.2", "causal_mask", "a float triangle of ones on the given device, not a bool mask")
+def float_triangle(size, device=None):
+    return torch.ones(size, size, device=device).tril()
 
 
 @right("4.2", "causal_mask", "comparison of aranges")
@@ -142,6 +154,17 @@ def combined_with_or(tokens, pad_id):
 def float_causal(tokens, pad_id):
     length = tokens.size(1)
     return _pad(tokens, pad_id) & torch.ones(length, length, device=tokens.device).tril()
+
+
+@wrong("4.3", "target_mask", "float masks multiplied: the right pattern of 1.0 and 0.0, not bool")
+def multiplied_float_masks(tokens, pad_id):
+    length = tokens.size(1)
+    return _pad(tokens, pad_id).float() * torch.ones(length, length, device=tokens.device).tril()
+
+
+@wrong("4.3", "target_mask", "the causal part made on the CPU whatever the tokens' device")
+def causal_on_the_cpu(tokens, pad_id):
+    return _pad(tokens, pad_id) & _causal(tokens.size(1), None)
 
 
 @wrong("4.3", "target_mask", "the identity plus key 0: nothing leaks, padded keys get no "

@@ -141,7 +141,8 @@ def one_row_at_a_time(*args, **kwargs):
 
 @torch.no_grad()
 def _batched(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4,
-             length_penalty=0.6, *, across_rows=False, tile=False, all_slots_live=False):
+             length_penalty=0.6, *, across_rows=False, tile=False, all_slots_live=False,
+             best_in_place=False):
     """The reference's vectorisation, with one of its details changed."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got beam_size={beam_size}")
@@ -153,13 +154,21 @@ def _batched(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4,
     else:
         memory, src_mask = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
     ys = torch.full((batch * k, 1), bos_id, dtype=src.dtype)
-    scores = torch.zeros(batch, k, dtype=torch.float64)
+    # with best_in_place, the scores follow the model's dtype (float32 + float32 stays float32)
+    scores = torch.zeros(batch, k, dtype=None if best_in_place else torch.float64)
     if not all_slots_live:
         scores[:, 1:] = -math.inf
     best_score = torch.full((batch,), -math.inf, dtype=torch.float64)
     best = [[bos_id] for _ in range(batch)]
 
     def keep_best(final):
+        if best_in_place:  # float64 best scores, overwritten in place where a row improves
+            step_best, which = final.max(dim=-1)
+            better = step_best > best_score
+            best_score[better] = step_best[better]
+            for b in better.nonzero().flatten().tolist():
+                best[b] = ys[b * k + int(which[b])].tolist()
+            return
         for b in range(batch):
             j = int(final[b].argmax())
             if final[b, j] > best_score[b]:
@@ -204,6 +213,12 @@ def memory_tiled(*args, **kwargs):
        mistake="7.1/beam-of-bos-copies")
 def copies_of_bos(*args, **kwargs):
     return _batched(*args, **kwargs, all_slots_live=True)
+
+
+@wrong("7.1", "beam_search", "the best scores a float64 tensor overwritten in place: a float32 "
+       "model's scores cannot be written into it")
+def float64_best_in_place(*args, **kwargs):
+    return _batched(*args, **kwargs, best_in_place=True)
 
 
 @right("7.1", "beam_search", "the reference's vectorisation with per-row Python bookkeeping")
