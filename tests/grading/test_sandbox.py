@@ -656,7 +656,7 @@ def test_memory_is_bounded_for_the_whole_worker(fresh, folder, monkeypatch):
 
 @CGROUP
 def test_no_process_starts_and_the_group_goes_with_the_worker(fresh, folder):
-    """The kernel refuses the worker's forks (grading.switches); its cgroup, which would
+    """The kernel refuses the worker's forks (grading.worker.switches); its cgroup, which would
     bound and count any process, is removed with it."""
     started = learner(fresh, folder, cpu_seconds=60).run(call, name="forks", x=X)
     assert started == 0

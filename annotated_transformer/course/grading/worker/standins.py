@@ -1,16 +1,13 @@
-"""Stand-ins: the grader's own version of an exercise, so that a later one is graded alone.
+"""Stand-ins, the worker's half: the grader's own versions of earlier exercises, built and revoked.
 
-Exercise 5.5 (``DecoderLayer``) builds on 3.3, 5.1, 5.2 and 5.3. Graded on the learner's own
-earlier parts, a correct 5.5 would fail when their LayerNorm is wrong, and be named for a
-mistake it did not make. So while the tests of an exercise run, the earlier exercises it
-builds on are these stand-ins (:data:`EXERCISES`): PyTorch's own op where PyTorch has one
-(``torch.softmax``, ``F.layer_norm``, ``F.multi_head_attention_forward``,
-``F.cross_entropy``), else the formula the exercise's docstring states. Its points and its
-named mistake then depend on its own code alone. Whether the learner's parts work together
-is the capstones' question (6.6, 8.6 run on the learner's parts only) and each report's
-line "uses your 5.1, whose values are wrong" (:mod:`.engine`).
+Which exercises a test runs on stand-ins, and why, is the trusted side's
+(:mod:`annotated_transformer.course.grading.worker.standins`); a request names them (its
+``standins``, of :data:`~annotated_transformer.course.grading.protocol.STAND_INS`), and here
+they are made: PyTorch's own op where PyTorch has one (``torch.softmax``, ``F.layer_norm``,
+``F.multi_head_attention_forward``, ``F.cross_entropy``), else the formula the exercise's
+docstring states.
 
-A stand-in belongs to one request of the worker (:mod:`.worker`): :func:`build` makes the
+A stand-in belongs to one request of the worker (:mod:`.process`): :func:`build` makes the
 stand-ins afresh for the request that is handed them, and the function it returns with them
 revokes them when that request ends. A revoked stand-in (a class, a function, a module built
 from one, a graph its computation left) refuses to work when it is called, and the call is
@@ -19,9 +16,8 @@ it. So a stand-in kept at module level serves no later test: not the capstones (
 the learner's own parts together, no stand-in), not an exercise that has none.
 
 Where a stand-in uses an op the exercise under test may not (a softmax in 5.4's attention),
-it computes under the guard's exemption
-(:func:`annotated_transformer.course.grading.allowed_ops.guard_factory`), its backward too,
-through :func:`computations`, made once when the worker starts, before any learner code: they
+it computes under the guard's exemption (:func:`.allowed_ops.guard_factory`), its backward
+too, through :func:`computations`, made once when the worker starts, before any learner code: they
 call only PyTorch's C++ functions taken then (a learner's file that replaces
 ``torch.where`` or ``Tensor.transpose`` changes nothing they call), on detached copies the
 worker made, so no code of the learner's runs while exempt (the dropout a caller passes to
@@ -36,17 +32,10 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from annotated_transformer.course.grading.protocol import STAND_INS
+
 if TYPE_CHECKING:
     from torch import Tensor
-
-# The exercises that have a stand-in, and the name each is looked up by (its chapter's).
-EXERCISES = {
-    "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax",
-    "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention", "4.1": "padding_mask",
-    "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
-    "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "5.4": "EncoderLayer",
-    "5.5": "DecoderLayer", "5.6": "Encoder", "5.7": "Decoder", "6.2": "LabelSmoothingLoss",
-}
 
 
 class StandInRevoked(RuntimeError):
@@ -60,8 +49,7 @@ def computations(exempt: Callable[[], AbstractContextManager]) -> dict[str, Call
     they call is a C++ one taken now. A computation takes first a function ``alive()``, which
     raises when its stand-in's request has ended (it is called before the forward and the
     backward), then tensors of exactly ``Tensor`` or ``Parameter`` and plain numbers.
-    (PyTorch is imported here, in the worker: the grader's own process reads
-    :data:`EXERCISES` without loading it.)"""
+    (PyTorch is imported here, when the worker starts.)"""
     import torch
     from torch._C import TensorBase, _nn
 
@@ -194,7 +182,7 @@ def build(computed: Mapping[str, Callable[..., Any]], ran: Callable[[str], None]
         def call(*args: Any, **kwargs: Any) -> Any:
             entered(exercise)
             return function(*args, **kwargs)
-        call.__name__ = call.__qualname__ = EXERCISES[exercise]
+        call.__name__ = call.__qualname__ = STAND_INS[exercise]
         call.__doc__ = f"The grader's stand-in for exercise {exercise}."
         return call
 
@@ -429,14 +417,3 @@ def build(computed: Mapping[str, Callable[..., Any]], ran: Callable[[str], None]
                   "5.4": EncoderLayer, "5.5": DecoderLayer, "5.6": Encoder, "5.7": Decoder,
                   "6.2": LabelSmoothingLoss})
     return found, revoke
-
-
-
-
-def stand_ins_for(exercise: str | None, declared: Any) -> tuple[str, ...]:
-    """The earlier exercises that ``exercise``'s tests run on stand-ins: every one it builds
-    on (``declared``: :class:`~.dependencies.Declared`) that has one; none for a capstone,
-    whose question is whether the learner's own parts work together."""
-    if exercise is None or exercise in declared.integration:
-        return ()
-    return tuple(e for e in declared.closure(exercise) if e in EXERCISES)
