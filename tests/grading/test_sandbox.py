@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from probes.worker_probes import call
+from probes.worker_probes import call, grader_modules
 
 from annotated_transformer.course.grading import boundary, limits, outcomes, supervisor, watch
 from annotated_transformer.course.grading.supervisor import (
@@ -475,6 +475,19 @@ X = torch.randn(3, 5, dtype=torch.float64)
 def test_an_honest_function_runs(pool, folder):
     assert torch.allclose(learner(pool, folder).run(call, name="softmax", x=X),
                           torch.softmax(X, -1))
+
+
+def test_the_worker_holds_of_the_grader_only_its_room_and_the_door(pool, folder):
+    """What the worker process really imports, not only what its files say
+    (test_grader_design.py reads those): once PyTorch, the preloaded modules and a chapter
+    file are loaded, the course's modules it holds are the worker's room
+    (``grading/worker/``), the door (``grading/protocol.py``) and the packages on their way."""
+    held = learner(pool, folder).run(grader_modules)
+    grader = "annotated_transformer.course.grading"
+    room = f"{grader}.worker"
+    assert f"{room}.process" in held and f"{room}.allowed_ops" in held
+    others = [m for m in held if not (m == room or m.startswith(f"{room}."))]
+    assert others == ["annotated_transformer.course", grader, f"{grader}.protocol"]
 
 
 def test_global_state_set_at_import_is_reset_before_each_probe(pool, folder):

@@ -8,7 +8,11 @@ These modules import, of the grader, only each other and the door,
 code builds with (:mod:`annotated_transformer.parts` and the modules outside
 ``annotated_transformer.course``), the standard library and PyTorch. The trusted side never
 imports them: the supervisor starts the worker by its module's name
-(``supervisor.WORKER_BOOT``). ``tests/grading/test_grader_design.py`` checks both.
+(``supervisor.WORKER_BOOT``). ``tests/grading/test_grader_design.py`` checks both from the
+imports, ``tests/grading/test_sandbox.py`` from what a worker holds. (The graded test files,
+which a grading worker loads for their probes, import at their top what their pytest side
+uses, the supervisor's exceptions and the sealed tags of ``messages``: a grading worker holds
+those modules too, and never calls them.)
 
   - :mod:`.process`: the worker process: its limits, its loop of requests and replies, a
     probe run with the chapter module under test; installs the parts policy of
