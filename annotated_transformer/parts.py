@@ -87,7 +87,8 @@ class SourcePolicy:
     """The one hook of the parts registry: a process-wide rule about sources that a tool
     installs (:func:`install_policy`) before any chapter file is imported.
 
-    The grading worker installs one (:mod:`annotated_transformer.course.grading.confinement`)
+    The grading worker installs one
+    (:mod:`annotated_transformer.course.grading.worker.confinement`)
     so that every source means the learner's folder and the chapter files that broke the
     rules are never imported. With none installed, a source means what it names (and, in a
     student release, the reference means ``exercises``:

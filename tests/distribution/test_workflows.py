@@ -22,7 +22,7 @@ import yaml
 
 from annotated_transformer.course.distribution import classroom, release
 from annotated_transformer.course.grading import engine, grade, manifest
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
+from annotated_transformer.course.grading.protocol import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.report import (
     ExerciseResult,
     Integrity,

@@ -44,7 +44,7 @@ FORBIDDEN = {"2.1": (*SOFTMAX_NAMES, "logsumexp"),
 # through which PyTorch computes the result (checks.py): softmax by any name, logsumexp (whose
 # gradient is the softmax and whose Hessian is 2.3's Jacobian), the fused attention; and, for
 # 2.3, autograd itself: no backward pass and no dual tensor while it runs, so a Jacobian of a
-# softmax of the learner's own (every op elementary) is refused too (grading/allowed_ops.py).
+# softmax of the learner's own (every op elementary) is refused too (grading/worker/allowed_ops.py).
 FORBIDDEN_OPS = {"2.1": (*SOFTMAX_OPS, *LOGSUMEXP_OPS),
                  "2.2": (*SOFTMAX_OPS, *LOGSUMEXP_OPS, *ATTENTION_OPS),
                  "2.3": (*SOFTMAX_OPS, *LOGSUMEXP_OPS, "autograd")}

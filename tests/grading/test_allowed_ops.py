@@ -18,8 +18,8 @@ import torch
 from grading_run import grade_run
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import allowed_ops
 from annotated_transformer.course.grading.supervisor import CodeUnderTest, ForbiddenCall, WorkerPool
+from annotated_transformer.course.grading.worker import allowed_ops
 from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
@@ -82,8 +82,8 @@ def plain_cross_entropy(x):
 
 def replaces_the_guard(x):
     """What the update_wrapper escape led to: the grader's own names replaced."""
-    worker = sys.modules["annotated_transformer.course.grading.worker"]
-    guard = sys.modules["annotated_transformer.course.grading.allowed_ops"]
+    worker = sys.modules["annotated_transformer.course.grading.worker.process"]
+    guard = sys.modules["annotated_transformer.course.grading.worker.allowed_ops"]
     dispatch = sys.modules["torch.utils._python_dispatch"]
     worker.forbid_ops = lambda ops, exercise: None
     guard.ELEMENTARY = frozenset({"_softmax"}) | guard.ELEMENTARY

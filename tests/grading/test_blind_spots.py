@@ -1,8 +1,8 @@
 """Where the guard looks away, no code of the learner's runs: attacked in the worker.
 
-The dispatch guard (grading/allowed_ops.py) looks away in two places: inside its own
+The dispatch guard (grading/worker/allowed_ops.py) looks away in two places: inside its own
 handlers, where PyTorch pops its mode, and under the exemption where the grader's stand-ins
-compute (grading/standins.py). As in tests/grading/test_allowed_ops.py, the static rules are
+compute (grading/worker/standins.py). As in tests/grading/test_allowed_ops.py, the static rules are
 skipped: the worker is handed a chapter file that registers every callback PyTorch offers
 and makes each compute what the exercise may not call (F.cross_entropy with a label
 smoothing, for 6.2; F.layer_norm, for 5.3), and one that keeps the stand-ins it is handed
@@ -20,13 +20,13 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import allowed_ops
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     ForbiddenCall,
     LearnerRaised,
     WorkerPool,
 )
+from annotated_transformer.course.grading.worker import allowed_ops
 from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"

@@ -23,7 +23,7 @@ from annotated_transformer.layout import FAST_PARTS_DIR, GRADED_DIR, PACKAGE_DIR
 LOADER = """
 import importlib, json, sys
 sys.path.insert(0, {graded!r})
-from annotated_transformer.course.grading.worker import PRELOADED
+from annotated_transformer.course.grading.worker.process import PRELOADED
 from annotated_transformer.layout import chapter_test_files
 from annotated_transformer.parts import Parts, has_reference
 grader = ["annotated_transformer.course.grading." + m for m in ("grade", "plugin", "worker")]

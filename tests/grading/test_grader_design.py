@@ -1,6 +1,7 @@
 """The grader's design, checked: each word of its vocabulary is a type defined once and used
-as that type, the two sides of the worker's channel import what they should, and a type
-checker passes over the grader."""
+as that type, the two sides of the worker's channel import what they should (read from the
+folders: ``grading/worker/`` is the learner's process, ``grading/protocol.py`` the door, the
+rest the trusted side), and a type checker passes over the grader."""
 
 from __future__ import annotations
 
@@ -12,30 +13,104 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.course.grading import outcomes, protocol
+from annotated_transformer.course.grading import outcomes, protocol, supervisor
 from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.results import TestRecord
+from annotated_transformer.course.grading.worker import process, standins
+from annotated_transformer.course.grading.worker.process import PRELOADED
 from annotated_transformer.layout import ROOT
 
 GRADING = ROOT / "annotated_transformer" / "course" / "grading"
 PACKAGE = ROOT / "annotated_transformer"
-# Where the learner's code runs: these modules may import nothing of the trusted side.
-WORKER_SIDE = {"worker", "allowed_ops", "switches", "standins", "confinement", "protocol",
-               "calls", "messages", "exercise_id"}
-TRUSTED_ONLY = {"engine", "plugin", "grade", "report", "manifest", "cache", "supervisor",
-                "runspec", "results", "boundary", "limits", "watch", "dependencies"}
+COURSE = "annotated_transformer.course"
+GRADER = f"{COURSE}.grading"
+WORKER = f"{GRADER}.worker"  # the worker's room: what the learner's process imports
+DOOR = {f"{GRADER}.protocol"}  # the one module of the grader that both rooms import
+# Imported on the way to a module of the worker (their ``__init__``, a docstring each).
+ON_THE_WAY = {"annotated_transformer", COURSE, GRADER}
+# What a module of the worker or the door may import besides the package: the standard
+# library, PyTorch, and ``variants`` (tests/variants, on the worker's path for the course's
+# own code only: a right or wrong version of an exercise, in place of a learner's file).
+OUTSIDE = {*sys.stdlib_module_names, "torch", "variants"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _imports(path: Path) -> set[str]:
-    """The modules a file imports (``a.b`` for ``from a import b`` too)."""
+    """The modules a file imports, at the top or inside a function (``a.b`` for ``from a
+    import b`` too), except under ``if TYPE_CHECKING:``, which never runs."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            node.body = []
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
     return found
+
+
+def _runs(imported: set[str]) -> set[str]:
+    """The package's modules that importing ``imported`` runs: each one and every package
+    on its way (importing ``a.b.c`` runs ``a`` and ``a.b`` first)."""
+    names = {".".join(m.split(".")[:i]) for m in imported
+             for i in range(1, len(m.split(".")) + 1)}
+    return {m for m in names if m in MODULES}
+
+
+GRAPH = {name: _runs(_imports(path)) - {name} for name, path in MODULES.items()}
+
+
+def _in_worker(name: str) -> bool:
+    return name == WORKER or name.startswith(f"{WORKER}.")
+
+
+def _worker_side_problems(graph: dict[str, set[str]], direct: dict[str, set[str]],
+                          preloaded: set[str]) -> list[str]:
+    """What the worker's modules reach that they may not, walking ``graph`` (``{module:
+    the package's modules it imports}``) from each of them, and ``preloaded`` (what the
+    worker imports by name before any learner code) with them: of the course, only the
+    worker's room, the door and the packages on their way; outside the package (``direct``:
+    each module's own imports), only :data:`OUTSIDE`. The library outside the course
+    (``annotated_transformer.parts``, ``model``, ``train``...) is what the learner's code
+    builds with: the worker may import it, and it is walked too, so a library module that
+    imported the trusted side would be caught."""
+    problems = []
+    starts = [m for m in graph if _in_worker(m)]
+    for start in starts:
+        todo = [(start, [start])] + [(m, [start, m]) for m in preloaded if m in graph
+                                     and start == f"{WORKER}.process"]
+        seen: set[str] = set()
+        while todo:
+            name, way = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name.startswith(COURSE) and not (
+                    _in_worker(name) or name in DOOR or name in ON_THE_WAY):
+                problems.append(" -> ".join(way))
+                continue
+            todo += [(m, [*way, m]) for m in graph[name]]
+    for name in [*starts, *DOOR]:
+        strangers = {m.split(".")[0] for m in direct[name]} - OUTSIDE - {"annotated_transformer"}
+        problems += [f"{name} imports {m}" for m in sorted(strangers)]
+    return problems
+
+
+def _trusted_side_problems(graph: dict[str, set[str]]) -> list[str]:
+    """The modules outside the worker's room (the trusted side, the library, the
+    instructor's tools) that import one inside it."""
+    return [f"{name} imports {m}" for name, imports in graph.items() if not _in_worker(name)
+            for m in sorted(imports) if _in_worker(m)]
 
 
 def _definitions(pattern: str) -> list[str]:
@@ -92,17 +167,54 @@ def test_a_reply_is_checked_on_arrival_whatever_the_worker_sent():
 
 
 def test_the_worker_side_imports_nothing_of_the_trusted_side():
-    """What runs beside the learner's code (and what it imports) never imports the engine,
-    the plugin or the supervisor: it could not be trusted there anyway, and a grading
-    decision made inside the worker would be one the learner's code can change."""
-    problems = []
-    for name in WORKER_SIDE:
-        for imported in _imports(GRADING / f"{name}.py"):
-            module = imported.rsplit(".", 1)[-1]
-            if imported.startswith("annotated_transformer.course.grading") and (
-                    module in TRUSTED_ONLY):
-                problems.append(f"{name}.py imports {imported}")
+    """What runs beside the learner's code imports, of the grader, only the worker's room
+    (``grading/worker/``) and the door (``grading/protocol.py``), directly or through any
+    other module of the package: never the engine, the plugin or the supervisor. It could
+    not be trusted there anyway, and a grading decision made inside the worker would be one
+    the learner's code can change."""
+    direct = {name: _imports(path) for name, path in MODULES.items()}
+    assert [m for m in MODULES if _in_worker(m)], "no worker's room found"
+    problems = _worker_side_problems(GRAPH, direct, set(PRELOADED))
     assert not problems, problems
+
+
+def test_the_worker_side_check_finds_a_trusted_module_on_the_way():
+    """The walk above can fail: a worker module that reaches the trusted side, directly or
+    through a library module, is named with the way it took; one that imports a third
+    party is named too."""
+    graph = {f"{WORKER}.process": {f"{WORKER}.calls", "annotated_transformer.layout"},
+             f"{WORKER}.calls": {f"{GRADER}.protocol"}, f"{GRADER}.protocol": set(),
+             "annotated_transformer.layout": {f"{GRADER}.engine"}, f"{GRADER}.engine": set()}
+    direct = {name: {"torch"} for name in graph}
+    direct[f"{WORKER}.calls"] = {"requests"}
+    assert _worker_side_problems(graph, direct, set()) == [
+        f"{WORKER}.process -> annotated_transformer.layout -> {GRADER}.engine",
+        f"{WORKER}.calls imports requests"]
+    graph["annotated_transformer.layout"] = set()
+    assert _worker_side_problems(graph, {n: set() for n in graph}, set()) == []
+
+
+def test_the_trusted_side_starts_the_worker_by_its_module_name_only():
+    """No module outside ``grading/worker/`` imports one inside it (the AST of each, at the
+    top or inside a function); the worker is started by ``supervisor.WORKER_BOOT``, the code
+    its fresh interpreter runs, read here: it imports ``main`` from the room's
+    ``process``."""
+    assert not _trusted_side_problems(GRAPH), _trusted_side_problems(GRAPH)
+    assert _trusted_side_problems({f"{GRADER}.engine": {f"{WORKER}.calls"}}) == [
+        f"{GRADER}.engine imports {WORKER}.calls"]
+    booted = [node for node in ast.walk(ast.parse(supervisor.WORKER_BOOT))
+              if isinstance(node, ast.ImportFrom)]
+    assert [(node.module, [a.name for a in node.names]) for node in booted] == [
+        (f"{WORKER}.process", ["main"])]
+    assert callable(process.main)
+
+
+def test_the_worker_builds_every_stand_in_a_request_may_ask_for():
+    """The door's :data:`~.protocol.STAND_INS` is what the trusted side hands a test and
+    what the worker builds, each under the name it replaces in the chapter module."""
+    made, revoke = standins.build({}, lambda exercise: None, lambda kept: None, "5.5")
+    revoke()
+    assert {e: s.__name__ for e, s in made.items()} == protocol.STAND_INS
 
 
 def test_the_files_that_decide_a_grade_import_no_instructor_tool():

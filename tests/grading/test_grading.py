@@ -720,7 +720,7 @@ def test_a_worker_that_cannot_start_is_one_line_naming_the_cause_and_credits_not
     for folder in ("annotated_transformer", "exercises", "tests/graded"):
         shutil.copytree(grade.ROOT / folder, course / folder, ignore=skip)
     shutil.copy(grade.ROOT / "pyproject.toml", course)
-    worker = course / "annotated_transformer" / "course" / "grading" / "worker.py"
+    worker = course / "annotated_transformer" / "course" / "grading" / "worker" / "process.py"
     head = "from __future__ import annotations\n"
     started = course / "exercises" / "ch01_positional_encoding.py"  # not the untouched stub,
     started.write_text(started.read_text() + "# started\n")  # which needs no worker

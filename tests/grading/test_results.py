@@ -11,7 +11,7 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT
+from annotated_transformer.course.grading.protocol import MESSAGE_LIMIT
 from annotated_transformer.course.grading.report import Report
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 from annotated_transformer.course.instructor import gradebook, spreadsheet

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from probes.worker_probes import call
+from probes.worker_probes import call, grader_modules
 
 from annotated_transformer.course.grading import boundary, limits, outcomes, supervisor, watch
 from annotated_transformer.course.grading.supervisor import (
@@ -477,6 +477,19 @@ def test_an_honest_function_runs(pool, folder):
                           torch.softmax(X, -1))
 
 
+def test_the_worker_holds_of_the_grader_only_its_room_and_the_door(pool, folder):
+    """What the worker process really imports, not only what its files say
+    (test_grader_design.py reads those): once PyTorch, the preloaded modules and a chapter
+    file are loaded, the course's modules it holds are the worker's room
+    (``grading/worker/``), the door (``grading/protocol.py``) and the packages on their way."""
+    held = learner(pool, folder).run(grader_modules)
+    grader = "annotated_transformer.course.grading"
+    room = f"{grader}.worker"
+    assert f"{room}.process" in held and f"{room}.allowed_ops" in held
+    others = [m for m in held if not (m == room or m.startswith(f"{room}."))]
+    assert others == ["annotated_transformer.course", grader, f"{grader}.protocol"]
+
+
 def test_global_state_set_at_import_is_reset_before_each_probe(pool, folder):
     assert learner(pool, folder).run(call, name="global_state", x=X) == (
         "torch.float32", True, "torch.float32")
@@ -656,7 +669,7 @@ def test_memory_is_bounded_for_the_whole_worker(fresh, folder, monkeypatch):
 
 @CGROUP
 def test_no_process_starts_and_the_group_goes_with_the_worker(fresh, folder):
-    """The kernel refuses the worker's forks (grading.switches); its cgroup, which would
+    """The kernel refuses the worker's forks (grading.worker.switches); its cgroup, which would
     bound and count any process, is removed with it."""
     started = learner(fresh, folder, cpu_seconds=60).run(call, name="forks", x=X)
     assert started == 0

@@ -6,3 +6,11 @@ workers are shown."""
 def call(impl, name, x):
     """``impl.<name>(x)``: a function of the chapter file under test, called in the worker."""
     return getattr(impl, name)(x)
+
+
+def grader_modules(impl):
+    """The modules of the course's tools that the worker holds, the chapter module under
+    test imported."""
+    import sys
+
+    return sorted(m for m in sys.modules if m.startswith("annotated_transformer.course"))

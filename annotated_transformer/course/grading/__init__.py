@@ -3,6 +3,12 @@
 These are the files that decide a grade (the grading manifest holds them); the
 instructor's tools over many learners are :mod:`annotated_transformer.course.instructor`.
 
+Two rooms and a door: a file's folder says in which process it runs. Everything the grading
+worker (the process that imports and calls the learner's code) imports of the grader is
+under :mod:`.worker`; everything else here is the trusted side, which never imports
+``worker/`` (the supervisor starts it by its module's name). :mod:`.protocol` is the door,
+the one module both import (``tests/grading/test_grader_design.py`` checks all three).
+
 Running (the trusted side)
   - :mod:`.grade`: ``python -m annotated_transformer grade``: the command over the engine.
   - :mod:`.engine`: the one entry, ``engine.grade``: runs pytest on the graded tests in a
@@ -22,13 +28,15 @@ Running (the trusted side)
     checks (a submission's grading files and workflows against the course's).
   - :mod:`.cache`: the capstone's result kept while nothing it depends on changed.
   - :mod:`.dependencies`: what each exercise builds on, read from the graded tests.
-  - :mod:`.calls`: which exercises a probe's code called, observed in the worker (the
-    blame of :mod:`.dependencies` follows them).
-  - :mod:`.messages`: how long a message may be.
+  - :mod:`.calls`: which exercises a probe's code called, from the names the worker observed
+    (the blame of :mod:`.dependencies` follows them).
+  - :mod:`.standins`: which earlier exercises a test runs on the grader's own versions of
+    them (the worker builds those), so that each exercise is graded on its own code.
+  - :mod:`.messages`: the sealed id of the mistake a message names, what a learner reads for
+    an exception, and a message shown as data.
 
-The worker (where the learner's code runs)
-  - :mod:`.supervisor`: the trusted side: starts the worker and talks to it
-    (``CodeUnderTest.run`` a probe).
+Talking to the worker (the trusted side)
+  - :mod:`.supervisor`: starts the worker and talks to it (``CodeUnderTest.run`` a probe).
   - :mod:`.boundary`: the operating-system boundary around the worker (bubblewrap) and
     its CPU meter.
   - :mod:`.watch`: the deadlines of a call (CPU seconds, waiting without computing, a reply).
@@ -36,16 +44,14 @@ The worker (where the learner's code runs)
     what a call can end with besides its value, and whose fault it is.
   - :mod:`.limits`: a cgroup per worker (its memory and processes together), or why not.
   - :mod:`.output`: what the worker prints, drained as it comes and kept bounded.
-  - :mod:`.worker`: the worker process; installs the parts policy of :mod:`.confinement`.
-  - :mod:`.confinement`: every source means the learner's folder; blocked chapters.
-  - :mod:`.allowed_ops`: the aten ops a guarded exercise's code may reach (an allow-list),
-    refused at PyTorch's dispatcher whatever name reached the others.
-  - :mod:`.switches`: every other way to PyTorch's mode stacks taken out of reach, and no
-    new thread or process in the worker (seccomp).
-  - :mod:`.standins`: the grader's own versions of the exercises a later one builds on, so
-    that each is graded on its own code.
-  - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``) and the
-    worker's :class:`~.protocol.Reply`, checked on arrival.
+
+The door
+  - :mod:`.protocol`: the frames between the two (plain data, ``weights_only``), the
+    worker's :class:`~.protocol.Reply`, checked on arrival, how long a message may be, and
+    which stand-ins a request may ask for.
+
+The worker (where the learner's code runs)
+  - :mod:`.worker`: the worker process and what it imports (its own map).
 
 Rules
   - :mod:`.source_rules`: what an exercise file may not do, read without running it.

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from annotated_transformer.course.grading.exercise_id import ExerciseId, order
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.outcomes import GraderFault, Outcome
+from annotated_transformer.course.grading.protocol import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec
 from annotated_transformer.layout import GRADED_DIR, ROOT, chapter_test_files

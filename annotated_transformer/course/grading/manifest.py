@@ -92,12 +92,12 @@ def preloaded_modules() -> tuple[str, ...]:
     """The grader's worker's ``PRELOADED``, read from its source, not imported: the grader
     never imports the worker's module, so that a worker that cannot start (a broken
     installation) is said in one line by the supervisor, not by a traceback here."""
-    source = Path(__file__).with_name("worker.py").read_text(encoding="utf-8")
+    source = (Path(__file__).parent / "worker" / "process.py").read_text(encoding="utf-8")
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "PRELOADED" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
-    raise ValueError("the grader's worker.py defines no PRELOADED")
+    raise ValueError("the grader's worker/process.py defines no PRELOADED")
 
 
 def imported_modules(root: Path, files: list[Path], names: set[str]) -> list[Path]:
@@ -214,7 +214,7 @@ def integrity(path: Path, submission: Path) -> Integrity:
     """What ``--verify-manifest`` reports: the files of ``submission`` that differ from the
     manifest at ``path``. A manifest that cannot be read is a ``ValueError``; a submission
     whose files cannot be read is named as such (a learner's file, not the grader's)."""
-    from annotated_transformer.course.grading.messages import cut
+    from annotated_transformer.course.grading.protocol import cut
     from annotated_transformer.course.grading.report import Integrity
 
     if not submission.is_dir():

@@ -1,29 +1,12 @@
-"""How long a message may be, the id of the mistake it names, and how a message is shown as data:
-one rule for the worker, the pytest plugin and the reports."""
+"""The id of the mistake a message names, what a learner reads for an exception, and how a
+message is shown as data: one rule for the pytest plugin and the reports (the trusted side;
+how long a message may be is the protocol's, :data:`~.protocol.MESSAGE_LIMIT`)."""
 
 from __future__ import annotations
 
 import hmac
 import re
 import secrets
-from typing import Any
-
-# The most characters of a message that travels or is reported (the marker of the cut included).
-MESSAGE_LIMIT = 2000
-
-
-def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
-    """``text`` (made a string) of at most ``limit`` characters: a longer one keeps its
-    beginning and ends with ``[... cut: N characters]``; a lone surrogate (which no file
-    can hold) becomes its escape."""
-    text = str(text)
-    if any("\ud800" <= c <= "\udfff" for c in text[:limit * 2]):
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) <= limit:
-        return text
-    keep = limit - len(f" [... cut: {len(text)} characters]")
-    return f"{text[:keep]} [... cut: {len(text) - keep} characters]"
-
 
 # A graded test that recognises a known mistake (tests/graded/mistakes.py) puts its id in the
 # test's message, sealed with a secret of the grader's own process: the learner's code runs in
@@ -136,7 +119,7 @@ WAYS_FORWARD = (
      "masked_fill, torch.where)."),
 )
 _WAYS_FORWARD = tuple((re.compile(pattern), advice) for pattern, advice in WAYS_FORWARD)
-# The worker's words for a result it cannot send back (grading.worker), and NumPy's type names.
+# The worker's words for a result it cannot send back (worker.process), and NumPy's type names.
 _NOT_SENT = re.compile(r"^the result could not be sent back to the grader: a (\w+) is not plain "
                        r"data \(")
 _NUMPY_TYPES = {"ndarray", "matrix", "float64", "float32", "float16", "int64", "int32", "bool_",

@@ -48,8 +48,9 @@ import pytest
 
 from annotated_transformer.course.grading import boundary, outcomes
 from annotated_transformer.course.grading.exercise_id import ExerciseId
-from annotated_transformer.course.grading.messages import MESSAGE_LIMIT, cut, unseal
+from annotated_transformer.course.grading.messages import unseal
 from annotated_transformer.course.grading.outcomes import Outcome
+from annotated_transformer.course.grading.protocol import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.results import TestRecord
 from annotated_transformer.course.grading.runspec import RunSpec, stream_seed
 from annotated_transformer.course.grading.supervisor import (

@@ -1,4 +1,6 @@
-"""The messages between the trusted grader and the worker that runs a learner's code.
+"""The messages between the trusted grader and the worker that runs a learner's code: the
+door between the two rooms, the one module of the grader that both the worker's side
+(:mod:`.worker`) and the trusted side import.
 
 A message is a length-prefixed frame holding ``torch.save`` of plain data: tensors,
 numbers, strings, ``None``, lists, tuples and dicts of them, dtypes and sizes. Both
@@ -7,7 +9,9 @@ so a frame from a hostile worker can carry wrong numbers but never run code in t
 grader. A frame larger than :data:`MAX_FRAME` is refused, and so is one whose parts are
 compressed (before ``torch.load`` inflates them) or that stands for more than
 :data:`MAX_ITEMS` items or :data:`MAX_FRAME` bytes once the parts it shares are counted
-each time they appear.
+each time they appear. What both sides must agree on besides the frames is here too: how
+long a message may be (:func:`cut`) and which stand-ins a request may ask for
+(:data:`STAND_INS`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,38 @@ MAX_FRAME = 32 * 2**20
 # sends at most 618 in a message; a million took the grader 4 s to read.
 MAX_ITEMS = 100_000
 HEADER = struct.Struct(">Q")
+
+# The most characters of a message that travels or is reported (the marker of the cut included):
+# the worker cuts an exception's text to it, the grader what it records and reports.
+MESSAGE_LIMIT = 2000
+
+
+def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` (made a string) of at most ``limit`` characters: a longer one keeps its
+    beginning and ends with ``[... cut: N characters]``; a lone surrogate (which no file
+    can hold) becomes its escape."""
+    text = str(text)
+    if any("\ud800" <= c <= "\udfff" for c in text[:limit * 2]):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    keep = limit - len(f" [... cut: {len(text)} characters]")
+    return f"{text[:keep]} [... cut: {len(text) - keep} characters]"
+
+
+# The exercises whose stand-ins a request may ask for (its ``standins``: the grader's own
+# versions of earlier exercises, :mod:`.standins`), and the name each replaces in the chapter
+# module under test.
+STAND_INS = {
+    "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax",
+    "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention", "4.1": "padding_mask",
+    "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
+    "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "5.4": "EncoderLayer",
+    "5.5": "DecoderLayer", "5.6": "Encoder", "5.7": "Decoder", "6.2": "LabelSmoothingLoss",
+}
+# A reply's ``called`` names a stand-in that ran as this prefix and its exercise
+# (``stand-in:3.3``): what a note about an earlier part may name (:mod:`.calls`).
+STAND_IN = "stand-in:"
 
 
 class ProtocolError(RuntimeError):
@@ -50,7 +86,7 @@ class Reply:
     ``value``: the probe's result (plain data) when ``ended`` is None; else ``message``,
     and for :attr:`Ended.RAISED` the exception's ``types`` (most derived first), ``where``
     (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``).
-    ``called``: the chapters' functions its code entered (:mod:`.calls`)."""
+    ``called``: the chapters' functions its code entered (:mod:`.worker.calls`)."""
 
     ended: Ended | None = None
     value: Any = None

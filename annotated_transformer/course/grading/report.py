@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading.messages import CONTROL, cut, markdown_code
+from annotated_transformer.course.grading.messages import CONTROL, markdown_code
 from annotated_transformer.course.grading.outcomes import Outcome
+from annotated_transformer.course.grading.protocol import cut
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
 
 # Characters that XML 1.0 cannot hold (JUnit).

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from annotated_transformer.course.grading.messages import cut
 from annotated_transformer.course.grading.outcomes import Outcome
+from annotated_transformer.course.grading.protocol import cut
 
 # What only a gradebook's result says (left out of the report's JSON while unset).
 _IN_GRADEBOOK = {"learner": "", "flags": "", "seed": None, "graded_at": "", "override": ""}
@@ -37,7 +37,7 @@ class TestRecord:
     errors: bool = False  # it checks a clear error on bad input
     parts: str | None = None  # the source it ran against (--parts; "variant:NAME")
     mistake: str = ""  # the id of the known mistake its message names (tests/graded/mistakes.py)
-    calls: tuple[str, ...] = ()  # the chapters' functions its code entered (grading.calls)
+    calls: tuple[str, ...] = ()  # the chapters' functions its code entered (grading.worker.calls)
     printed: str = ""  # the end of what the code under test printed in it
 
     def __post_init__(self) -> None:

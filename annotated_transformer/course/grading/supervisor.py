@@ -3,7 +3,7 @@
 The graded tests run in the trusted process and never import a learner's code. A test
 hands a *probe* (a small function of its own file, the part that calls the learner's
 code) and its inputs to :meth:`CodeUnderTest.run`; the probe runs in the worker
-(:mod:`annotated_transformer.course.grading.worker`) and what it returns comes back as plain
+(:mod:`annotated_transformer.course.grading.worker.process`) and what it returns comes back as plain
 data, which the test then checks against what it computes itself with PyTorch's own
 ops. Whatever the learner's code does in the worker, it cannot reach the verdict: the
 worker is its own process (its own session, killed at the end), its replies are parsed
@@ -63,8 +63,8 @@ STACK_DUMP = re.compile(r"(?m)^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most r
                         r"first\):")  # faulthandler's stack, asked for by the grader
 # How the worker starts: the grader's own copy of the package first on its path (the worker
 # runs the package that grades, installed or not), then the worker's main.
-WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-               "from annotated_transformer.course.grading.worker import main; sys.exit(main())")
+WORKER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from annotated_transformer.course."
+               "grading.worker.process import main; sys.exit(main())")
 STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')  # as faulthandler prints a frame
 
 
@@ -319,7 +319,7 @@ class CodeUnderTest:
         self.pool, self.source, self.chapter, self.exercise = pool, source, chapter, exercise
         self.forbid_ops, self.seed, self.cpu_seconds = forbid_ops, seed, cpu_seconds
         self.printed = ""  # what the code under test printed in this test (its end)
-        self.called: set[str] = set()  # the chapters' functions it entered (grading.calls)
+        self.called: set[str] = set()  # the chapters' functions it entered (grading.worker.calls)
         self.observe = False  # whether the worker notes them (an exercise that builds on others)
         self.standins: tuple[str, ...] = ()  # earlier exercises on the grader's stand-ins
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import manifest
-from annotated_transformer.course.grading.messages import cut
+from annotated_transformer.course.grading.protocol import cut
 from annotated_transformer.course.instructor.gradebook import Learner
 from annotated_transformer.layout import (
     CHAPTER_FILE,

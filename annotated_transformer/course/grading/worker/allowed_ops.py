@@ -21,7 +21,7 @@ another chapter's file, an argument passed by position. Ops that PyTorch decompo
 dispatch (``linear``, ``einsum``, ``cross_entropy``) arrive as the ops they decompose into.
 
 The worker builds its guard from this module when it starts, before any learner code is
-imported, and keeps it where no name of an exercise file reaches (:mod:`.worker`).
+imported, and keeps it where no name of an exercise file reaches (:mod:`.process`).
 
 The guard looks away in two places only, and no code of the learner's runs in either:
 
@@ -163,7 +163,7 @@ def guard_factory():
     elementary, name_of, error = ELEMENTARY, op_name, ForbiddenOpUsed
     frozen, text, listed, attribute = frozenset, str, list, getattr
     # The mode stacks' own functions, held here: the worker then takes them out of every
-    # other name's reach (grading.switches), so only this guard pushes and pops its modes.
+    # other name's reach (grading.worker.switches), so only this guard pushes and pops its modes.
     stacks = torch._C
     push_dispatch, pop_dispatch = (stacks._push_on_torch_dispatch_stack,
                                    stacks._pop_torch_dispatch_stack)
@@ -184,7 +184,7 @@ def guard_factory():
     hooks_on = autograd._saved_tensors_hooks_enable
     collecting, stop_collecting, collect = gc.isenabled, gc.disable, gc.enable
     plain, parameter = torch.Tensor, torch.nn.Parameter
-    exemption = [0]  # > 0 while a stand-in of the grader computes (grading.standins)
+    exemption = [0]  # > 0 while a stand-in of the grader computes (grading.worker.standins)
 
     @contextlib.contextmanager
     def exempt():

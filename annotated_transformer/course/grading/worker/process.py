@@ -39,9 +39,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from annotated_transformer.course.grading import allowed_ops, calls, standins, switches
-from annotated_transformer.course.grading.messages import cut
-from annotated_transformer.course.grading.protocol import Ended, Reply
+from annotated_transformer.course.grading.protocol import STAND_IN, STAND_INS, Ended, Reply, cut
+from annotated_transformer.course.grading.worker import allowed_ops, calls, standins, switches
 from annotated_transformer.sources import VARIANT
 
 # Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
@@ -115,13 +114,13 @@ class Worker:
         # The guard of a probe, built now, before any learner code, and held here only: an
         # exercise file that replaces a name of this module or of allowed_ops changes nothing.
         self._guard = allowed_ops.guard_factory()
-        # Then every other way to the mode stacks is taken away (grading.switches): a call
+        # Then every other way to the mode stacks is taken away (grading.worker.switches): a call
         # of one is recorded here, and the probe that made it is refused.
         self.attempts: list[str] = []
         switches.seal(self.attempts)
         self._plain = plain_factory()  # the reply's conversion, bound before learner code too
         # What the grader's stand-ins for the earlier exercises an exercise builds on compute
-        # under the guard's exemption (grading.standins), made now too; the stand-ins
+        # under the guard's exemption (grading.worker.standins), made now too; the stand-ins
         # themselves are made for each request that is handed them, and revoked when it
         # ends. Each notes here that it ran, or that it was called once revoked.
         self.stood_in: list[str] = []
@@ -130,7 +129,7 @@ class Worker:
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
 
         from annotated_transformer import parts
-        from annotated_transformer.course.grading import confinement
+        from annotated_transformer.course.grading.worker import confinement
 
         if self.learner_dir is not None:  # every source, the reference included, is its folder
             parts.install_policy(confinement.Confinement(
@@ -176,12 +175,12 @@ class Worker:
     def handle(self, request: dict[str, Any]) -> Reply:
         import torch
 
-        from annotated_transformer.course.grading.confinement import BlockedChapter
+        from annotated_transformer.course.grading.worker.confinement import BlockedChapter
         from annotated_transformer.parts import use_parts
 
         probe = self.probe(request["file"], request["function"])
         seen = calls.Observed(bool(request.get("observe")))  # the chapters' functions it
-        # entered (grading.calls), for an exercise that builds on others
+        # entered (grading.worker.calls), for an exercise that builds on others
         guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
             "forbid_ops"] else None
         hits: list[str] = guarded[1] if guarded is not None else []
@@ -189,7 +188,7 @@ class Worker:
         made, revoke = standins.build(self._computed, self.stood_in.append, self.kept.append,
                                       str(request["exercise"])) if request.get("standins") else (
             {}, None)
-        stand_ins = {standins.EXERCISES[e]: made[e] for e in request["standins"] if e in made
+        stand_ins = {STAND_INS[e]: made[e] for e in request["standins"] if e in made
                      } if made else {}
         patched: dict[str, Any] = {}  # the chapter module's own names, while it runs
         # The guard is on before the chapter module is imported and stays on until the
@@ -222,7 +221,7 @@ class Worker:
                     revoke()
                 module_dict = module.__dict__ if patched else {}
                 module_dict.update(patched)
-            called = seen.names() + [calls.STAND_IN + e for e in dict.fromkeys(
+            called = seen.names() + [STAND_IN + e for e in dict.fromkeys(
                 self.stood_in[ran:])]  # the stand-ins it called: what a note may name
         own = request["exercise"] in self.stood_in[ran:]
         revoked = self.kept[kept:]
@@ -234,7 +233,7 @@ class Worker:
         elif revoked:
             exercise, owner = revoked[0]
             forbidden = (f"your code ran the grader's stand-in for exercise {exercise} "
-                         f"({standins.EXERCISES[exercise]}), which a test of exercise {owner} "
+                         f"({STAND_INS[exercise]}), which a test of exercise {owner} "
                          f"was handed and your code kept: a stand-in serves only the test it "
                          f"is handed to (ask active_parts() for a part where you use it, and "
                          f"keep none)")
@@ -377,7 +376,7 @@ def main() -> int:
 
         protocol.decode(protocol.encode({"ready": torch.zeros(1)}))  # load what replies need
         drop_privileges(config["user"])
-    # No thread or process of its own from here on (the guard is per thread): grading.switches
+    # No thread or process of its own from here on (the guard is per thread): worker.switches
     refused = None if config.get("new_tasks") else switches.forbid_new_tasks()
     if refused is not None:
         print(f"grading worker: {refused}; threads are not refused", file=sys.stderr)

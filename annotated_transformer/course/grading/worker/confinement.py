@@ -1,10 +1,11 @@
 """The grading worker's policy for the parts registry: the learner's folder is every source.
 
-Installed once by the worker (:mod:`.worker`) before any learner code runs, through the
+Installed once by the worker (:mod:`.process`) before any learner code runs, through the
 registry's one hook (:func:`annotated_transformer.parts.install_policy`): whatever a
 learner's file asks for, the reference included, it gets the learner's own parts; the
 chapters in ``blocked`` (files that broke the rules of what an exercise file may do,
-:mod:`.source_rules`) are never imported, and asking for them raises :class:`BlockedChapter`.
+:mod:`~annotated_transformer.course.grading.source_rules`, checked on the trusted side) are
+never imported, and asking for them raises :class:`BlockedChapter`.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ SWITCHES = (
 METHODS = (("_DispatchOperatorHandle", "redispatch_boxed"),)
 # torch.library's registrations: a kernel of the learner's for an aten op (or a fallback)
 # would run inside the guard's own dispatch handler, where its mode is popped
-# (grading.allowed_ops). A library is made, or a kernel, fallback or op registered on one
+# (grading.worker.allowed_ops). A library is made, or a kernel, fallback or op registered on one
 # (on a library PyTorch made before, too), only by a module of PyTorch's being imported
 # (the meta device imports PyTorch's compiler, which registers its own).
 LIBRARY = ("_dispatch_library",)
