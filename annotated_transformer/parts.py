@@ -76,7 +76,7 @@ from annotated_transformer.layout import (
     PARTS_PACKAGES,
     SOLUTIONS_DIR,
 )
-from annotated_transformer.sources import Source
+from annotated_transformer.sources import Source, Word
 
 # The course's folders of chapter files, imported as packages of these names from the
 # repository (never installed: ``pyproject.toml`` installs ``annotated_transformer`` alone).
@@ -139,10 +139,10 @@ def _source_dir(source: str) -> Path:
     """The folder that holds a source's chapter files (see :mod:`annotated_transformer.sources`
     for what each word means)."""
     parsed = Source.parse(source)
-    if parsed.word == "variants":
+    if parsed.word is Word.VARIANTS:
         raise ValueError("'variants' are the graded tests' wrong and right answers, graded "
                          "by the graded tests only; they are not parts to build a model from")
-    source = parsed.word if parsed.folder is None else str(parsed.folder)
+    source = parsed.word.value if parsed.folder is None else str(parsed.folder)
     if source in PACKAGES:
         if not PACKAGES[source].is_dir():
             raise ModuleNotFoundError(

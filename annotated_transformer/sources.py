@@ -21,6 +21,7 @@ graded on its own: :func:`parse_sources`. The model commands take one: :meth:`So
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES
@@ -29,14 +30,35 @@ WORDS = ("solutions", "exercises", *PARTS_PACKAGES, "variants")  # any other is 
 VARIANT = "variant:"  # the prefix of one variant's name
 
 
+class Word(str, Enum):
+    """What a source is: a word of :data:`WORDS`, a folder, or one variant. Equal to its
+    text, and hashed as its text, so a table keyed by the words finds it."""
+
+    SOLUTIONS = "solutions"
+    EXERCISES = "exercises"
+    FAST = "fast"
+    VARIANTS = "variants"
+    FOLDER = "folder"
+    VARIANT = "variant"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
 @dataclass(frozen=True)
 class Source:
     """One source: ``word`` is one of :data:`WORDS`, ``"folder"`` with ``folder`` set
     (resolved), or ``"variant"`` with ``variant`` its name."""
 
-    word: str
+    word: Word
     folder: Path | None = None
     variant: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "word", Word(self.word))  # a ValueError for another word
 
     @classmethod
     def of_variant(cls, name: str) -> Source:
@@ -68,7 +90,7 @@ class Source:
         """The word again, a folder as its absolute path: parsed again, the same source."""
         if self.variant is not None:
             return f"{VARIANT}{self.variant}"
-        return str(self.folder) if self.folder is not None else self.word
+        return str(self.folder) if self.folder is not None else self.word.value
 
     @property
     def label(self) -> str:
@@ -78,13 +100,13 @@ class Source:
     @property
     def trusted(self) -> bool:
         """Whether it is the course's own code (the reference, the fast parts, a variant)."""
-        return self.word in ("solutions", "variant", *PARTS_PACKAGES)
+        return self.word in (Word.SOLUTIONS, Word.VARIANT, *PARTS_PACKAGES)
 
     @property
     def learner_folder(self) -> Path | None:
         """The folder of a learner's files that this source grades (``exercises/`` or the
         folder); None for the course's own code (the reference, the fast parts, variants)."""
-        if self.word == "exercises":
+        if self.word is Word.EXERCISES:
             return EXERCISES_DIR.resolve()
         return self.folder
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from annotated_transformer.course.grading.supervisor import LearnerRaised
+from annotated_transformer.course.grading.outcomes import LearnerRaised
 
 from checks import (
     ATTENTION_OPS,

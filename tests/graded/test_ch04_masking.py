@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from annotated_transformer.course.grading.supervisor import LearnerRaised
+from annotated_transformer.course.grading.outcomes import LearnerRaised
 
 from checks import assert_tensor
 from mistakes import first_match, named

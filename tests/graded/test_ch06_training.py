@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.batch import Batch
-from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
+from annotated_transformer.course.grading.outcomes import LearnerNotImplemented
 
 from checks import (
     LOGSUMEXP_OPS,

@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from annotated_transformer.course.grading.supervisor import LearnerNotImplemented
+from annotated_transformer.course.grading.outcomes import LearnerNotImplemented
 
 from checks import (
     ATTENTION_OPS,

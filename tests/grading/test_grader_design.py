@@ -225,6 +225,42 @@ def test_the_files_that_decide_a_grade_import_no_instructor_tool():
     assert not problems, problems
 
 
+# Names whose values are words of the grader's vocabulary (an Outcome, a StopReason, how a
+# reply Ended): compared with a member, never with a string.
+VOCABULARY_NAMES = {"status", "outcome", "reason", "ended", "word"}
+
+
+def _compared_with_a_string(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of each comparison of a vocabulary name (``row.status``, ``reason``)
+    with a string literal (``==``, ``!=``, ``in`` a tuple or set of them)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = [n.attr if isinstance(n, ast.Attribute) else n.id for n in sides
+                 if isinstance(n, (ast.Attribute, ast.Name))
+                 and (n.attr if isinstance(n, ast.Attribute) else n.id) in VOCABULARY_NAMES]
+        strings = [n for n in sides if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   or isinstance(n, (ast.Tuple, ast.Set, ast.List)) and any(
+                       isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)]
+        if named and strings:
+            found.append((node.lineno, named[0]))
+    return found
+
+
+def test_no_status_reason_or_source_is_compared_with_a_string():
+    """Every status, stop reason and way a reply ended is a member of its enumeration
+    (``Outcome``, ``watch.StopReason``, ``protocol.Ended``), and the grader compares them as
+    members: a word's spelling lives in one place."""
+    problems = [f"{p.relative_to(ROOT)}:{line} compares {name} with a string"
+                for p in sorted(GRADING.rglob("*.py"))
+                for line, name in _compared_with_a_string(ast.parse(p.read_text()))]
+    assert not problems, problems
+    planted = ast.parse("if row.status == 'passed' or reason in ('cpu', 'busy'): pass")
+    assert [name for _, name in _compared_with_a_string(planted)] == ["status", "reason"]
+
+
 @pytest.mark.slow  # about 40 s: mypy reads the grader and what it imports (pinned)
 def test_a_type_checker_passes_over_the_grader():
     done = subprocess.run([sys.executable, "-m", "mypy", str(GRADING.relative_to(ROOT))],

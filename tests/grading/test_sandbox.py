@@ -21,7 +21,7 @@ import pytest
 import torch
 from probes.worker_probes import call, grader_modules
 
-from annotated_transformer.course.grading import boundary, limits, outcomes, supervisor, watch
+from annotated_transformer.course.grading import boundary, limits, supervisor, watch
 from annotated_transformer.course.grading.supervisor import (
     OUTPUT_LIMIT,
     CodeUnderTest,
@@ -519,7 +519,7 @@ def test_code_that_waits_without_computing_is_stopped_and_blamed(fresh, folder, 
     monkeypatch.setattr(watch, "WAIT_SECONDS", 3.0)
     with pytest.raises(WorkerTimeout, match="waited 3 s without computing") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name=name, x=X)
-    assert stopped.value.reason == "waited" and not stopped.value.at_import
+    assert stopped.value.reason is watch.StopReason.WAITED and not stopped.value.at_import
     if name != "stops_itself":  # a stopped process cannot print its stack
         assert stopped.value.where.startswith("ch02_attention.py:")
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
@@ -534,10 +534,10 @@ def test_a_reply_never_finished_is_stopped_and_blamed(fresh, folder, monkeypatch
     """Its bytes drip, so the call never waits; its time counts towards the run's waiting
     all the same, so that each exercise cannot cost a reply's deadline."""
     monkeypatch.setattr(watch, "REPLY_SECONDS", 3.0)
-    monkeypatch.setattr(outcomes, "TOTAL_WAIT_SECONDS", 5.0)
+    monkeypatch.setattr(watch, "TOTAL_WAIT_SECONDS", 5.0)
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name="trickles", x=X)
-    assert stopped.value.reason == "reply"
+    assert stopped.value.reason is watch.StopReason.REPLY
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later"):
         learner(fresh, folder, cpu_seconds=60, exercise="2.3").run(call, name="trickles", x=X)
@@ -559,11 +559,11 @@ def test_a_request_read_a_page_at_a_time_is_stopped_and_counted(fresh, folder, m
     """Its bytes move, so the call never waits; it is stopped all the same, and its time
     counts towards the run's waiting."""
     monkeypatch.setattr(watch, "REPLY_SECONDS", 3.0)
-    monkeypatch.setattr(outcomes, "TOTAL_WAIT_SECONDS", 2.0)
+    monkeypatch.setattr(watch, "TOTAL_WAIT_SECONDS", 2.0)
     learner(fresh, folder).run(call, name="reads_slowly", x=X)
     with pytest.raises(WorkerTimeout, match="had not read the grader's request 3 s") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name="softmax", x=torch.zeros(10**6))
-    assert stopped.value.reason == "request"
+    assert stopped.value.reason is watch.StopReason.REQUEST
     with pytest.raises(WorkerTimeout, match="kept the grader waiting [0-9]+ s over its tests"):
         learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X)
 
@@ -722,12 +722,12 @@ def test_a_worker_stopped_twice_for_a_busy_machine_runs_no_more(fresh, folder, m
         raise MachineBusy("the machine was too busy: after 300 s of wall time")
 
     monkeypatch.setattr(supervisor.WorkerProcess, "call", busy)
-    for _ in range(outcomes.BUSY_LIMIT):
+    for _ in range(watch.BUSY_LIMIT):
         with pytest.raises(MachineBusy, match="after 300 s"):
             learner(fresh, folder).run(call, name="softmax", x=X)
     with pytest.raises(MachineBusy, match="other tests were not run. Not your code's fault"):
         learner(fresh, folder).run(call, name="softmax", x=X)
-    assert len(sent) == outcomes.BUSY_LIMIT
+    assert len(sent) == watch.BUSY_LIMIT
 
 
 @pytest.mark.parametrize("name, total, says", [
@@ -737,7 +737,7 @@ def test_calls_each_within_their_limits_are_stopped_by_the_run_s_total(fresh, fo
                                                                        total, says, monkeypatch):
     """Each call waits (or computes) well within its own limit; once the calls together pass
     the run's total, the learner's other calls end at once, blamed on the code."""
-    monkeypatch.setattr(outcomes, total, 2.0)
+    monkeypatch.setattr(watch, total, 2.0)
     for _ in range(2):
         assert learner(fresh, folder).run(call, name=name, x=X).shape == X.shape
     started = time.monotonic()

@@ -33,7 +33,7 @@ from annotated_transformer.layout import (
     TESTS_DIR,
     relative,
 )
-from annotated_transformer.sources import parse_sources
+from annotated_transformer.sources import Word, parse_sources
 
 KEPT = (Outcome.PASSED, Outcome.FAILED)  # the verdicts worth keeping
 ENTRIES = 20  # the most results kept; the oldest go first
@@ -55,7 +55,7 @@ def source_folder(parts: str) -> Path | None:
         return None
     if len(sources) != 1:
         return None
-    return SOLUTIONS_DIR if sources[0].word == "solutions" else sources[0].learner_folder
+    return SOLUTIONS_DIR if sources[0].word is Word.SOLUTIONS else sources[0].learner_folder
 
 
 def _digest(path: Path) -> str:

@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -68,7 +69,10 @@ from annotated_transformer.layout import (
     VARIANTS_DIR,
     chapter_test_files,
 )
-from annotated_transformer.sources import Source
+from annotated_transformer.sources import Source, Word
+
+if TYPE_CHECKING:
+    from annotated_transformer.course.grading.source_rules import Violation
 
 # What tests/graded/conftest.py takes: pytest reads a conftest's hooks and fixtures by name.
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_unconfigure", "learner",
@@ -125,7 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
     first = spec.sources[0]
     if not config.option.collectonly and not _all_untouched(first):
         try:
-            pool.start(Source("solutions") if first.word == "variants" else first)
+            pool.start(Source(Word.SOLUTIONS) if first.word is Word.VARIANTS else first)
         except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
             pass
 
@@ -160,14 +164,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     exercise = _exercise(metafunc.definition)
     chosen: list[Source] = []
     for source in run_spec(metafunc.config).sources:
-        if source.word == "variants":
+        if source.word is Word.VARIANTS:
             _variants_importable()
             import variants
 
             chosen += [Source.of_variant(v.name)
                        for v in variants.for_chapter(metafunc.module.CHAPTER)
                        if v.exercise == exercise]
-        elif source.word == "variant":  # one variant: the tests of its own exercise only
+        elif source.word is Word.VARIANT:  # one variant: the tests of its own exercise only
             _variants_importable()
             import variants
 
@@ -202,10 +206,10 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
             raise LearnerNotImplemented(f"Exercise {exercise}: {stub}")
         found = _violations(parts)
         own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
-        if own and outcomes.unreadable(own[0].message):
-            raise LearnerRaised(["SyntaxError"], _say(own[0]), "")
+        if own and own[0].unreadable:
+            raise LearnerRaised(["SyntaxError"], own[0].told(), "")
         if own:
-            raise ForbiddenCall(_say(own[0]))
+            raise ForbiddenCall(own[0].told())
     spec = run_spec(request.config)
     cpu_seconds = spec.cpu_seconds
     limit = request.node.get_closest_marker("cpu_seconds")
@@ -313,15 +317,12 @@ def _violations(parts: Source) -> Mapping[int, list]:
     return source_rules.check_folder(folder, _forbidden_names()) if folder else {}
 
 
-def _blocked(parts: Source) -> Mapping[int, str]:
-    """Chapter files that break a rule for every exercise: never imported in the worker."""
+def _blocked(parts: Source) -> Mapping[int, Violation]:
+    """Chapter files that break a rule for every exercise, each with its first violation
+    (a :class:`~.source_rules.base.Violation`): never imported in the worker."""
     general = {c: [v for v in found if v.exercise is None]
                for c, found in _violations(parts).items()}
-    return {c: _say(found[0]) for c, found in general.items() if found}
-
-
-def _say(violation) -> str:
-    return f"{Path(violation.path).name}, line {violation.line}: {violation.message}"
+    return {c: found[0] for c, found in general.items() if found}
 
 
 # ---------------------------------------------------------------- the records

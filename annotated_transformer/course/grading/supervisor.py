@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from annotated_transformer.course.grading import boundary, limits, outcomes, watch
 from annotated_transformer.course.grading.limits import (  # noqa: F401 - grade's names
@@ -45,6 +45,7 @@ from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the 
 )
 from annotated_transformer.course.grading.output import PrintedOutput
 from annotated_transformer.course.grading.protocol import Ended, Reply
+from annotated_transformer.course.grading.watch import StopReason
 from annotated_transformer.layout import (
     GRADED_DIR,
     PACKAGE_DIR,
@@ -54,6 +55,9 @@ from annotated_transformer.layout import (
     VARIANTS_DIR,
 )
 from annotated_transformer.sources import Source
+
+if TYPE_CHECKING:
+    from annotated_transformer.course.grading.source_rules import Violation
 
 OUTPUT_LIMIT = 4000  # characters of the learner's printed output kept per worker
 DEFAULT_MEMORY = 16 * 2**30  # address space of the worker, bytes (PyTorch maps a lot)
@@ -72,7 +76,7 @@ class WorkerProcess:
     """One worker: a fresh interpreter in its own session, fed requests one at a time,
     started at once and waited for at its first call (it imports PyTorch meanwhile)."""
 
-    def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, str],
+    def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, Violation],
                  user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
                  sandboxed: bool = True, probes: Path = GRADED_DIR,
                  new_tasks: bool = False) -> None:
@@ -82,8 +86,11 @@ class WorkerProcess:
             self.staged, copy = boundary.staged(learner_dir)
             self.renamed, learner_dir = (str(copy), str(learner_dir)), copy
         self.learner_dir, self.probes = learner_dir, probes
+        # What the worker says of a blocked chapter is its violation's text, told as is: a
+        # file that does not parse (a violation marked unreadable) is the learner's error.
+        self.unreadable = frozenset(v.told() for v in blocked.values() if v.unreadable)
         config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
-                  "blocked": {str(c): why for c, why in blocked.items()},
+                  "blocked": {str(c): v.told() for c, v in blocked.items()},
                   "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
                   "user": user, "memory_bytes": memory_bytes, "new_tasks": new_tasks}
         argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
@@ -228,9 +235,9 @@ class WorkerProcess:
 
     def _stopped(self, stop: watch.Stop, cpu_seconds: float, locate: bool) -> Exception:
         """The exception that tells what stopped a call (the worker is stopped too)."""
-        where = self._running_line() if locate and stop.reason != "busy" else ""
+        where = self._running_line() if locate and stop.reason is not StopReason.BUSY else ""
         self.close()
-        return outcomes.stopped(stop, cpu_seconds, where, self._at_import())
+        return watch.stopped(stop, cpu_seconds, where, self._at_import())
 
     def _running_line(self) -> str:
         """The learner's ``file:line`` the worker is running: asked for with SIGUSR1 (the
@@ -341,7 +348,7 @@ class CodeUnderTest:
         if reply.ended is None:
             return reply.value
         message = reply.message
-        if reply.ended is Ended.BLOCKED and outcomes.unreadable(message):  # it does not parse
+        if reply.ended is Ended.BLOCKED and message in self.pool.unreadable(self.source):
             raise LearnerRaised(["SyntaxError"], message, "")
         if reply.ended in (Ended.FORBIDDEN, Ended.BLOCKED):
             raise ForbiddenCall(message)
@@ -376,7 +383,7 @@ class WorkerPool:
     grader running as root always makes it ``nobody`` at least."""
 
     def __init__(self, learner_dir_for: Callable[[Source], Path | None],
-                 blocked_for: Callable[[Source], Mapping[int, str]], user: str | None = None,
+                 blocked_for: Callable[[Source], Mapping[int, Violation]], user: str | None = None,
                  sandboxed: bool = True, probes: Path = GRADED_DIR,
                  new_tasks: bool = False) -> None:
         self.learner_dir_for, self.blocked_for, self.probes = learner_dir_for, blocked_for, probes
@@ -395,7 +402,7 @@ class WorkerPool:
         # worker -> why it could not start: the grader's fault, the same for every later test
         # (each would cost a start of PyTorch), so they end with it at once
         self.unstartable: dict[str, str] = {}
-        self.allowance = outcomes.Allowance()  # what each worker's calls used together
+        self.allowance = watch.Allowance()  # what each worker's calls used together
 
     def _key(self, source: Source) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
@@ -415,6 +422,11 @@ class WorkerPool:
                                    new_tasks=self.new_tasks)
             self.workers[key] = worker
         return worker
+
+    def unreadable(self, source: Source) -> frozenset[str]:
+        """What ``source``'s worker tells of its blocked chapters that do not parse."""
+        worker = self.workers.get(self._key(source))
+        return worker.unreadable if worker is not None else frozenset()
 
     def call(self, source: Source, request: dict[str, Any], cpu_seconds: float) -> Reply:
         key, chapter, exercise = self._key(source), request.get("chapter"), request.get("exercise")
@@ -439,13 +451,14 @@ class WorkerPool:
             budget = min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS) if spent else cpu_seconds
             return worker.call(request, budget, locate=not spent, wait_seconds=waits)
         except WorkerTimeout as stopped:
-            if stopped.reason == "cpu":
+            if stopped.reason is StopReason.CPU:
                 self.timed_out.add((key, exercise))
             else:
                 self.waited.add((key, chapter))
                 what = "Importing your chapter file" if stopped.at_import else "Your exercise"
-                how = {"waited": "waited", "request": "did not read the grader's request"}.get(
-                    stopped.reason, "did not finish its answer")  # "reply": half an answer
+                how = {StopReason.WAITED: "waited",
+                       StopReason.REQUEST: "did not read the grader's request"}.get(
+                    stopped.reason, "did not finish its answer")  # REPLY: half an answer
                 message = (f"{stopped} {what} {how}: its other tests are not run (fix it, "
                            f"then grade again).")
                 self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (

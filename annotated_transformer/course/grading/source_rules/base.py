@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from annotated_transformer.course.grading.source_rules.rules import (
     MAX_MESSAGE,
@@ -23,6 +24,11 @@ class Violation:
     line: int
     exercise: str | None  # "2.1" for a forbidden name of that exercise, else None
     message: str  # one line: what is not allowed and what to do instead
+    unreadable: bool = False  # the file cannot be read as Python at all (the learner's error)
+
+    def told(self) -> str:
+        """What the learner reads: ``file, line N: message``."""
+        return f"{Path(self.path).name}, line {self.line}: {self.message}"
 
 
 def clip(text: str, width: int = 40) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from annotated_transformer.course.grading.source_rules.attributes import AttributeRules
@@ -61,10 +62,12 @@ def check_source(source: str | bytes, path: str,
         text = " ".join((error.text or "").split())
         shown = f" (`{text if len(text) <= 60 else text[:57] + '...'}`)" if text else ""
         return [Violation(path, error.lineno or 1, None, one_line(
-            f"this line is not valid Python: {error.msg}{shown}; fix it so the file runs"))]
+            f"this line is not valid Python: {error.msg}{shown}; fix it so the file runs"),
+            unreadable=True)]
     except (ValueError, RecursionError, MemoryError) as error:  # null bytes, deep nesting
         return [Violation(path, 1, None, one_line(f"{name} cannot be read as Python "
-                                                  f"({error}); simplify the file"))]
+                                                  f"({error}); simplify the file"),
+                          unreadable=True)]
     try:
         return Checker(tree, path, forbidden).run()
     except RecursionError:
@@ -100,7 +103,8 @@ def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: 
         why = _unreadable(path)
         data = path.read_bytes() if why is None else b""
     except OSError as error:
-        why = f"{path.name} cannot be read: {error.strerror or error}"
+        return [Violation(str(path), 1, None, one_line(
+            f"{path.name} cannot be read: {error.strerror or error}"), unreadable=True)]
     if why is not None:
         return [Violation(str(path), 1, None, one_line(why))]
     return check_source(data, str(path), forbidden)
@@ -120,7 +124,7 @@ def check_folder(folder: Path, forbidden_by_chapter: Mapping[
             continue
         chapter = int(match["chapter"])
         label = f"{folder.name}/{path.name}"
-        violations = [Violation(label, v.line, v.exercise, v.message)
+        violations = [replace(v, path=label)
                       for v in check_file(path, forbidden_by_chapter.get(chapter, {}))]
         if violations:
             found[chapter] = violations

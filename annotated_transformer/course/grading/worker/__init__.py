@@ -11,8 +11,9 @@ imports them: the supervisor starts the worker by its module's name
 (``supervisor.WORKER_BOOT``). ``tests/grading/test_grader_design.py`` checks both from the
 imports, ``tests/grading/test_sandbox.py`` from what a worker holds. (The graded test files,
 which a grading worker loads for their probes, import at their top what their pytest side
-uses, the supervisor's exceptions and the sealed tags of ``messages``: a grading worker holds
-those modules too, and never calls them.)
+uses: the exceptions of :mod:`~annotated_transformer.course.grading.outcomes` and the words
+of :mod:`~annotated_transformer.course.grading.messages`, two modules that import no other
+part of the grader. A grading worker holds them too, and never calls them.)
 
   - :mod:`.process`: the worker process: its limits, its loop of requests and replies, a
     probe run with the chapter module under test; installs the parts policy of
