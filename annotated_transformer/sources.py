@@ -65,7 +65,7 @@ class Source:
         """The source of one variant of the graded tests (``tests/variants``)."""
         if not name.isidentifier():
             raise ValueError(f"a variant's name is a Python name, got {name!r}")
-        return cls("variant", variant=name)
+        return cls(Word.VARIANT, variant=name)
 
     @classmethod
     def parse(cls, text: str) -> Source:
@@ -73,7 +73,7 @@ class Source:
         folder that does not exist, an empty word)."""
         text = text.strip()
         if text in WORDS:
-            return cls(text)
+            return cls(Word(text))
         if text.startswith(VARIANT):
             return cls.of_variant(text.removeprefix(VARIANT))
         if not text:
@@ -84,7 +84,7 @@ class Source:
             raise ValueError(
                 f"a parts source is 'solutions', 'exercises', 'fast', 'variants' or a folder "
                 f"of chNN_*.py files; got {text!r}, which is none of them")
-        return cls("folder", path.resolve())
+        return cls(Word.FOLDER, path.resolve())
 
     def __str__(self) -> str:
         """The word again, a folder as its absolute path: parsed again, the same source."""

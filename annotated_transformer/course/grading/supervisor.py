@@ -458,7 +458,7 @@ class WorkerPool:
                 what = "Importing your chapter file" if stopped.at_import else "Your exercise"
                 how = {StopReason.WAITED: "waited",
                        StopReason.REQUEST: "did not read the grader's request"}.get(
-                    stopped.reason, "did not finish its answer")  # REPLY: half an answer
+                    StopReason(stopped.reason), "did not finish its answer")  # REPLY: half
                 message = (f"{stopped} {what} {how}: its other tests are not run (fix it, "
                            f"then grade again).")
                 self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (
