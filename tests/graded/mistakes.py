@@ -317,6 +317,10 @@ MISTAKES = {
     "5.1/statistics-over-positions-too": "This is x normalised with statistics over the "
     "positions and the features together: LayerNorm normalises each position's feature vector "
     "alone, over the last dimension only.",
+    "5.1/dtype-changed": "Its values are right, but for {dtype} x the output is {got}: "
+    "LayerNorm keeps x's dtype (a model in float32 or bfloat16 runs through it). A step in "
+    "another dtype (.double(), dtype=torch.float64, NumPy's float64) changed it: compute with "
+    "x's own dtype, or convert the result back with .to(x.dtype).",
     "5.1/no-parameters": "LayerNorm has no parameters: create weight (ones) and bias (zeros) "
     "of shape [d_model] as nn.Parameter, and return normalised x * weight + bias.",
     # 5.2 PositionwiseFeedForward
@@ -454,6 +458,14 @@ MISTAKES = {
     "included: divide by the number of targets that are not ignore_index.",
     "6.2/nan-when-all-ignored": "With every target ignored the loss is NaN (a mean of nothing, "
     "0 / 0): divide the sum by max(count, 1) so that it is 0, still connected to the logits.",
+    "6.2/dtype-changed": "The loss is right, but for {dtype} logits it is {got}: the loss "
+    "keeps the logits' dtype. A tensor made in another dtype (a one-hot .double(), "
+    "dtype=torch.float64, NumPy's float64) promoted it: make the target distribution with "
+    "dtype=logits.dtype (or .to(logits.dtype)).",
+    "6.2/detached": "The loss is right, but no gradient reaches the logits: it was rebuilt "
+    "off autograd's graph (float(...), .item(), .tolist(), torch.tensor(...) of computed "
+    "values), so loss.backward() would train nothing. Compute it with torch operations on "
+    "the logits alone (a masked sum divided by the count).",
     "6.2/log-of-softmax": "The loss is not finite for logits of +-1000: log(softmax(x)) takes "
     "log(0) = -inf where a probability underflows. Use torch.log_softmax, computed as "
     "x - logsumexp(x).",
@@ -533,6 +545,12 @@ MISTAKES = {
     "7.1/beam-of-bos-copies": "Your beam started with beam_size live copies of BOS, so it "
     "filled with the same hypothesis several times: start with one live hypothesis (the others "
     "at score -inf) so that each step keeps beam_size different ones.",
+    "7.1/scores-in-another-dtype": "With the model in float32, the search writes its "
+    "float32 scores into a tensor of another dtype in place (scores[...] = ..., index_put_), "
+    "which PyTorch refuses: a tensor made with dtype=torch.float64 (or the default float32 "
+    "under a float64 model) does not follow the model. Make the search's tensors in the dtype "
+    "of the model's log-probabilities (dtype=log_probs.dtype), or combine them with + and "
+    "torch.where, which promote, rather than writing in place.",
     # 8.1 next_token_distribution
     "8.1/temperature-after-softmax": "This is the softmax of the logits with the temperature "
     "applied after it (or not at all): divide the logits by the temperature first, then take "
@@ -541,6 +559,10 @@ MISTAKES = {
     "temperature, softmax(logits / T), so that T < 1 sharpens and T > 1 flattens.",
     "8.1/top-k-keeps-k-minus-1": "This keeps {kept} tokens for top_k={k}: keep the tokens whose "
     "logit is at least the k-th largest (logits < kth are removed, not logits <= kth).",
+    "8.1/temperature-zero-divides": "At temperature 0 every probability is NaN: the logits "
+    "were divided by 0, which gives +-inf (and NaN for 0 / 0), and a softmax of those is NaN. "
+    "Temperature 0 means greedy: handle it before dividing, probability 1 on "
+    "logits.argmax(-1) (the first of tied maxima) and 0 elsewhere.",
     "8.1/not-renormalised": "The rows do not sum to 1: after removing tokens, divide the "
     "probabilities that are left by their sum (or set the removed logits to -inf before the "
     "softmax).",
@@ -559,6 +581,9 @@ MISTAKES = {
     "8.2/draws-at-temperature-zero": "At temperature 0 your sample_next still draws from the "
     "generator (its state changed): return the argmax without drawing, so that a generator "
     "shared with other draws gives them what it would have without this call.",
+    "8.2/always-greedy": "Every token drawn at temperature 1.5 is its row's most probable one: "
+    "sample_next returns the argmax whatever the temperature. Draw from the distribution, "
+    "torch.multinomial(probs, 1, generator=generator); only temperature 0 is greedy.",
     "8.2/generator-unused": "The same seed gave different tokens: draw with the generator "
     "passed in, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces "
     "the samples.",

@@ -268,8 +268,15 @@ def test_gradient_matches_cross_entropy(learner, dtype):
     result = learner.run(smoothed_loss_and_gradient, logits=logits.detach().to(dtype),
                          target=target, smoothing=0.2, ignore_index=0)
     what = f"the loss of {dtype} logits"
-    assert_tensor(result["loss"], what, shape=(), dtype=dtype)
-    assert result["grad"] is not None, (
+    loss = assert_tensor(result["loss"], what, shape=())
+    want = F.cross_entropy(logits.detach().to(dtype).double(), target, label_smoothing=0.2,
+                           ignore_index=0)
+    right = torch.allclose(loss.double(), want, atol=1e-5)
+    # Right values: the dtype and the graph of the loss are the contract's too.
+    assert loss.dtype == dtype or not right, named("6.2/dtype-changed", dtype=dtype,
+                                                   got=loss.dtype)
+    assert_tensor(loss, what, dtype=dtype)
+    assert result["grad"] is not None, named("6.2/detached") if right else (
         f"{what} should be on autograd's graph (requires_grad=True), but it is not: no "
         f"gradient reaches the logits. A step left PyTorch's graph (.detach(), .item(), "
         f"NumPy, torch.tensor(...) of computed values): build the loss from torch operations "
