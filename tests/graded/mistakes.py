@@ -212,6 +212,10 @@ MISTAKES = {
     "3.2/d_k-major": "This merges the heads d_k-major (feature j of every head, then j + 1): "
     "head 0's d_k features come first, then head 1's: transpose to [B, L, H, d_k] and "
     "reshape.",
+    "3.2/view-after-transpose": "view() cannot merge the transposed heads: a transpose only "
+    "swaps strides, so the memory is no longer in [B, L, H, d_k] order, which view needs. "
+    "Use x.transpose(1, 2).reshape(B, L, H * d_k) (reshape copies when it must), or "
+    ".contiguous().view(...).",
     "3.2/dtype-changed": "Its values are right, but merge_heads writes x into a tensor of "
     "another dtype: torch.zeros(...) takes PyTorch's default dtype, float32, whatever x's, so "
     "float64 heads are rounded to float32. Only transpose and reshape x itself, "

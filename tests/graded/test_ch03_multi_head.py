@@ -358,7 +358,8 @@ def test_split_heads_explains_indivisible_width(learner):
 def test_merge_heads(learner, batch, heads, length, d_k):
     x = torch.randn(batch, length, heads * d_k, dtype=f64)
     # the worker splits x slice by slice: a non-contiguous [B, H, L, d_k]
-    out = tensor(learner.run(merge_heads_of_split, x=x, heads=heads), "merge_heads(split)")
+    out = tensor(run_naming(learner, merge_heads_of_split, VIEW_OF_TRANSPOSED,
+                            "3.2/view-after-transpose", x=x, heads=heads), "merge_heads(split)")
     split = reference_split(x, heads)
     mistake = None if torch.allclose(out.double(), x) else first_match(out, {
         "3.2/reshape-without-transpose": split.reshape(batch, length, heads * d_k),
@@ -415,6 +416,9 @@ def test_merge_heads_keeps_dtype_device_and_gradient(learner, dtype):
 
 # ---------------------------------------------------------------- 3.3 MultiHeadAttention
 
+# PyTorch's words for view() of a tensor whose memory is out of order (a transpose).
+VIEW_OF_TRANSPOSED = re.compile(r"view size is not compatible with input tensor's size and "
+                                r"stride")
 # PyTorch's words for operands whose sizes do not line up (a product, a sum, a reshape).
 SIZE_MISMATCH = re.compile(r"Expected size for first two dimensions|must match the size of "
                            r"tensor b|shapes cannot be multiplied|is invalid for input of size")

@@ -96,7 +96,8 @@ def wrong_order(x):
     return x.permute(0, 2, 3, 1).reshape(b, length, h * d_k)
 
 
-@wrong("3.2", "merge_heads", "view() after the transpose (memory is not contiguous)")
+@wrong("3.2", "merge_heads", "view() after the transpose (memory is not contiguous)",
+       mistake="3.2/view-after-transpose")
 def view_after_transpose(x):
     b, h, length, d_k = x.shape
     return x.transpose(1, 2).view(b, length, h * d_k)
