@@ -12,9 +12,28 @@ them across years.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from annotated_transformer.course.grading.messages import mistake_tag
+from annotated_transformer.course.grading.supervisor import LearnerRaised
+
+
+def _device_not_kept(inputs: str, fix: str) -> str:
+    """The message of an exercise's ``X.Y/device-not-kept``, one pattern for the course:
+    with ``inputs`` on the meta device, the learner's code made or moved a tensor on the CPU
+    (a clash PyTorch raised, or a result there); ``fix`` says how to keep theirs."""
+    return (f"With {inputs} on the meta device (a stand-in for a GPU), a tensor your code made "
+            f"is on the CPU, PyTorch's default device, or was moved there: {fix}")
+
+
+def _float_mask(what: str, fix: str) -> str:
+    """The message of ``4.X/float-mask``: a mask of numbers where a bool one is due."""
+    return (f"{what} is made of numbers ({{dtype}}), not a torch.bool mask: a mask is True "
+            f"where attention is allowed and False elsewhere, and &, | and ~ combine bool "
+            f"masks. {fix}")
+
 
 MISTAKES = {
     # 1.1 positional_encoding
@@ -42,6 +61,10 @@ MISTAKES = {
     "1.2/not-a-buffer": "The module has no buffer pe: a plain attribute (self.pe = table) is "
     "neither saved in the state_dict nor moved by .to(device). Register it with "
     "self.register_buffer('pe', table).",
+    "1.2/device-not-kept": _device_not_kept(
+        "the module and x", "module.to(device) moves only parameters and buffers, so a table "
+        "made in forward (or kept as a plain attribute) stays behind. Add the buffer "
+        "self.pe: dropout(x + self.pe[:L])."),
     "1.2/dtype-promoted": "For x in {dtype} the output is {got}: adding the float32 table "
     "promoted it. Convert the table to x's dtype first: self.pe[:L].to(x.dtype).",
     "1.2/dropout-in-eval": "Dropout is still on in eval mode (about half the entries are 0): "
@@ -67,6 +90,10 @@ MISTAKES = {
     "1.3/detached": "Its values are right, but no gradient reaches embedding.weight: the "
     "lookup left autograd's graph (embedding.weight.data, .detach(), torch.no_grad(), NumPy), "
     "so the table would never learn. Look up with self.embedding(tokens) itself.",
+    "1.3/device-not-kept": _device_not_kept(
+        "the module and the tokens", "module.to(device) moves only parameters and buffers, "
+        "so a tensor attribute (a scale kept as torch.tensor) stays behind. Multiply by the "
+        "Python number math.sqrt(d_model)."),
     # 1.4 relative_position_matrix
     "1.4/identity": "This is the identity: PE[pos + k] is not PE[pos] (every pair turns by "
     "k * w_i). Build the block-diagonal rotation, each 2x2 block [[cos, -sin], [sin, cos]] "
@@ -102,6 +129,9 @@ MISTAKES = {
     "is off autograd's graph (torch.no_grad(), .detach(), .item(), NumPy), and attention is "
     "trained through it. Compute it with torch operations on x alone, with no no_grad around "
     "them.",
+    "2.1/device-not-kept": _device_not_kept(
+        "x", "make new tensors on x's device (torch.zeros_like(m), torch.where(total == 0, 1, "
+        "total)), never with torch.zeros(shape), which takes the CPU."),
     # 2.2 scaled_dot_product_attention
     "2.2/no-scaling": "These are the weights with no scaling, softmax(Q K^T): divide the "
     "scores by sqrt(d_k) = {sqrt_d_k} before the softmax.",
@@ -135,6 +165,14 @@ MISTAKES = {
     "weights were detached before they multiply value, so the scores never learn. Keep the "
     "weights on the graph for weights @ value; only a copy kept for inspection is detached "
     "(3.3's attention_weights).",
+    "2.2/dtype-changed": "Its values are right, but for {dtype} inputs it returns {got}: "
+    "attention keeps its inputs' dtype. A step in another dtype (.double(), "
+    "dtype=torch.float64, NumPy's float64) changed it: compute in the inputs' dtype, or "
+    "convert the results back with .to(query.dtype).",
+    "2.2/device-not-kept": _device_not_kept(
+        "query, key, value and mask", "make new tensors on theirs (scores.masked_fill(~mask, "
+        "float('-inf')), torch.full_like(scores, float('-inf'))), never with torch.tensor(...) "
+        "or torch.full(shape, ...), which take the CPU."),
     # 2.3 softmax_jacobian
     "2.3/outer-added": "This is diag(p) + p p^T: the outer product is subtracted, "
     "J = diag(p) - p p^T (off the diagonal dp_i/dz_j = -p_i p_j).",
@@ -149,6 +187,9 @@ MISTAKES = {
     "2.3/detached": "Its values are right, but no gradient could flow through J: a step left "
     "autograd's graph (.detach(), .numpy(), .item(), torch.tensor(...) of computed values). "
     "Build J from p with torch operations alone.",
+    "2.3/device-not-kept": _device_not_kept(
+        "p", "make new tensors on p's device (torch.eye(n, dtype=p.dtype, device=p.device)), "
+        "or build J from p alone (torch.diag_embed(p))."),
     # 3.1 split_heads
     "3.1/view-without-transpose": "This is x reshaped straight to [B, H, L, d_k]: that cuts "
     "the sequence, not the features, into heads (positions mix). Reshape to [B, L, H, d_k], "
@@ -156,6 +197,14 @@ MISTAKES = {
     "3.1/d_k-major": "This splits the features d_k-major ([B, L, d_k, H]): head h would take "
     "every H-th feature. Head h takes the contiguous slice x[..., h*d_k:(h+1)*d_k]: reshape "
     "to [B, L, H, d_k].",
+    "3.1/dtype-changed": "Its values are right, but split_heads writes x into a tensor of "
+    "another dtype: torch.zeros(...) takes PyTorch's default dtype, float32, whatever x's, so "
+    "float64 features are rounded to float32. Only reshape and transpose x itself, "
+    "x.view(B, L, H, d_k).transpose(1, 2), or make a new tensor with dtype=x.dtype, "
+    "device=x.device.",
+    "3.1/detached": "Its values are right, but no gradient reaches x through split_heads: a "
+    "step left autograd's graph (NumPy, .tolist(), .detach(), torch.no_grad()), and every "
+    "projection of 3.3 learns through it. Reshape and transpose x with torch operations.",
     # 3.2 merge_heads
     "3.2/reshape-without-transpose": "This is the heads reshaped straight to [B, L, D] with no "
     "transpose: positions of different heads mix. Transpose back to [B, L, H, d_k] first, "
@@ -163,6 +212,18 @@ MISTAKES = {
     "3.2/d_k-major": "This merges the heads d_k-major (feature j of every head, then j + 1): "
     "head 0's d_k features come first, then head 1's: transpose to [B, L, H, d_k] and "
     "reshape.",
+    "3.2/view-after-transpose": "view() cannot merge the transposed heads: a transpose only "
+    "swaps strides, so the memory is no longer in [B, L, H, d_k] order, which view needs. "
+    "Use x.transpose(1, 2).reshape(B, L, H * d_k) (reshape copies when it must), or "
+    ".contiguous().view(...).",
+    "3.2/dtype-changed": "Its values are right, but merge_heads writes x into a tensor of "
+    "another dtype: torch.zeros(...) takes PyTorch's default dtype, float32, whatever x's, so "
+    "float64 heads are rounded to float32. Only transpose and reshape x itself, "
+    "x.transpose(1, 2).reshape(B, L, H * d_k), or make a new tensor with dtype=x.dtype, "
+    "device=x.device.",
+    "3.2/detached": "Its values are right, but no gradient reaches x through merge_heads: a "
+    "step left autograd's graph (.tolist(), NumPy, .detach(), torch.no_grad()), and every "
+    "projection of 3.3 learns through it. Transpose and reshape x with torch operations.",
     # 3.3 MultiHeadAttention
     "3.3/no-out-proj": "This is the output without out_proj: apply out_proj to the merged "
     "heads (the last step).",
@@ -187,12 +248,31 @@ MISTAKES = {
     "3.3/heads-merged-d_k-major": "This is the output with the heads merged in the reversed "
     "order ([B, L, d_k, H]: feature j of every head, then j + 1): head 0's d_k features come "
     "first, then head 1's; use merge_heads of 3.2.",
+    "3.3/detached": "Its output is right, but no gradient reaches {name}: the attention ran off "
+    "autograd's graph (torch.no_grad(), .detach()), so q_proj, k_proj and v_proj would never "
+    "learn. Compute the output from weights on the graph; detach only the copy kept in "
+    "attention_weights.",
+    "3.3/device-not-kept": _device_not_kept(
+        "the module and its inputs", "make every new tensor on the inputs' device (a default "
+        "mask too, device=query.device, or pass mask=None on to the attention of 2.2), and keep "
+        "attention_weights where it was computed (weights.detach(), no .cpu(): a plot moves "
+        "its own copy)."),
     # 4.1 padding_mask
     "4.1/inverted": "Your mask is True at the padding and False at the real tokens, the "
     "opposite of the course's convention (True = attention allowed): compare tokens != pad_id, "
     "not ==.",
     "4.1/masks-queries": "Your mask has the shape [B, 1, L, 1]: it hides the padded queries "
     "(rows), not the padded keys (columns). Put the length last: [B, 1, 1, L].",
+    "4.1/every-key-allowed": "Your mask allows every key, the padded ones too (a mask of "
+    "ones?): attention still gives the padding weight. Compare the tokens, "
+    "(tokens != pad_id)[:, None, None, :], so that only the real tokens are True.",
+    "4.1/float-mask": _float_mask(
+        "padding_mask", "Compare and keep the comparison's bool: (tokens != pad_id)[:, None, "
+        "None, :], with no .float()."),
+    "4.1/device-not-kept": _device_not_kept(
+        "tokens", "make the mask from the tokens themselves, (tokens != pad_id)[:, None, None, "
+        ":] (a comparison is on its operands' device), never a torch.zeros(...) filled from "
+        "them."),
     # 4.2 causal_mask
     "4.2/upper-triangle": "This is the upper triangle (triu): position i would see the later "
     "positions j > i and not the earlier ones. Keep the lower triangle, tril: j <= i.",
@@ -200,9 +280,23 @@ MISTAKES = {
     "nn.Transformer's masks, triu(1)); here True means allowed: use tril(), or negate yours.",
     "4.2/no-diagonal": "The diagonal is False: a position must see itself (j <= i, not j < i). "
     "Use tril() with diagonal=0.",
+    "4.2/diagonal-only": "This is the identity: each position sees only itself. A causal "
+    "mask lets position i see every earlier position too, j <= i: the lower triangle, "
+    "torch.ones(size, size, dtype=torch.bool, device=device).tril().",
+    "4.2/float-mask": _float_mask(
+        "causal_mask", "Make it with dtype=torch.bool: torch.ones(size, size, dtype=torch.bool, "
+        "device=device).tril()."),
+    "4.2/device-not-kept": "For device the meta device (a stand-in for a GPU), your mask is on "
+    "the CPU, PyTorch's default device: create it on the device passed in, torch.ones(size, "
+    "size, dtype=torch.bool, device=device).tril().",
     # 4.3 target_mask
-    "4.3/float-mask": "a mask is a torch.bool tensor, and &, | and ~ combine bool masks; one of "
-    "yours is {dtype} (make it with dtype=torch.bool, or compare: tokens != pad_id)",
+    "4.3/float-mask": _float_mask(
+        "A mask of yours", "Make each with dtype=torch.bool (or by comparing, tokens != pad_id) "
+        "and combine them with &, not *: padding_mask(tokens, pad_id) & causal_mask(L, "
+        "tokens.device)."),
+    "4.3/device-not-kept": _device_not_kept(
+        "tokens", "make every part on the tokens' device: causal_mask(L, tokens.device) (4.2) "
+        "and padding_mask(tokens, pad_id) (4.1), combined with &."),
     "4.3/causal-only": "This is the causal mask alone: the padded keys are still visible. "
     "Combine it with the padding mask: padding_mask(tokens, pad_id) & causal_mask(L).",
     "4.3/padding-only": "This is the padding mask alone, expanded: the decoder sees the future. "
@@ -227,6 +321,10 @@ MISTAKES = {
     "5.1/statistics-over-positions-too": "This is x normalised with statistics over the "
     "positions and the features together: LayerNorm normalises each position's feature vector "
     "alone, over the last dimension only.",
+    "5.1/dtype-changed": "Its values are right, but for {dtype} x the output is {got}: "
+    "LayerNorm keeps x's dtype (a model in float32 or bfloat16 runs through it). A step in "
+    "another dtype (.double(), dtype=torch.float64, NumPy's float64) changed it: compute with "
+    "x's own dtype, or convert the result back with .to(x.dtype).",
     "5.1/no-parameters": "LayerNorm has no parameters: create weight (ones) and bias (zeros) "
     "of shape [d_model] as nn.Parameter, and return normalised x * weight + bias.",
     # 5.2 PositionwiseFeedForward
@@ -364,6 +462,14 @@ MISTAKES = {
     "included: divide by the number of targets that are not ignore_index.",
     "6.2/nan-when-all-ignored": "With every target ignored the loss is NaN (a mean of nothing, "
     "0 / 0): divide the sum by max(count, 1) so that it is 0, still connected to the logits.",
+    "6.2/dtype-changed": "The loss is right, but for {dtype} logits it is {got}: the loss "
+    "keeps the logits' dtype. A tensor made in another dtype (a one-hot .double(), "
+    "dtype=torch.float64, NumPy's float64) promoted it: make the target distribution with "
+    "dtype=logits.dtype (or .to(logits.dtype)).",
+    "6.2/detached": "The loss is right, but no gradient reaches the logits: it was rebuilt "
+    "off autograd's graph (float(...), .item(), .tolist(), torch.tensor(...) of computed "
+    "values), so loss.backward() would train nothing. Compute it with torch operations on "
+    "the logits alone (a masked sum divided by the count).",
     "6.2/log-of-softmax": "The loss is not finite for logits of +-1000: log(softmax(x)) takes "
     "log(0) = -inf where a probability underflows. Use torch.log_softmax, computed as "
     "x - logsumexp(x).",
@@ -443,6 +549,12 @@ MISTAKES = {
     "7.1/beam-of-bos-copies": "Your beam started with beam_size live copies of BOS, so it "
     "filled with the same hypothesis several times: start with one live hypothesis (the others "
     "at score -inf) so that each step keeps beam_size different ones.",
+    "7.1/scores-in-another-dtype": "With the model in float32, the search writes its "
+    "float32 scores into a tensor of another dtype in place (scores[...] = ..., index_put_), "
+    "which PyTorch refuses: a tensor made with dtype=torch.float64 (or the default float32 "
+    "under a float64 model) does not follow the model. Make the search's tensors in the dtype "
+    "of the model's log-probabilities (dtype=log_probs.dtype), or combine them with + and "
+    "torch.where, which promote, rather than writing in place.",
     # 8.1 next_token_distribution
     "8.1/temperature-after-softmax": "This is the softmax of the logits with the temperature "
     "applied after it (or not at all): divide the logits by the temperature first, then take "
@@ -451,6 +563,10 @@ MISTAKES = {
     "temperature, softmax(logits / T), so that T < 1 sharpens and T > 1 flattens.",
     "8.1/top-k-keeps-k-minus-1": "This keeps {kept} tokens for top_k={k}: keep the tokens whose "
     "logit is at least the k-th largest (logits < kth are removed, not logits <= kth).",
+    "8.1/temperature-zero-divides": "At temperature 0 every probability is NaN: the logits "
+    "were divided by 0, which gives +-inf (and NaN for 0 / 0), and a softmax of those is NaN. "
+    "Temperature 0 means greedy: handle it before dividing, probability 1 on "
+    "logits.argmax(-1) (the first of tied maxima) and 0 elsewhere.",
     "8.1/not-renormalised": "The rows do not sum to 1: after removing tokens, divide the "
     "probabilities that are left by their sum (or set the removed logits to -inf before the "
     "softmax).",
@@ -469,6 +585,9 @@ MISTAKES = {
     "8.2/draws-at-temperature-zero": "At temperature 0 your sample_next still draws from the "
     "generator (its state changed): return the argmax without drawing, so that a generator "
     "shared with other draws gives them what it would have without this call.",
+    "8.2/always-greedy": "Every token drawn at temperature 1.5 is its row's most probable one: "
+    "sample_next returns the argmax whatever the temperature. Draw from the distribution, "
+    "torch.multinomial(probs, 1, generator=generator); only temperature 0 is greedy.",
     "8.2/generator-unused": "The same seed gave different tokens: draw with the generator "
     "passed in, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces "
     "the samples.",
@@ -554,3 +673,27 @@ def mistake_of(value: object, expected: torch.Tensor, candidates: dict[str, torc
             and torch.allclose(value.double(), expected.double(), atol=atol, rtol=rtol)):
         return None
     return first_match(value, candidates, atol, rtol)
+
+
+# PyTorch's words for a tensor that met, or was copied out of, one on another device: with
+# the inputs on the "meta" device, a tensor the learner's code made on the CPU (or moved
+# there) is all that raises them.
+DEVICE_CLASH = re.compile(r"is not on the expected device|Expected all tensors to be on the "
+                          r"same device|Cannot copy out of meta tensor")
+# ... for a tensor written into one of another floating dtype.
+DTYPE_CLASH = re.compile(r"\b(Float|Double|Half|BFloat16) did not match (Float|Double|Half|"
+                         r"BFloat16)\b|Index put requires the source and destination dtypes "
+                         r"match")
+
+
+def run_naming(learner, probe, clash: re.Pattern, mistake: str, **inputs: object) -> object:
+    """``learner.run(probe, **inputs)``; an error of the learner's code whose message
+    ``clash`` matches (PyTorch's words for what ``mistake`` does) names ``mistake``, after
+    PyTorch's words (an error of the code under test all the same)."""
+    try:
+        return learner.run(probe, **inputs)
+    except LearnerRaised as error:
+        if clash.search(error.message) is None:
+            raise
+        raise LearnerRaised(error.types, f"{error.message}: {named(mistake)}",
+                            error.where) from None

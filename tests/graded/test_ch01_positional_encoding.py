@@ -26,7 +26,7 @@ from checks import (
     load_trusted,
     trusted_state,
 )
-from mistakes import first_match, named
+from mistakes import DEVICE_CLASH, first_match, named, run_naming
 
 CHAPTER = 1
 EXERCISES = {
@@ -265,7 +265,7 @@ def test_table_is_a_buffer_not_a_parameter(learner):
 
 @pytest.mark.grade("1.2", points=1)
 def test_table_and_output_move_with_to(learner):
-    where = learner.run(pe_buffer_after_to)
+    where = run_naming(learner, pe_buffer_after_to, DEVICE_CLASH, "1.2/device-not-kept")
     assert where["dtype"] == "torch.float64", (
         f"module.to(dtype) should convert the pe buffer; after .to(torch.float64) pe is "
         f"{where['dtype']}")
@@ -403,7 +403,8 @@ def test_gradient_reaches_the_table(learner, dtype):
 
 @pytest.mark.grade("1.3", points=1)
 def test_output_on_the_tokens_device(learner):
-    device = learner.run(embedding_on_meta, tokens=torch.tensor([[0, 3, 8]]))
+    device = run_naming(learner, embedding_on_meta, DEVICE_CLASH, "1.3/device-not-kept",
+                        tokens=torch.tensor([[0, 3, 8]]))
     assert device == "meta", (
         f"TokenEmbedding on the meta device (a stand-in for a GPU) returns a tensor on "
         f"{device}: a tensor the module keeps outside its parameters and buffers is not moved "

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from annotated_transformer.course.grading.outcomes import LearnerRaised
 
 from checks import ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor
-from mistakes import first_match, named
+from mistakes import DEVICE_CLASH, first_match, named, run_naming
 
 CHAPTER = 2
 EXERCISES = {
@@ -282,7 +282,8 @@ def test_softmax_gradient_matches_torch(learner, dtype):
 
 @pytest.mark.grade("2.1", points=1)
 def test_softmax_keeps_the_device(learner):
-    device = learner.run(softmax_on_meta, x=torch.randn(3, 5, dtype=f64))
+    device = run_naming(learner, softmax_on_meta, DEVICE_CLASH, "2.1/device-not-kept",
+                        x=torch.randn(3, 5, dtype=f64))
     assert device == "meta", (
         f"softmax(x) for x on the meta device (a stand-in for a GPU) is on {device}: make new "
         f"tensors on x's device (torch.zeros_like(m), torch.where(total == 0, 1, total)), "
@@ -483,7 +484,7 @@ def test_jacobian_vanishes_when_saturated(learner):
         f"for a saturated softmax (p close to one-hot) every entry of the Jacobian is close "
         f"to 0; the largest is {jacobian.abs().max().item():.3g}"
     )
-    device = learner.run(jacobian_on_meta, p=p)
+    device = run_naming(learner, jacobian_on_meta, DEVICE_CLASH, "2.3/device-not-kept", p=p)
     assert device == "meta", (
         f"softmax_jacobian(p) for p on the meta device (a stand-in for a GPU) is on {device}: "
         f"make new tensors on p's device (torch.eye(n, dtype=p.dtype, device=p.device)), "
@@ -496,11 +497,18 @@ def test_attention_keeps_dtype_and_device(learner, dtype):
     q, k, v = (torch.randn(2, 3, 4, dtype=dtype) for _ in range(3))
     mask = torch.ones(3, 3, dtype=torch.bool).tril()
     result = learner.run(attention_of, q=q, k=k, v=v, mask=mask)
-    assert_tensor(result.get("output"), f"output for {dtype} inputs", shape=(2, 3, 4), dtype=dtype)
-    assert_tensor(result.get("weights"), f"weights for {dtype} inputs", shape=(2, 3, 3),
-                  dtype=dtype)
-    devices = learner.run(attention_on_meta, q=q, k=k, v=v, mask=mask)
+    output = assert_tensor(result.get("output"), f"output for {dtype} inputs", shape=(2, 3, 4))
+    weights = assert_tensor(result.get("weights"), f"weights for {dtype} inputs", shape=(2, 3, 3))
+    expected = reference_weights(q.double(), k.double(), mask)
+    right = (torch.allclose(weights.double(), expected, atol=1e-5)
+             and torch.allclose(output.double(), expected @ v.double(), atol=1e-5))
+    for name, got in (("output", output), ("weights", weights)):
+        assert got.dtype == dtype or not right, named("2.2/dtype-changed", dtype=dtype,
+                                                      got=got.dtype)
+        assert_tensor(got, f"{name} for {dtype} inputs", dtype=dtype)
+    devices = run_naming(learner, attention_on_meta, DEVICE_CLASH, "2.2/device-not-kept", q=q,
+                         k=k, v=v, mask=mask)
     assert devices == ("meta", "meta"), (
-        "new tensors must be created on the inputs' device (e.g. torch.full_like(scores, ...)), "
-        "never on the CPU by default"
-    )
+        f"output and weights for inputs on the meta device are on {list(devices)}. " + (
+            named("2.2/device-not-kept") if right else "New tensors must be created on the "
+            "inputs' device (e.g. torch.full_like(scores, ...)), never on the CPU by default."))

@@ -32,7 +32,7 @@ from checks import (
     load_trusted,
     trusted_state,
 )
-from mistakes import first_match, named
+from mistakes import DEVICE_CLASH, first_match, named, run_naming
 
 CHAPTER = 3
 EXERCISES = {
@@ -328,7 +328,7 @@ def test_split_heads(learner, batch, length, d_model, heads):
                  shape=(batch, heads, length, d_model // heads))
     d_k = d_model // heads
     expected = reference_split(x, heads)
-    mistake = None if torch.allclose(out, expected) else first_match(out, {
+    mistake = None if torch.allclose(out.double(), expected) else first_match(out, {
         "3.1/view-without-transpose": x.reshape(batch, heads, length, d_k),
         "3.1/d_k-major": x.reshape(batch, length, d_k, heads).permute(0, 3, 1, 2)})
     assert_close(out, expected, "split_heads(x)", hint=named(mistake) if mistake else
@@ -358,9 +358,10 @@ def test_split_heads_explains_indivisible_width(learner):
 def test_merge_heads(learner, batch, heads, length, d_k):
     x = torch.randn(batch, length, heads * d_k, dtype=f64)
     # the worker splits x slice by slice: a non-contiguous [B, H, L, d_k]
-    out = tensor(learner.run(merge_heads_of_split, x=x, heads=heads), "merge_heads(split)")
+    out = tensor(run_naming(learner, merge_heads_of_split, VIEW_OF_TRANSPOSED,
+                            "3.2/view-after-transpose", x=x, heads=heads), "merge_heads(split)")
     split = reference_split(x, heads)
-    mistake = None if torch.allclose(out, x) else first_match(out, {
+    mistake = None if torch.allclose(out.double(), x) else first_match(out, {
         "3.2/reshape-without-transpose": split.reshape(batch, length, heads * d_k),
         "3.2/d_k-major": split.permute(0, 2, 3, 1).reshape(batch, length, heads * d_k)})
     assert_close(out, x, "merge_heads(split)", hint=named(mistake) if mistake else
@@ -389,10 +390,10 @@ def check_heads_contract(learner, exercise, dtype):
     what = ("split_heads(x, 3)" if exercise == "3.1" else "merge_heads(h)") + f" for {dtype} x"
     output = tensor(result["output"], what, shape=expected.shape)
     assert_close(output, expected.detach().to(dtype), what)
-    assert_tensor(output, what, dtype=dtype)
-    assert result["grad"] is not None, (
-        f"{what} is off autograd's graph: no gradient reaches x (.detach(), NumPy, .tolist() "
-        f"or torch.no_grad() on the way). Reshape and transpose x with torch operations")
+    # Right values: the dtype and the graph of the result are the contract's too.
+    assert output.dtype == dtype, (f"{what} is {output.dtype}. "
+                                   f"{named(f'{exercise}/dtype-changed')}")
+    assert result["grad"] is not None, named(f"{exercise}/detached")
     (want,) = torch.autograd.grad((expected * upstream).sum(), x)
     assert_close(result["grad"], want, f"the gradient of {what} with respect to x")
     device = learner.run(heads_on_meta, exercise=exercise, x=x.detach().to(dtype), heads=3)
@@ -415,6 +416,9 @@ def test_merge_heads_keeps_dtype_device_and_gradient(learner, dtype):
 
 # ---------------------------------------------------------------- 3.3 MultiHeadAttention
 
+# PyTorch's words for view() of a tensor whose memory is out of order (a transpose).
+VIEW_OF_TRANSPOSED = re.compile(r"view size is not compatible with input tensor's size and "
+                                r"stride")
 # PyTorch's words for operands whose sizes do not line up (a product, a sum, a reshape).
 SIZE_MISMATCH = re.compile(r"Expected size for first two dimensions|must match the size of "
                            r"tensor b|shapes cannot be multiplied|is invalid for input of size")
@@ -522,22 +526,24 @@ def test_keeps_dtype_device_and_gradients(learner, dtype):
     memory = torch.randn(2, 5, 16, dtype=f64, requires_grad=True)
     upstream = torch.randn(2, 4, 16, dtype=f64)
     state = trusted_weights()
-    result = learner.run(module_contract, query=query.detach().to(dtype),
-                         memory=memory.detach().to(dtype), upstream=upstream.to(dtype),
-                         state={name: value.to(dtype) for name, value in state.items()})
+    result = run_naming(learner, module_contract, DEVICE_CLASH, "3.3/device-not-kept",
+                        query=query.detach().to(dtype), memory=memory.detach().to(dtype),
+                        upstream=upstream.to(dtype),
+                        state={name: value.to(dtype) for name, value in state.items()})
     check_names({**result, "linear": dict.fromkeys(PROJECTIONS, True)}, state)
     what = f"MultiHeadAttention in {dtype}"
     output = tensor(result["output"], f"the output of {what}", shape=(2, 4, 16))
     assert_tensor(output, f"the output of {what}", dtype=dtype)
     weights = tensor(result["weights"], f"attention_weights of {what}", shape=(2, 4, 4, 5))
     assert_tensor(weights, f"attention_weights of {what}", dtype=dtype)
-    assert result["devices"] == ["meta", "meta"], (
-        f"{what} moved to the meta device (a stand-in for a GPU), with inputs there, gives "
-        f"its output and attention_weights on {result['devices']}: make every tensor on the "
-        f"inputs' device (a default mask too), and keep attention_weights where it was "
-        f"computed (weights.detach(), no .cpu())")
     theirs = pytorch_twin(state)
     reference = theirs(query, memory, memory)[0]
+    right = torch.allclose(output.double(), reference.detach(), atol=1e-5)
+    assert result["devices"] == ["meta", "meta"], (
+        f"{what} moved to the meta device, with inputs there, gives its output and "
+        f"attention_weights on {result['devices']}. " + (
+            named("3.3/device-not-kept") if right else "Make every tensor on the inputs' "
+            "device, and keep attention_weights where it was computed (no .cpu())."))
     wanted = {"query": query, "memory": memory, "in_proj_weight": theirs.in_proj_weight,
               "in_proj_bias": theirs.in_proj_bias, "out_proj.weight": theirs.out_proj.weight,
               "out_proj.bias": theirs.out_proj.bias}
@@ -551,7 +557,7 @@ def test_keeps_dtype_device_and_gradients(learner, dtype):
     atol = 1e-6 if dtype == f64 else 1e-4
     for name, want in expected.items():
         got = result["grads"].get(name)
-        assert got is not None, (
+        assert got is not None, named("3.3/detached", name=name) if right else (
             f"no gradient reaches {name} through the output of {what}: is it used in forward, "
             f"and on autograd's graph (no .detach(), NumPy or torch.no_grad() on the way)?")
         assert_close(got, want, f"the gradient with respect to {name} ({dtype})", atol=atol,

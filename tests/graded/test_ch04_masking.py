@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from annotated_transformer.course.grading.outcomes import LearnerRaised
 
 from checks import assert_tensor
-from mistakes import first_match, named
+from mistakes import DEVICE_CLASH, first_match, named, run_naming
 
 CHAPTER = 4
 EXERCISES = {
@@ -89,6 +89,21 @@ def target_mask_device(impl):
     return impl.target_mask(torch.ones(2, 3, dtype=torch.long, device="meta"), 0).device.type
 
 
+# The tokens whose masks the device tests also compute on the CPU (pad_id 0): a mask on
+# another device is named a mistake of its own only when its values are right.
+DEVICE_TOKENS = torch.tensor([[4, 5, 0], [6, 0, 0]])
+
+
+def check_device(device, what, mistake, on_the_cpu, expected):
+    """``device``, where the mask ``what`` of inputs on the "meta" device came back, is meta;
+    else a message that names ``mistake`` when the same mask made on the CPU (``on_the_cpu``)
+    is ``expected``."""
+    right = (isinstance(on_the_cpu, torch.Tensor) and on_the_cpu.dtype == torch.bool
+             and on_the_cpu.shape == expected.shape and torch.equal(on_the_cpu, expected))
+    assert device == "meta", f"{what} is on {device}. " + (
+        named(mistake) if right else "The mask should be on the device of the tokens.")
+
+
 def allowed_by_loop(tokens, pad_id, causal):
     """mask[b, 0, i, j] = (token j is not pad) and (j <= i if causal), entry by entry."""
     batch, length = tokens.shape
@@ -100,14 +115,18 @@ def allowed_by_loop(tokens, pad_id, causal):
     return mask
 
 
-def check_mask(mask, name, shape, expected, mistakes=None):
+def check_mask(mask, name, shape, expected, mistakes=None, float_mask=None):
     """``mask`` against ``expected``; one that equals a known mistake's mask (``mistakes``:
-    ``{mistake id: its mask}``) fails with that mistake's message."""
+    ``{mistake id: its mask}``) fails with that mistake's message, and one of numbers, 1 where
+    ``expected`` is True and 0 elsewhere, with ``float_mask``'s (the exercise's id)."""
     right = (isinstance(mask, torch.Tensor) and mask.shape == expected.shape
              and mask.dtype == expected.dtype and torch.equal(mask, expected))
     mistake = None if right else first_match(mask, mistakes or {})
     assert mistake is None, named(mistake)
     assert_tensor(mask, name, shape=shape)
+    numbers = mask.dtype.is_floating_point or mask.dtype in (torch.uint8, torch.int64)
+    assert not (float_mask and numbers and torch.equal(mask, expected.to(mask.dtype))), (
+        named(float_mask, dtype=mask.dtype))
     assert mask.dtype == torch.bool, (
         f"{name} should have dtype torch.bool, but it has {mask.dtype}: a mask is True where "
         f"attention is allowed, False elsewhere. A comparison (tokens != pad_id) gives one; "
@@ -127,10 +146,12 @@ def mistaken_masks(tokens, pad_id, causal):
     keys = (tokens != pad_id)[:, None, None, :]
     lower = torch.ones(length, length, dtype=torch.bool).tril()
     if causal is False:
-        return {"4.1/inverted": ~keys, "4.1/masks-queries": keys.transpose(-1, -2)}
+        return {"4.1/inverted": ~keys, "4.1/masks-queries": keys.transpose(-1, -2),
+                "4.1/every-key-allowed": torch.ones_like(keys)}
     if causal:
         return {"4.2/upper-triangle": lower.T.clone(), "4.2/true-hides": ~lower,
-                "4.2/no-diagonal": lower.tril(-1)}
+                "4.2/no-diagonal": lower.tril(-1),
+                "4.2/diagonal-only": torch.eye(length, dtype=torch.bool)}
     if not (~keys).any():  # no padding: only the causal mistakes can be told apart
         return {"4.3/padding-only": keys.expand(batch, 1, length, length)}
     return {"4.3/causal-only": lower.expand(batch, 1, length, length),
@@ -179,7 +200,7 @@ def check_padding_mask(learner, tokens, pad_id):
     expected = allowed_by_loop(tokens, pad_id, causal=False)[:, :, :1, :]
     check_mask(learner.run(padding_mask_of, tokens=tokens, pad_id=pad_id),
                f"padding_mask(tokens, pad_id={pad_id})", (batch, 1, 1, length), expected,
-               mistaken_masks(tokens, pad_id, causal=False))
+               mistaken_masks(tokens, pad_id, causal=False), float_mask="4.1/float-mask")
 
 
 @pytest.mark.grade("4.1", points=1)
@@ -200,7 +221,9 @@ def test_padding_mask_broadcasts_over_heads_and_queries(learner):
 
 @pytest.mark.grade("4.1", points=1)
 def test_padding_mask_keeps_device(learner):
-    assert learner.run(padding_mask_device) == "meta", "the mask should be on the device of tokens"
+    device = run_naming(learner, padding_mask_device, DEVICE_CLASH, "4.1/device-not-kept")
+    check_device(device, "padding_mask of tokens", "4.1/device-not-kept", learner.run(
+        padding_mask_of, tokens=DEVICE_TOKENS, pad_id=0), (DEVICE_TOKENS != 0)[:, None, None, :])
 
 
 @pytest.mark.grade("4.1", points=2)
@@ -227,13 +250,15 @@ def test_causal_mask(learner, sizes):                    # pays only with size 2
         expected = allowed_by_loop(torch.ones(1, size, dtype=torch.long), 0, causal=True)[0, 0]
         mistakes = mistaken_masks(torch.ones(1, size, dtype=torch.long), 0, causal=True)
         check_mask(learner.run(causal_mask_of, size=size), f"causal_mask({size})",
-                   (size, size), expected, mistakes if size > 1 else None)
+                   (size, size), expected, mistakes if size > 1 else None,
+                   float_mask="4.2/float-mask" if size > 1 else None)
 
 
 @pytest.mark.grade("4.2", points=1)
 def test_causal_mask_on_the_given_device(learner):
-    assert learner.run(causal_mask_device) == "meta", (
-        "causal_mask(size, device) should create the mask there")
+    device = run_naming(learner, causal_mask_device, DEVICE_CLASH, "4.2/device-not-kept")
+    check_device(device, "causal_mask(4, device='meta')", "4.2/device-not-kept",
+                 learner.run(causal_mask_of, size=4), torch.ones(4, 4, dtype=torch.bool).tril())
 
 
 @pytest.mark.grade("4.2", points=2)
@@ -270,12 +295,15 @@ def check_target_mask(learner, tokens, pad_id):
     check_mask(run_mask(learner, target_mask_of, tokens=tokens, pad_id=pad_id),
                f"target_mask(tokens, pad_id={pad_id})", (batch, 1, length, length),
                allowed_by_loop(tokens, pad_id, causal=True),
-               mistaken_masks(tokens, pad_id, causal=None))
+               mistaken_masks(tokens, pad_id, causal=None), float_mask="4.3/float-mask")
 
 
 @pytest.mark.grade("4.3", points=1)
 def test_target_mask_keeps_device(learner):
-    assert learner.run(target_mask_device) == "meta", "the mask should be on the device of tokens"
+    device = run_naming(learner, target_mask_device, DEVICE_CLASH, "4.3/device-not-kept")
+    check_device(device, "target_mask of tokens", "4.3/device-not-kept", learner.run(
+        target_mask_of, tokens=DEVICE_TOKENS, pad_id=0),
+        (DEVICE_TOKENS != 0)[:, None, None, :] & torch.ones(3, 3, dtype=torch.bool).tril())
 
 
 def self_attention(x, mask, projections, heads):

@@ -113,8 +113,8 @@ def layer_norm_parameters(impl, d_model):
 
 
 def layer_norm_gradients(impl, x, upstream):
-    """LayerNorm(D) in x's dtype: the dtype of its output, and the gradients with respect to
-    x, weight and bias (None for one the output ignores)."""
+    """LayerNorm(D) in x's dtype: its output, and the gradients with respect to x, weight and
+    bias (None for one the output ignores)."""
     module = impl.LayerNorm(x.shape[-1]).to(x.dtype)
     parameters = dict(module.named_parameters())
     inputs = {"x": x.clone().requires_grad_(True),
@@ -122,7 +122,7 @@ def layer_norm_gradients(impl, x, upstream):
     output = module(inputs["x"])
     grads = torch.autograd.grad((output * upstream).sum(), list(inputs.values()),
                                 allow_unused=True)
-    return {"dtype": output.dtype, **dict(zip(inputs, grads, strict=True))}
+    return {"output": output.detach(), **dict(zip(inputs, grads, strict=True))}
 
 
 def layer_norm_of_batches(impl, x, other):
@@ -339,8 +339,12 @@ def test_layer_norm_gradients_match(learner, dtype):
     x = torch.randn(3, 4, 8, dtype=f64, requires_grad=True)
     upstream = torch.randn(3, 4, 8, dtype=f64)
     got = learner.run(layer_norm_gradients, x=x.detach().to(dtype), upstream=upstream.to(dtype))
-    assert got["dtype"] == dtype, (f"LayerNorm(8) in {dtype} gives an output of dtype "
-                                   f"{got['dtype']}, not {dtype}. {KEEP_DTYPE}")
+    output = assert_tensor(got["output"], f"LayerNorm(8) of {dtype} x", shape=x.shape)
+    right = torch.allclose(output.double(), theirs(x.detach().to(dtype).double()), atol=1e-5)
+    assert output.dtype == dtype, (
+        named("5.1/dtype-changed", dtype=dtype, got=output.dtype) if right else
+        f"LayerNorm(8) in {dtype} gives an output of dtype {output.dtype}, not {dtype}. "
+        f"{KEEP_DTYPE}")
     want = torch.autograd.grad((theirs(x) * upstream).sum(), (x, theirs.weight, theirs.bias))
     for name, w in zip(("x", "weight", "bias"), want, strict=True):
         assert name in got, (

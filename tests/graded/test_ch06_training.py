@@ -54,7 +54,7 @@ BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
 INTEGRATION = {"6.6"}
 FORBIDDEN = {"6.2": ("label_smoothing=",)}
-# While the 6.2 loss runs: elementary ops only (an allow-list, grading/allowed_ops.py), with
+# While the 6.2 loss runs: elementary ops only (an allow-list, grading/worker/allowed_ops.py), with
 # log_softmax, logsumexp and PyTorch's plain cross-entropy ("+": allowed too), and never
 # F.cross_entropy given a label smoothing, by keyword, by position or through a module.
 FORBIDDEN_OPS = {"6.2": (*(f"+{op}" for op in (*SOFTMAX_OPS, *LOGSUMEXP_OPS, *NLL_OPS)),
@@ -268,8 +268,15 @@ def test_gradient_matches_cross_entropy(learner, dtype):
     result = learner.run(smoothed_loss_and_gradient, logits=logits.detach().to(dtype),
                          target=target, smoothing=0.2, ignore_index=0)
     what = f"the loss of {dtype} logits"
-    assert_tensor(result["loss"], what, shape=(), dtype=dtype)
-    assert result["grad"] is not None, (
+    loss = assert_tensor(result["loss"], what, shape=())
+    want = F.cross_entropy(logits.detach().to(dtype).double(), target, label_smoothing=0.2,
+                           ignore_index=0)
+    right = torch.allclose(loss.double(), want, atol=1e-5)
+    # Right values: the dtype and the graph of the loss are the contract's too.
+    assert loss.dtype == dtype or not right, named("6.2/dtype-changed", dtype=dtype,
+                                                   got=loss.dtype)
+    assert_tensor(loss, what, dtype=dtype)
+    assert result["grad"] is not None, named("6.2/detached") if right else (
         f"{what} should be on autograd's graph (requires_grad=True), but it is not: no "
         f"gradient reaches the logits. A step left PyTorch's graph (.detach(), .item(), "
         f"NumPy, torch.tensor(...) of computed values): build the loss from torch operations "

@@ -29,7 +29,7 @@ from torch import nn
 from annotated_transformer.model import TransformerConfig
 
 from checks import assert_tensor
-from mistakes import named
+from mistakes import DTYPE_CLASH, named, run_naming
 from torch_models import TorchEncoderDecoder, greedy_decode
 
 CHAPTER = 7
@@ -645,10 +645,11 @@ def test_a_float32_model_gives_token_ids_in_the_source_dtype_and_device(learner)
     # search's own tensors must follow its log-probabilities, and the ids are src's.
     vocab_size, max_len, beam_size = 6, 5, 3
     src, src_mask = sources(4, 5, vocab_size, seed=2)
-    result = learner.run(beam_search_contract, model=transformer_spec(vocab_size, seed=7,
-                                                                      dtype=torch.float32),
-                         src=src, src_mask=src_mask, max_len=max_len, beam_size=beam_size,
-                         length_penalty=0.6)
+    result = run_naming(learner, beam_search_contract, DTYPE_CLASH,
+                        "7.1/scores-in-another-dtype",
+                        model=transformer_spec(vocab_size, seed=7, dtype=torch.float32),
+                        src=src, src_mask=src_mask, max_len=max_len, beam_size=beam_size,
+                        length_penalty=0.6)
     out = assert_tensor(result["output"], "beam_search(...) with a float32 model",
                         dtype=torch.int64)
     assert result["device"] == result["src_device"], (

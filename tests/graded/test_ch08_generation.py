@@ -277,6 +277,10 @@ def test_temperature_zero_is_greedy_and_ties_go_to_the_first(learner):
     for options in ({}, {"top_k": 3}, {"top_p": 0.5}):
         got = learner.run(distribution_of, logits=logits, temperature=0.0, **options)
         extra = "".join(f", {k}={v}" for k, v in options.items())
+        divided = torch.softmax(logits / 0.0, dim=-1)  # +-inf (0 / 0 is NaN): all NaN
+        assert not (isinstance(got, torch.Tensor) and got.shape == divided.shape
+                    and torch.allclose(got.double(), divided, equal_nan=True)), (
+            named("8.1/temperature-zero-divides"))
         assert_close(got, expected_distribution(logits, 0.0),
                      f"next_token_distribution(logits, temperature=0{extra})",
                      hint="Temperature 0 is greedy: probability 1 on the argmax (the first of "
@@ -408,6 +412,8 @@ def test_the_same_seed_gives_the_same_tokens(learner):
     first = assert_tensor(first, "sample_next(logits [500, 8], ...)", shape=(500,))
     assert torch.equal(first, second), named("8.2/generator-unused")
     other = learner.run(samples_of, logits=logits, seed=8, temperature=1.5)
+    # 500 draws at temperature 1.5 that are all the argmax are no chance: none was drawn.
+    assert not torch.equal(first, logits.argmax(-1)), named("8.2/always-greedy")
     assert not torch.equal(first, other), (
         "seeds 7 and 8 gave the same 500 tokens: draw with the generator passed in")
 

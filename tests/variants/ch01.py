@@ -167,7 +167,7 @@ class AddedToData(_Reference):
 
 
 @wrong("1.2", "PositionalEncoding", "the buffer registered, but forward adds a table rebuilt on "
-       "the CPU")
+       "the CPU", mistake="1.2/device-not-kept")
 class TableRebuiltInForward(_Reference):
     def forward(self, x):
         self.check(x)
@@ -231,7 +231,8 @@ class Float64Scale(_Embedding):
         return self.embedding(tokens) * scale
 
 
-@wrong("1.3", "TokenEmbedding", "the scale a tensor attribute: module.to(device) leaves it behind")
+@wrong("1.3", "TokenEmbedding", "the scale a tensor attribute: module.to(device) leaves it behind",
+       mistake="1.3/device-not-kept")
 class ScaleLeftOnTheCpu(_Embedding):
     def __init__(self, vocab_size, d_model, padding_idx=None):
         super().__init__(vocab_size, d_model, padding_idx)

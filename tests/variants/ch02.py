@@ -122,7 +122,8 @@ def float64_result(x, dim=-1):
     return _guarded(x.double(), dim)
 
 
-@wrong("2.1", "softmax", "the zeros that replace a -inf maximum made on the CPU")
+@wrong("2.1", "softmax", "the zeros that replace a -inf maximum made on the CPU",
+       mistake="2.1/device-not-kept")
 def zeros_on_the_cpu(x, dim=-1):
     return _guarded(x, dim, zeros=lambda m: torch.zeros(m.shape))
 
@@ -257,7 +258,7 @@ def weights_detached(q, k, v, mask=None, dropout=None):
 
 
 @wrong("2.2", "scaled_dot_product_attention", "the softmax taken in float64, never converted "
-       "back: float32 inputs give float64 results")
+       "back: float32 inputs give float64 results", mistake="2.2/dtype-changed")
 def float64_softmax(q, k, v, mask=None, dropout=None):
     output, weights = _attention(q.double(), k.double(), v.double(), mask, dropout)
     return output, weights
@@ -354,7 +355,8 @@ def broadcast_delta(p):
     return p[..., :, None] * (eye - p[..., None, :])
 
 
-@wrong("2.2", "scaled_dot_product_attention", "the -inf fill made on the CPU in float32")
+@wrong("2.2", "scaled_dot_product_attention", "the -inf fill made on the CPU in float32",
+       mistake="2.2/device-not-kept")
 def fill_on_default_device(q, k, v, mask=None, dropout=None):
     from solutions.ch02_attention import softmax
 
@@ -363,6 +365,8 @@ def fill_on_default_device(q, k, v, mask=None, dropout=None):
     if mask is not None:
         scores = torch.where(mask, scores, torch.tensor(NEG_INF).expand(scores.shape).clone())
     weights = softmax(scores)
+    if dropout is not None:
+        weights = dropout(weights)
     return weights @ v, weights
 
 
@@ -419,7 +423,8 @@ def detached_jacobian(p):
     return torch.diag_embed(q) - q.unsqueeze(-1) * q.unsqueeze(-2)
 
 
-@wrong("2.3", "softmax_jacobian", "the identity made on the CPU whatever p's device")
+@wrong("2.3", "softmax_jacobian", "the identity made on the CPU whatever p's device",
+       mistake="2.3/device-not-kept")
 def identity_on_the_cpu(p):
     eye = torch.eye(p.size(-1), dtype=p.dtype)
     return p.unsqueeze(-1) * eye - p.unsqueeze(-1) * p.unsqueeze(-2)

@@ -46,7 +46,7 @@ def truncates_width(x, num_heads):
 
 
 @wrong("3.1", "split_heads", "a torch.zeros [B, H, L, d_k] on x's device, filled head by head: "
-       "the default dtype, float32, whatever x's")
+       "the default dtype, float32, whatever x's", mistake="3.1/dtype-changed")
 def filled_zeros(x, num_heads):
     _check(x, num_heads)
     b, length, d = x.shape
@@ -57,7 +57,8 @@ def filled_zeros(x, num_heads):
     return out
 
 
-@wrong("3.1", "split_heads", "through NumPy (x.detach().numpy()): right values, off the graph")
+@wrong("3.1", "split_heads", "through NumPy (x.detach().numpy()): right values, off the graph",
+       mistake="3.1/detached")
 def through_numpy(x, num_heads):
     _check(x, num_heads)
     b, length, d = x.shape
@@ -95,14 +96,15 @@ def wrong_order(x):
     return x.permute(0, 2, 3, 1).reshape(b, length, h * d_k)
 
 
-@wrong("3.2", "merge_heads", "view() after the transpose (memory is not contiguous)")
+@wrong("3.2", "merge_heads", "view() after the transpose (memory is not contiguous)",
+       mistake="3.2/view-after-transpose")
 def view_after_transpose(x):
     b, h, length, d_k = x.shape
     return x.transpose(1, 2).view(b, length, h * d_k)
 
 
 @wrong("3.2", "merge_heads", "a torch.zeros [B, L, D] on x's device, filled head by head: the "
-       "default dtype, float32, whatever x's")
+       "default dtype, float32, whatever x's", mistake="3.2/dtype-changed")
 def merged_into_zeros(x):
     b, h, length, d_k = x.shape
     out = torch.zeros(b, length, h * d_k, device=x.device)
@@ -112,7 +114,7 @@ def merged_into_zeros(x):
 
 
 @wrong("3.2", "merge_heads", "rebuilt with torch.tensor(x.tolist()): right values, off the graph "
-       "and on the CPU")
+       "and on the CPU", mistake="3.2/detached")
 def rebuilt_from_lists(x):
     b, h, length, d_k = x.shape
     return torch.tensor(x.transpose(1, 2).tolist(), dtype=x.dtype).reshape(b, length, h * d_k)
@@ -273,7 +275,8 @@ class NoDropout(_Base):
         return self.out_proj(self.merge(out))
 
 
-@wrong("3.3", "MultiHeadAttention", "a mask of ones made on the CPU when none is given")
+@wrong("3.3", "MultiHeadAttention", "a mask of ones made on the CPU when none is given",
+       mistake="3.3/device-not-kept")
 class DefaultMaskOnTheCpu(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)
@@ -285,7 +288,8 @@ class DefaultMaskOnTheCpu(_Base):
         return self.out_proj(self.merge(out))
 
 
-@wrong("3.3", "MultiHeadAttention", "attention_weights moved to the CPU (for plotting)")
+@wrong("3.3", "MultiHeadAttention", "attention_weights moved to the CPU (for plotting)",
+       mistake="3.3/device-not-kept")
 class WeightsMovedToTheCpu(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)
@@ -296,7 +300,8 @@ class WeightsMovedToTheCpu(_Base):
 
 
 @wrong("3.3", "MultiHeadAttention", "attention under torch.no_grad(), as its weights are kept "
-       "detached: no gradient reaches q_proj, k_proj, v_proj or the inputs")
+       "detached: no gradient reaches q_proj, k_proj, v_proj or the inputs",
+       mistake="3.3/detached")
 class AttentionWithoutGradient(_Base):
     def forward(self, query, key, value, mask=None):
         self.check(mask)

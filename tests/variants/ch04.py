@@ -26,7 +26,7 @@ def masks_queries(tokens, pad_id):
     return (tokens != pad_id)[:, None, :, None]
 
 
-@wrong("4.1", "padding_mask", "a float mask of 0 and 1")
+@wrong("4.1", "padding_mask", "a float mask of 0 and 1", mistake="4.1/float-mask")
 def float_mask(tokens, pad_id):
     return (tokens != pad_id).float()[:, None, None, :]
 
@@ -41,13 +41,14 @@ def only_first_key(tokens, pad_id):
 
 
 @wrong("4.1", "padding_mask", "every key allowed: the right shape and dtype, right only for "
-       "a batch without padding")
+       "a batch without padding", mistake="4.1/every-key-allowed")
 def allows_every_key(tokens, pad_id):
     return torch.ones(tokens.size(0), 1, 1, tokens.size(1), dtype=torch.bool,
                       device=tokens.device)
 
 
-@wrong("4.1", "padding_mask", "a bool mask made on the CPU, then filled from the tokens")
+@wrong("4.1", "padding_mask", "a bool mask made on the CPU, then filled from the tokens",
+       mistake="4.1/device-not-kept")
 def filled_on_the_cpu(tokens, pad_id):
     mask = torch.zeros(tokens.size(0), 1, 1, tokens.size(1), dtype=torch.bool)
     mask[:, 0, 0] = tokens != pad_id
@@ -86,17 +87,19 @@ def hidden_convention(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 
 
-@wrong("4.2", "causal_mask", "device ignored: always on the CPU")
+@wrong("4.2", "causal_mask", "device ignored: always on the CPU", mistake="4.2/device-not-kept")
 def cpu_only(size, device=None):
     return torch.ones(size, size).tril().bool()
 
 
-@wrong("4.2", "causal_mask", "the identity: no later position leaks, but no earlier one is seen")
+@wrong("4.2", "causal_mask", "the identity: no later position leaks, but no earlier one is seen",
+       mistake="4.2/diagonal-only")
 def identity_mask(size, device=None):
     return torch.eye(size, dtype=torch.bool, device=device)
 
 
-@wrong("4.2", "causal_mask", "a float triangle of ones on the given device, not a bool mask")
+@wrong("4.2", "causal_mask", "a float triangle of ones on the given device, not a bool mask",
+       mistake="4.2/float-mask")
 def float_triangle(size, device=None):
     return torch.ones(size, size, device=device).tril()
 
@@ -156,13 +159,15 @@ def float_causal(tokens, pad_id):
     return _pad(tokens, pad_id) & torch.ones(length, length, device=tokens.device).tril()
 
 
-@wrong("4.3", "target_mask", "float masks multiplied: the right pattern of 1.0 and 0.0, not bool")
+@wrong("4.3", "target_mask", "float masks multiplied: the right pattern of 1.0 and 0.0, not bool",
+       mistake="4.3/float-mask")
 def multiplied_float_masks(tokens, pad_id):
     length = tokens.size(1)
     return _pad(tokens, pad_id).float() * torch.ones(length, length, device=tokens.device).tril()
 
 
-@wrong("4.3", "target_mask", "the causal part made on the CPU whatever the tokens' device")
+@wrong("4.3", "target_mask", "the causal part made on the CPU whatever the tokens' device",
+       mistake="4.3/device-not-kept")
 def causal_on_the_cpu(tokens, pad_id):
     return _pad(tokens, pad_id) & _causal(tokens.size(1), None)
 

@@ -52,7 +52,7 @@ EpsOutsideSqrt = wrong("5.1", "LayerNorm", "eps added outside the square root",
     ),), {}))
 
 InFloat64 = wrong("5.1", "LayerNorm", "normalised in float64 for precision: float32 in, float64 "
-                  "out")(type("InFloat64", (_layer_norm_class(
+                  "out", mistake="5.1/dtype-changed")(type("InFloat64", (_layer_norm_class(
                       lambda x, eps: _normalize(x.double(), eps)),), {}))
 
 OverTheBatch = wrong("5.1", "LayerNorm", "statistics over the batch (dim 0), like BatchNorm",

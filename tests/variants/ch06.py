@@ -125,7 +125,8 @@ class CrossEntropyPlusUniform(_Loss):
         return ((1 - self.smoothing) * nll + self.smoothing * uniform).mean()
 
 
-@wrong("6.2", "LabelSmoothingLoss", "a one-hot made .double(): float32 logits give a float64 loss")
+@wrong("6.2", "LabelSmoothingLoss", "a one-hot made .double(): float32 logits give a float64 loss",
+       mistake="6.2/dtype-changed")
 class OneHotInFloat64(_Loss):
     def forward(self, logits, target):
         keep = self.keep(target)
@@ -136,7 +137,8 @@ class OneHotInFloat64(_Loss):
         return torch.where(keep, loss, 0.0).sum() / max(int(keep.sum()), 1)
 
 
-@wrong("6.2", "LabelSmoothingLoss", "the losses gathered into a new tensor: off the graph")
+@wrong("6.2", "LabelSmoothingLoss", "the losses gathered into a new tensor: off the graph",
+       mistake="6.2/detached")
 class LossesCopiedIntoATensor(_Loss):
     def forward(self, logits, target):
         keep = self.keep(target)

@@ -216,7 +216,7 @@ def copies_of_bos(*args, **kwargs):
 
 
 @wrong("7.1", "beam_search", "the best scores a float64 tensor overwritten in place: a float32 "
-       "model's scores cannot be written into it")
+       "model's scores cannot be written into it", mistake="7.1/scores-in-another-dtype")
 def float64_best_in_place(*args, **kwargs):
     return _batched(*args, **kwargs, best_in_place=True)
 

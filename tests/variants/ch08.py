@@ -112,7 +112,8 @@ def top_k_by_index(logits, temperature=1.0, top_k=None, top_p=None):
     return _nucleus(torch.softmax(logits, dim=-1), top_p)
 
 
-@wrong("8.1", "next_token_distribution", "temperature 0 divides by zero (NaN or inf)")
+@wrong("8.1", "next_token_distribution", "temperature 0 divides by zero (NaN or inf)",
+       mistake="8.1/temperature-zero-divides")
 def zero_temperature_divides(logits, temperature=1.0, top_k=None, top_p=None):
     _check(temperature, top_k, top_p)
     with torch.no_grad():
@@ -215,7 +216,8 @@ def draws_at_temperature_zero(logits, temperature=1.0, top_k=None, top_p=None, g
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-@wrong("8.2", "sample_next", "the argmax of the distribution at every temperature")
+@wrong("8.2", "sample_next", "the argmax of the distribution at every temperature",
+       mistake="8.2/always-greedy")
 def always_greedy(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     return active_parts().next_token_distribution(logits, temperature, top_k, top_p).argmax(-1)
 
