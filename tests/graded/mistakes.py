@@ -17,7 +17,7 @@ import re
 import torch
 
 from annotated_transformer.course.grading.messages import mistake_tag
-from annotated_transformer.course.grading.supervisor import LearnerRaised
+from annotated_transformer.course.grading.outcomes import LearnerRaised
 
 
 def _device_not_kept(inputs: str, fix: str) -> str:
