@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from annotated_transformer.course.grading import limits
+from annotated_transformer.layout import PACKAGE_DIR, PARTS_PACKAGES, SOLUTIONS_DIR, VARIANTS_DIR
 
 SCRATCH_BYTES = 64 * 2**20  # the worker's private /tmp
 # What the dynamic linker and Python read of /etc (no secrets: no shadow, no ssl keys).
@@ -235,3 +236,17 @@ def _runnable(pid: int) -> bool:
         if stat[stat.rfind(b")") + 2:][:1] == b"R":
             return True
     return False
+
+
+def shown(learner_dir: Path | None, probes: Path) -> list[Path]:
+    """What a worker may read: the package, the probes' folder (the graded tests), the
+    learner's folder; for the course's own code, the reference and variants too."""
+    seen = [PACKAGE_DIR, probes]
+    if learner_dir is not None:
+        return [*seen, learner_dir]
+    return [*seen, *(d for d in (SOLUTIONS_DIR, VARIANTS_DIR) if d.is_dir())]
+
+
+def hidden(learner_dir: Path | None) -> list[Path]:
+    """What a learner's worker must not see inside what it is shown (the fast parts)."""
+    return [d for d in PARTS_PACKAGES.values() if d.is_dir() and learner_dir is not None]

@@ -48,10 +48,7 @@ from annotated_transformer.course.grading.protocol import Ended, Reply
 from annotated_transformer.course.grading.watch import StopReason
 from annotated_transformer.layout import (
     GRADED_DIR,
-    PACKAGE_DIR,
-    PARTS_PACKAGES,
     ROOT,
-    SOLUTIONS_DIR,
     VARIANTS_DIR,
 )
 from annotated_transformer.sources import Source
@@ -97,8 +94,8 @@ class WorkerProcess:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
         if sandboxed:
-            argv = boundary.command(argv, read_only=self._shown(learner_dir, probes),
-                                    hidden=self._hidden(learner_dir), env=env)
+            argv = boundary.command(argv, read_only=boundary.shown(learner_dir, probes),
+                                    hidden=boundary.hidden(learner_dir), env=env)
             cwd = None
         else:  # no boundary: a private folder of the disk stands in for /tmp
             self.home = tempfile.TemporaryDirectory(prefix="grading-worker-")
@@ -124,20 +121,6 @@ class WorkerProcess:
         self.ready, self.mark, self.spent = False, 0, (0.0, 0.0)
         self.stack_asked = False  # the grader asked for the stack: not the learner's output
         self.stack: list[tuple[str, str]] = []  # its frames (file, line), most recent first
-
-    @staticmethod
-    def _shown(learner_dir: Path | None, probes: Path) -> list[Path]:
-        """What the worker may read: the package, the probes' folder (the graded tests),
-        the learner's folder; for the course's own code, the reference and variants too."""
-        shown = [PACKAGE_DIR, probes]
-        if learner_dir is not None:
-            return [*shown, learner_dir]
-        return [*shown, *(d for d in (SOLUTIONS_DIR, VARIANTS_DIR) if d.is_dir())]
-
-    @staticmethod
-    def _hidden(learner_dir: Path | None) -> list[Path]:
-        """What a learner's worker must not see inside what it is shown."""
-        return [d for d in PARTS_PACKAGES.values() if d.is_dir() and learner_dir is not None]
 
     def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
              wait_seconds: float = watch.WAIT_SECONDS) -> Reply:
