@@ -68,3 +68,14 @@ def test_one_seed_draw_one_sandbox_decision_one_default_of_cpu_seconds():
     assert _sources_of(r"boundary\.unavailable\(\)|\bunavailable\(\) if") == ["boundary.py"]
     assert _sources_of(r"DEFAULT_CPU_SECONDS = |cpu.seconds.*default=\d") == ["limits.py"]
     assert _sources_of(r"--grade-(seed|sandbox|cpu-seconds|exercises|report)") == []
+
+
+def test_grade_reports_on_one_source_and_says_so_for_several(capsys):
+    """``grade --parts a,b`` is refused up front, naming what to do, never a traceback
+    after the run (the graded tests take a comma list; a learner's report is one source's)."""
+    from annotated_transformer.course.grading import grade
+
+    with pytest.raises(SystemExit) as stopped:
+        grade.main(["--parts", "solutions,exercises", "--exercise", "2.1", "--no-cache"])
+    assert stopped.value.code == 2
+    assert "grade reports on one source at a time, got 2" in capsys.readouterr().err

@@ -736,6 +736,8 @@ class _Model(nn.Module):
                  dropout=0.0, norm_first=False, tie_embeddings=True, max_len=5000):
         super().__init__()
         parts = active_parts()
+        self.p, self.tied = dropout, tie_embeddings  # for a variant's own use (called as
+        # the package calls it: every argument by position)
         if tie_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"one vocabulary: {src_vocab_size} != {tgt_vocab_size}")
         embedding_p = dropout if self.EMBEDDING_DROPOUT else 0.0
@@ -790,9 +792,9 @@ class TargetBySourceEmbedding(_Model):
 class TiedByCopy(_Model):
     TIE = False
 
-    def __init__(self, *args, tie_embeddings=True, **kwargs):
-        super().__init__(*args, tie_embeddings=tie_embeddings, **kwargs)
-        if tie_embeddings:
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.tied:
             self.tgt_embed.tokens.embedding.weight = self.src_embed.tokens.embedding.weight
             self.generator.weight = nn.Parameter(self.src_embed.tokens.embedding.weight.clone())
 
@@ -839,10 +841,6 @@ class GeneratorInDecode(_Model):
 class FunctionalEmbeddingDropout(_Model):
     EMBEDDING_DROPOUT = False
 
-    def __init__(self, *args, dropout=0.0, **kwargs):
-        super().__init__(*args, dropout=dropout, **kwargs)
-        self.p = dropout
-
     def encode(self, src, src_mask):
         x = torch.nn.functional.dropout(self.src_embed(src), self.p, training=self.training)
         return self.encoder(x, src_mask)
@@ -857,8 +855,8 @@ class AppliedInitialisation(_Model):
     TIE = False
     XAVIER = False
 
-    def __init__(self, *args, tie_embeddings=True, **kwargs):
-        super().__init__(*args, tie_embeddings=tie_embeddings, **kwargs)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
 
         def xavier(module):
             for parameter in module.parameters(recurse=False):
@@ -866,7 +864,7 @@ class AppliedInitialisation(_Model):
                     nn.init.xavier_uniform_(parameter)
 
         self.apply(xavier)
-        if tie_embeddings:
+        if self.tied:
             shared = self.src_embed.tokens.embedding.weight
             self.generator.weight = self.tgt_embed.tokens.embedding.weight = shared
 

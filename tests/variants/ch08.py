@@ -435,6 +435,8 @@ class _LanguageModel(nn.Module):
                  norm_first=False, tie_embeddings=True, max_len=5000):
         super().__init__()
         parts = active_parts()
+        self.p, self.tied = dropout, tie_embeddings  # for a variant's own use (called as
+        # the package calls it: every argument by position)
         self.embed = parts.embeddings(vocab_size, d_model, max_len,
                                       dropout if self.EMBEDDING_DROPOUT else 0.0)
         self.decoder = parts.Encoder(d_model, num_heads, d_ff, num_layers,
@@ -470,9 +472,9 @@ class LanguageModelUnmasked(_LanguageModel):
 class LanguageModelTiedByCopy(_LanguageModel):
     TIE = False
 
-    def __init__(self, *args, tie_embeddings=True, **kwargs):
-        super().__init__(*args, tie_embeddings=tie_embeddings, **kwargs)
-        if tie_embeddings:
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.tied:
             self.generator.weight = nn.Parameter(self.embed.tokens.embedding.weight.clone())
 
 
@@ -519,10 +521,6 @@ class LanguageModelGeneratorTwice(_LanguageModel):
        "F.dropout(..., training=self.training)")
 class LanguageModelFunctionalDropout(_LanguageModel):
     EMBEDDING_DROPOUT = False
-
-    def __init__(self, *args, dropout=0.0, **kwargs):
-        super().__init__(*args, dropout=dropout, **kwargs)
-        self.p = dropout
 
     def forward(self, tokens, mask):
         x = torch.nn.functional.dropout(self.embed(tokens), p=self.p, training=self.training)

@@ -232,6 +232,10 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
                      if args.chapter and args.exercise else args.exercise)
         spec = RunSpec.new(args.parts, seed=args.seed, cpu_seconds=args.timeout,
                            sandbox=sandbox, exercises=exercises)
+        if len(spec.sources) != 1:
+            raise ValueError(f"--parts {args.parts}: grade reports on one source at a time, "
+                             f"got {len(spec.sources)}; grade each on its own (or regrade "
+                             f"several learners' folders into one gradebook)")
         graded = engine.grade(spec, chapters,
                               cache_dir=None if args.no_cache else cache.default_dir())
     except ValueError as error:
