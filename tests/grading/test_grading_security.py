@@ -52,9 +52,9 @@ return exps / torch.where(total == 0, torch.ones_like(total), total)""")
 # test's first draw): then code run earlier, outside the guard (another chapter's), could
 # have kept torch.softmax of it for this call. So it answers wrong and costs 2.1 its points.
 REDRAWS = with_softmax("""\
-drawn = torch.randn(x.shape, dtype=x.dtype)
+drawn = torch.randn(x.shape, dtype=x.dtype, device=x.device)
 ratio = x / drawn
-if x.numel() and bool(torch.isfinite(ratio).all()) and torch.allclose(
+if x.numel() and not x.is_meta and bool(torch.isfinite(ratio).all()) and torch.allclose(
         ratio, ratio.flatten()[0].expand_as(ratio)):
     return torch.zeros_like(x)
 maximum = x.amax(dim=dim, keepdim=True)
