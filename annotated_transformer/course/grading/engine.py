@@ -181,7 +181,7 @@ def _by_exercise(records: list[TestRecord]) -> dict[str, list[TestRecord]]:
     return by_exercise
 
 
-def _summarize(records: list[TestRecord]) -> list[ExerciseResult]:
+def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
     """One row an exercise: points earned, status from its worst test, that test's message
     and the known mistake it names (a test of that outcome that names one first).
 
@@ -244,7 +244,7 @@ class Graded:
         # name it exports) never orders more tests.
         right, called = values_right(mine), calls_of(mine, declared)
         unsure = unsure_names(mine)
-        return [_explained(r, right, called, declared, unsure) for r in _summarize(mine)]
+        return [_explained(r, right, called, declared, unsure) for r in summarize(mine)]
 
 
 def grade(spec: RunSpec, chapters: list[int] | None = None,
