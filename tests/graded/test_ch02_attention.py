@@ -17,8 +17,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from annotated_transformer.course.grading.outcomes import LearnerRaised
-
 from checks import ATTENTION_OPS, LOGSUMEXP_OPS, SOFTMAX_OPS, assert_close, assert_tensor
 from mistakes import DEVICE_CLASH, first_match, named, run_naming
 
@@ -64,13 +62,7 @@ BROADCAST = re.compile(r"The size of tensor a \(\d+\) must match the size of ten
 def run_softmax(learner, **inputs):
     """``learner.run(softmax_of, ...)``; a maximum or a sum that cannot broadcast back
     against ``x`` is explained: it lost its dimension (an error of the code all the same)."""
-    try:
-        return learner.run(softmax_of, **inputs)
-    except LearnerRaised as error:
-        if BROADCAST.search(error.message) is None:
-            raise
-        raise LearnerRaised(error.types, f"{error.message}: {named('2.1/keepdim-forgotten')}",
-                            error.where) from None
+    return run_naming(learner, softmax_of, BROADCAST, "2.1/keepdim-forgotten", **inputs)
 
 
 def softmax_gradient(impl, x, upstream):
