@@ -33,6 +33,7 @@ import os
 import re
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -266,6 +267,11 @@ def test_the_graded_tests_own_process_is_bounded_by_the_kernel(monkeypatch):
                                                dict(os.environ))
     assert (returncode, stdout) == (0, "45\n")  # within its bounds: its output, as it is
     engine.over_bound(returncode, "")
+    # Stopped for its CPU after it wrote some records: the run still grades nothing; a
+    # MemoryError inside a test that was recorded is that test's failure, not a bound.
+    with pytest.raises(engine.ChecksOverBound, match="bound of 1 CPU seconds"):
+        engine.over_bound(-signal.SIGXCPU, "", reported=True)
+    engine.over_bound(1, "MemoryError", reported=True)
 
 
 def test_a_grading_run_past_the_checks_bounds_grades_nothing(monkeypatch, tmp_path):

@@ -62,8 +62,8 @@ def _run(spec: RunSpec) -> list[TestRecord]:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         returncode, stdout, stderr = bounded_run(command, env)
+        over_bound(returncode, stderr, report.exists())
         if not report.exists():
-            over_bound(returncode, stderr)
             raise RuntimeError(f"the graded tests did not run:\n{stdout[-3000:]}"
                                f"{stderr[-3000:]}")
         return [TestRecord.from_json(r) for r in json.loads(report.read_text())]
@@ -94,23 +94,27 @@ def bounded_run(command: list[str], env: dict[str, str]) -> tuple[int, str, str]
 
     process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    for which, bound in ((resource.RLIMIT_DATA, CHECKS_DATA_BYTES),
-                         (resource.RLIMIT_CPU, CHECKS_CPU_SECONDS)):
-        hard = resource.prlimit(process.pid, which)[1]
-        resource.prlimit(process.pid, which, (bound, hard))
     try:
+        for which, bound in ((resource.RLIMIT_DATA, CHECKS_DATA_BYTES),
+                             (resource.RLIMIT_CPU, CHECKS_CPU_SECONDS)):
+            hard = resource.prlimit(process.pid, which)[1]
+            resource.prlimit(process.pid, which, (bound, hard))
         stdout, stderr = process.communicate(timeout=CHECKS_WALL_SECONDS)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
         raise ChecksOverBound(f"the graded tests did not finish in {CHECKS_WALL_SECONDS:,} s "
                               f"of wall time; nothing was graded") from None
+    finally:  # a deadline, an interrupt, a limit that could not be set: none is left behind
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
     return process.returncode, stdout, stderr
 
 
-def over_bound(returncode: int, stderr: str) -> None:
-    """:class:`ChecksOverBound` naming the bound, when the graded tests' process that wrote
-    no report was stopped by one (the CPU's signal, or a ``MemoryError`` that ended it)."""
+def over_bound(returncode: int, stderr: str, reported: bool = False) -> None:
+    """:class:`ChecksOverBound` naming the bound, when the graded tests' process was stopped
+    by one: the CPU's signal (whatever records it wrote before: a run cut short grades
+    nothing), or a ``MemoryError`` that ended it before it wrote any (one inside a test is
+    that test's failure)."""
     import signal
 
     about = ("the graded tests' own process (outside the worker) went past its bound of {} "
@@ -118,7 +122,7 @@ def over_bound(returncode: int, stderr: str) -> None:
              "reference's whole course needs 11 CPU s and 0.4 GiB)")
     if returncode == -signal.SIGXCPU:
         raise ChecksOverBound(about.format(f"{CHECKS_CPU_SECONDS} CPU seconds"))
-    if returncode != 0 and "MemoryError" in stderr:
+    if not reported and returncode != 0 and "MemoryError" in stderr:
         raise ChecksOverBound(about.format(f"{CHECKS_DATA_BYTES / 2**30:g} GiB of data"))
 
 
