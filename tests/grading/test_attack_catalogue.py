@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -253,7 +254,7 @@ def test_the_graded_tests_own_process_is_bounded_by_the_kernel(monkeypatch):
     cgroup) stops at its own CPU time, data and wall-clock bounds, and says which."""
     monkeypatch.setattr(engine, "CHECKS_CPU_SECONDS", 1)
     monkeypatch.setattr(engine, "CHECKS_DATA_BYTES", 2**28)
-    monkeypatch.setattr(engine, "CHECKS_WALL_SECONDS", 2)
+    monkeypatch.setattr(engine, "CHECKS_WALL_SECONDS", 600)  # a busy machine's 1 CPU second
     python = [sys.executable, "-c"]
     returncode, _, stderr = engine.bounded_run([*python, "while True: pass"], dict(os.environ))
     with pytest.raises(engine.ChecksOverBound, match="bound of 1 CPU seconds"):
@@ -261,6 +262,7 @@ def test_the_graded_tests_own_process_is_bounded_by_the_kernel(monkeypatch):
     returncode, _, stderr = engine.bounded_run([*python, "bytearray(2**30)"], dict(os.environ))
     with pytest.raises(engine.ChecksOverBound, match=r"bound of 0\.25 GiB of data"):
         engine.over_bound(returncode, stderr)
+    monkeypatch.setattr(engine, "CHECKS_WALL_SECONDS", 2)
     with pytest.raises(engine.ChecksOverBound, match="did not finish in 2 s of wall time"):
         engine.bounded_run([*python, "import time; time.sleep(60)"], dict(os.environ))
     returncode, stdout, _ = engine.bounded_run([*python, "print(sum(range(10)))"],
@@ -272,6 +274,56 @@ def test_the_graded_tests_own_process_is_bounded_by_the_kernel(monkeypatch):
     with pytest.raises(engine.ChecksOverBound, match="bound of 1 CPU seconds"):
         engine.over_bound(-signal.SIGXCPU, "", reported=True)
     engine.over_bound(1, "MemoryError", reported=True)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _gone(pid: int, seconds: float = 30.0) -> bool:
+    """Whether ``pid`` has ended (or is a zombie) within ``seconds``: a deadline, not a
+    measure."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how", ["the grader", "a regrade worker"])
+def test_a_grader_killed_from_outside_leaves_no_graded_tests_running(how):
+    """Killed by any signal, ``SIGKILL`` included, the process that runs the graded tests
+    (``grade``, or one of ``regrade``'s workers) takes them with it: the kernel ends them
+    (``engine.dies_with_this_process``, ``engine.die_with_parent``)."""
+    checks = ("import os, sys; from annotated_transformer.course.grading import engine; "
+              "engine.bounded_run([sys.executable, '-c', 'import time; time.sleep(600)'], "
+              "dict(os.environ))")
+    if how == "a regrade worker":  # the worker's parent, regrade, is what is killed
+        worker = checks.replace("engine.bounded_run", "engine.die_with_parent(); engine.bounded_run")
+        checks = ("import subprocess, sys, time; "
+                  f"subprocess.Popen([sys.executable, '-c', {worker!r}]); time.sleep(600)")
+    killed = subprocess.Popen([sys.executable, "-c", checks])
+    try:
+        deadline, descendants = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(descendants) < (2 if "regrade" in how else 1):
+            descendants = _children(killed.pid)
+            descendants += [g for c in descendants for g in _children(c)]
+            time.sleep(0.1)
+        assert descendants, "the graded tests' process never started"
+        killed.kill()
+        killed.wait()
+        assert all(_gone(pid) for pid in descendants), "left running after its grader died"
+    finally:
+        if killed.poll() is None:
+            killed.kill()
 
 
 def test_a_grading_run_past_the_checks_bounds_grades_nothing(monkeypatch, tmp_path):

@@ -92,7 +92,7 @@ def bounded_run(command: list[str], env: dict[str, str]) -> tuple[int, str, str]
     ``(returncode, stdout, stderr)``."""
     import resource
 
-    process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
+    process = subprocess.Popen(dies_with_this_process(command), cwd=ROOT, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for which, bound in ((resource.RLIMIT_DATA, CHECKS_DATA_BYTES),
@@ -108,6 +108,28 @@ def bounded_run(command: list[str], env: dict[str, str]) -> tuple[int, str, str]
             process.kill()
             process.communicate()
     return process.returncode, stdout, stderr
+
+
+def dies_with_this_process(command: list[str]) -> list[str]:
+    """``command``, run so that the kernel kills it when the process that started it dies,
+    by any signal, ``SIGKILL`` included (``setpriv --pdeathsig KILL``, util-linux; as it is,
+    where there is no ``setpriv``): a grader stopped from outside leaves no graded tests
+    running, and their workers die with them (``bwrap --die-with-parent``)."""
+    import shutil
+
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
+
+
+def die_with_parent() -> None:
+    """Have the kernel end this process (``SIGTERM``) when its parent dies, where Linux's
+    ``prctl`` is at hand: ``regrade``'s worker processes, so that a ``regrade`` stopped from
+    outside leaves none of them grading (:func:`dies_with_this_process` takes it from there)."""
+    import ctypes
+    import signal
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def over_bound(returncode: int, stderr: str, reported: bool = False) -> None:

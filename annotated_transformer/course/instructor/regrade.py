@@ -251,8 +251,8 @@ def regrade(sources: list[str], names: list[str], run: Run, jobs: int = 1,
         for task in tasks:
             finished(*grade_one(*task))
         return done
-    with ProcessPoolExecutor(max_workers=jobs,
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=engine.die_with_parent) as pool:
         futures = {pool.submit(grade_one, *task): task for task in tasks}
         for future in as_completed(futures):
             try:
