@@ -336,6 +336,10 @@ MISTAKES = {
     "5.2/dropout-on-output": "Dropout is applied to the network's output: it goes on the "
     "hidden activations [B, L, d_ff], between the ReLU and linear2 (the residual drops the "
     "output itself).",
+    "5.2/device-not-kept": _device_not_kept(
+        "the module and x", "the ReLU is torch.relu(h) (or h.clamp(min=0)), computed from h "
+        "alone; a torch.zeros(h.shape) to compare with takes the CPU (torch.zeros_like(h) "
+        "keeps h's device and dtype)."),
     # 5.3 ResidualConnection
     "5.3/always-post-ln": "With norm_first=True this is the post-LN norm(x + sublayer(x)): "
     "pre-LN normalises the sublayer's input and leaves the sum alone, x + "
@@ -349,11 +353,19 @@ MISTAKES = {
     "its output (a second call costs as much again, and with dropout draws other masks).",
     "5.3/dropout-on-the-sum": "Dropout is applied to the sum x + sublayer(...): drop the "
     "sublayer's output only, before adding it to x, so that the residual path x stays intact.",
+    "5.3/skip-detached": "The output is right, but the gradient with respect to x is the "
+    "sublayer branch's alone: x was detached (x.detach(), x.data) where it is added back, "
+    "so the residual path, which carries the gradient straight down to the lower layers, "
+    "carries none. Add x itself: x + dropout(sublayer(norm(x))).",
     # 5.4 EncoderLayer
     "5.4/mask-not-passed": "This is the layer's output with no mask: pass mask on to the "
     "self-attention, self_attn(y, y, y, mask).",
     "5.4/norm-first-not-passed-on": "With norm_first=True this is the post-LN layer: pass "
     "norm_first on to each ResidualConnection.",
+    "5.4/device-not-kept": _device_not_kept(
+        "the layer and x", "when mask is None, pass None on to the attention (2.2 masks "
+        "nothing then); a mask of ones made with torch.ones(...) takes the CPU (one made with "
+        "device=x.device would not)."),
     # 5.5 DecoderLayer
     "5.5/self-attention-unmasked": "This is the layer with its self-attention given no mask: "
     "each target position sees the later ones (and the padding). Pass tgt_mask to the "
@@ -368,6 +380,10 @@ MISTAKES = {
     "5.5/cross-attention-queries": "{call} raised a size mismatch: {error}. Cross-attention "
     "takes its queries from the decoder (x) and its keys and values from the memory: "
     "cross_attn(y, memory, memory, src_mask), whose output has x's length Lt.",
+    "5.5/memory-detached": "The output is right, but no gradient reaches the memory: it was "
+    "detached (or used under torch.no_grad()), so the encoder, whose output it is, never "
+    "learns from the decoder's loss. Use memory as it comes: cross_attn(y, memory, memory, "
+    "src_mask).",
     # 5.6 Encoder
     "5.6/layers-shared": "layers holds one layer {count} times: one set of weights applied "
     "{count} times. Build each layer anew, nn.ModuleList([EncoderLayer(...) for _ in "
@@ -391,6 +407,9 @@ MISTAKES = {
     "norm.weight and norm.bias: its last norm holds no parameters (nn.Identity() whatever "
     "norm_first is?). Pre-LN layers leave the residual stream unnormalised, so a pre-LN stack "
     "ends with a LayerNorm: self.norm = LayerNorm(d_model) if norm_first else nn.Identity().",
+    "5.6/device-not-kept": _device_not_kept(
+        "the stack and x", "when mask is None, pass None on to the layers; a mask of ones "
+        "made with torch.ones(...) takes the CPU (one made with device=x.device would not)."),
     # 5.7 Decoder
     "5.7/layers-shared": "layers holds one layer {count} times: one set of weights applied "
     "{count} times. Build each layer anew, nn.ModuleList([DecoderLayer(...) for _ in "
@@ -422,6 +441,9 @@ MISTAKES = {
     "norm.weight and norm.bias: its last norm holds no parameters (nn.Identity() whatever "
     "norm_first is?). A pre-LN stack ends with a LayerNorm: self.norm = LayerNorm(d_model) "
     "if norm_first else nn.Identity().",
+    "5.7/memory-detached": "The output is right, but no gradient reaches the memory: it was "
+    "detached (or used under torch.no_grad()) before the layers read it, so the encoder "
+    "never learns from the decoder's loss. Hand every layer memory as it comes.",
     # 5.8 EncoderDecoder
     "5.8/log-probabilities": "These are log-probabilities (a log_softmax after the "
     "generator): forward returns the generator's logits, and the loss of Chapter 6 takes "
@@ -438,6 +460,18 @@ MISTAKES = {
     "5.8/generator-in-decode": "decode returned the generator's logits [B, Lt, V]: decode "
     "returns the decoder's hidden states [B, Lt, D], and forward alone applies the generator "
     "(greedy decoding, 6.4, applies it to the last position of decode's output).",
+    "5.8/dtype-changed": "Its values are right, but for a model in {dtype} the logits are "
+    "{got}: forward returns the generator's output in the model's dtype (model.double() "
+    "gives float64 logits, model.float() float32). A cast (.float(), .double(), .to(...)) on "
+    "the way changed it: leave the dtype to the module's parameters.",
+    "5.8/memory-detached": "The logits are right, but no gradient reaches the encoder and the "
+    "source embedding: the memory was detached (or computed under torch.no_grad()) between "
+    "encode and decode, so the encoder never learns. forward is generator(decode(encode(src, "
+    "src_mask), src_mask, tgt, tgt_mask)), on autograd's graph throughout.",
+    "5.8/device-not-kept": _device_not_kept(
+        "the model and the tokens", "when a mask is None, pass None on to the stacks; masks "
+        "made with torch.ones(...) take the CPU (made from the tokens, src != pad_id, they "
+        "would not)."),
     "5.8/not-tied": "With tie_embeddings=True {missing} should be the source embedding's "
     "own nn.Parameter, but {how}: assign it, self.generator.weight = "
     "self.src_embed.tokens.embedding.weight (likewise tgt_embed), after initialising.",

@@ -42,11 +42,13 @@ from checks import (
     check_names,
     load_trusted,
     replay_embedding,
+    replay_layer,
+    replay_norm,
     replay_stack,
     trusted_state,
     untied_how,
 )
-from mistakes import first_match, mistake_of, named
+from mistakes import DEVICE_CLASH, first_match, mistake_of, named, run_naming
 from torch_models import TorchEncoderDecoder, sinusoidal_table
 
 CHAPTER = 5
@@ -83,11 +85,12 @@ FORBIDDEN = {"5.1": ("LayerNorm", "layer_norm", "native_layer_norm", "rms_norm",
 NORMS = (*NORM_OPS, "torch:rms_norm")
 LAYER_FAMILY = (*LAYER_OPS, *ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS, *NORMS)
 # 5.8 composes the stacks (the grader's stand-ins while it is graded): PyTorch's fused layers
-# and attention are refused; a softmax is allowed (+), so that a generator that returns
-# log-probabilities is named as that mistake.
+# and attention are refused; a softmax and its gradient are allowed (+), so that a generator
+# that returns log-probabilities is named as that mistake (its gradients are taken too).
 FORBIDDEN_OPS = {"5.1": NORMS, "5.3": NORMS, "5.4": LAYER_FAMILY, "5.5": LAYER_FAMILY,
                  "5.6": LAYER_FAMILY, "5.7": LAYER_FAMILY,
-                 "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
+                 "5.8": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax",
+                         "+_log_softmax_backward_data", "+_softmax_backward_data")}
 f64 = torch.float64
 # A training pass with dropout is replayed from this seed, in the worker and here
 # (checks.replay_stack): every module that should drop must draw, in the contract's order.
@@ -1170,3 +1173,283 @@ def test_encoder_decoder_xavier_initialisation(learner):
         assert largest > 0.5 * bound, (
             f"{name} [{fan_out}, {fan_in}] is at most {largest:.3g} at initialisation, far "
             f"inside Xavier's bound {bound:.3g}: use nn.init.xavier_uniform_.")
+
+
+# ---------------------------------------------------------------- 5.2 to 5.8: dtype, device,
+# gradients. Each module, built and converted with .double() then .to(dtype) (float32: back
+# with .float()), holds the grader's weights in that dtype; its output keeps the dtype, and
+# the gradients of (output * upstream).sum() for its float inputs and every parameter are
+# autograd's of the same computation written with PyTorch's own ops (checks.replay_*), in
+# float64. Then, moved to the "meta" device (a stand-in for a GPU: a tensor made on the CPU
+# clashes with it), its output is there.
+
+CONTRACT_TOLERANCES = {f64: {"atol": 1e-6, "rtol": 1e-5},
+                       torch.float32: {"atol": 1e-4, "rtol": 1e-4}}
+
+
+def contract_module(impl, exercise):
+    """The module of ``exercise`` as the contract tests build it: pre-LN, dropout 0 (5.3's
+    sublayer is the grader's nn.Linear, held apart: it is no parameter of the residual)."""
+    if exercise == "5.2":
+        return impl.PositionwiseFeedForward(8, 32, dropout=0.0)
+    if exercise == "5.3":
+        return impl.ResidualConnection(8, dropout=0.0, norm_first=True)
+    if exercise in ("5.4", "5.5"):
+        layer = impl.EncoderLayer if exercise == "5.4" else impl.DecoderLayer
+        return layer(16, 4, 32, dropout=0.0, norm_first=True)
+    if exercise in ("5.6", "5.7"):
+        stack = impl.Encoder if exercise == "5.6" else impl.Decoder
+        return stack(16, 4, 32, 2, dropout=0.0, norm_first=True)
+    return impl.EncoderDecoder(VOCAB, VOCAB, 16, 4, 32, 2, dropout=0.0, norm_first=True,
+                               tie_embeddings=False, max_len=MAX_LEN)
+
+
+def contract_run(impl, exercise, state, inputs, masks, upstream, sublayer=None):
+    """``exercise``'s module (:func:`contract_module`) in the dtype of ``upstream``, with the
+    grader's weights ``state`` (loaded when the names and shapes are the contract's), called
+    as the package calls it on ``inputs`` (``{name: tensor}``, in order; the float ones made
+    leaves that require grad) then ``masks`` (a list, None for a mask not given); 5.3's
+    ``sublayer``, the grader's nn.Linear weights. Its output, the gradients of
+    ``(output * upstream).sum()`` for the float inputs and every parameter (None for one
+    the output does not reach), and the output's device on the "meta" device, with no masks
+    given (where the code under test makes any tensor of its own; PyTorch computes on the
+    meta device in Python, slowly: once). For a size mismatch, its message (the tests of
+    the values tell what it means)."""
+    dtype = upstream.dtype
+    module = contract_module(impl, exercise).double().to(dtype)
+    names = load_trusted(module, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    leaves = {name: value.clone().requires_grad_(True) if value.is_floating_point() else value
+              for name, value in inputs.items()}
+    parameters = {name: value for name, value in leaves.items() if value.requires_grad}
+    parameters.update(module.named_parameters())
+    extra = []
+    if sublayer is not None:
+        linear = nn.Linear(8, 8).to(dtype)
+        linear.load_state_dict(sublayer)
+        parameters.update({f"sublayer.{n}": v for n, v in linear.named_parameters()})
+        extra = [linear]
+
+    def call(tensors, given):
+        return module(*tensors, *extra, *given)
+
+    try:
+        output = call(leaves.values(), masks)
+    except (RuntimeError, ValueError) as error:
+        message = size_error(error)
+        if message is None:
+            raise
+        return {"names": names, "size_error": message}
+    on_graph = (isinstance(output, torch.Tensor) and output.requires_grad
+                and output.shape == upstream.shape)  # a wrong shape is the grader's to tell
+    grads = (torch.autograd.grad((output * upstream).sum(), list(parameters.values()),
+                                 allow_unused=True) if on_graph else [None] * len(parameters))
+    for part in (module, *extra):
+        part.to("meta")
+    moved = call([value.to("meta") for value in inputs.values()], [None] * len(masks))
+    return {"names": names, "output": sent(output),
+            "grads": {name: None if g is None else g.detach()
+                      for name, g in zip(parameters, grads, strict=True)},
+            "device": moved.device.type if isinstance(moved, torch.Tensor) else None}
+
+
+def sent(value):
+    """A tensor, detached; anything else that is not plain data, by the name of its type."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return None if value is None else {"not a tensor": type(value).__name__}
+
+
+def padding_mask(lengths, length):
+    """``[B, 1, 1, L]``, True at the first ``lengths[b]`` positions (Chapter 4's)."""
+    return (torch.arange(length) < torch.tensor(lengths)[:, None])[:, None, None, :]
+
+
+def target_mask(lengths, length):
+    """``[B, 1, L, L]``: padding and causal (Chapter 4's)."""
+    return padding_mask(lengths, length) & torch.ones(length, length, dtype=torch.bool).tril()
+
+
+def contract_case(exercise):
+    """``(state, inputs, masks, sublayer, reference)`` of a contract test: the grader's
+    weights, the inputs (float64, or token ids), the masks handed over after them, 5.3's
+    sublayer weights, and ``reference(weights, inputs)``: the output in PyTorch's own ops
+    from ``{name: tensor}`` of the weights (state-dict names; 5.3's sublayer's as
+    ``sublayer.weight``, ``sublayer.bias``) and of the inputs."""
+    replay = {"heads": 4, "p": 0.0, "norm_first": True}
+    if exercise == "5.2":
+        return (trusted_state(FEED_FORWARD), {"x": torch.randn(2, 3, 8, dtype=f64)}, [], None,
+                lambda w, i: F.linear(F.relu(F.linear(
+                    i["x"], w["linear1.weight"], w["linear1.bias"])), w["linear2.weight"],
+                    w["linear2.bias"]))
+    if exercise == "5.3":
+        norm, sublayer = residual_weights()
+        return ({f"norm.{n}": v for n, v in norm.items()}, {"x": torch.randn(2, 3, 8, dtype=f64)},
+                [], sublayer,
+                lambda w, i: i["x"] + F.linear(replay_norm(i["x"], w, "norm."),
+                                               w["sublayer.weight"], w["sublayer.bias"]))
+    source, target = padding_mask([5, 3], 5), target_mask([4, 2], 4)
+    x, memory = torch.randn(2, 4, 16, dtype=f64), torch.randn(2, 5, 16, dtype=f64)
+    if exercise in ("5.4", "5.6"):
+        weights = (layer_weights(["self_attn"], 2) if exercise == "5.4"
+                   else stack_weights(["self_attn"], 2, norm_first=True))
+        run = replay_layer if exercise == "5.4" else replay_stack
+        return (weights, {"x": memory}, [source], None,
+                lambda w, i: run(i["x"], w, "", self_mask=source, **replay))
+    if exercise in ("5.5", "5.7"):
+        weights = (layer_weights(["self_attn", "cross_attn"], 3) if exercise == "5.5"
+                   else stack_weights(["self_attn", "cross_attn"], 3, norm_first=True))
+        run = replay_layer if exercise == "5.5" else replay_stack
+        return (weights, {"x": x, "memory": memory}, [source, target], None,
+                lambda w, i: run(i["x"], w, "", self_mask=target, memory=i["memory"],
+                                 cross_mask=source, **replay))
+    tokens = {"src": torch.randint(3, VOCAB, (2, 5)), "tgt": torch.randint(3, VOCAB, (2, 4))}
+
+    def model(w, i):
+        encoded = replay_stack(replay_embedding(i["src"], w, "src_embed.", 0.0), w,
+                               "encoder.", self_mask=source, **replay)
+        hidden = replay_stack(replay_embedding(i["tgt"], w, "tgt_embed.", 0.0), w, "decoder.",
+                              self_mask=target, memory=encoded, cross_mask=source, **replay)
+        return F.linear(hidden, w["generator.weight"], w["generator.bias"])
+
+    return model_weights(norm_first=True, tie=False), tokens, [source, target], None, model
+
+
+CONTRACT_CALLS = {"5.2": "PositionwiseFeedForward(8, 32)(x)",
+                  "5.3": "ResidualConnection(8, norm_first=True)(x, sublayer)",
+                  "5.4": "EncoderLayer(16, 4, 32, norm_first=True)(x, mask)",
+                  "5.5": "DecoderLayer(16, 4, 32, norm_first=True)(x, memory, src_mask, "
+                         "tgt_mask)",
+                  "5.6": "Encoder(16, 4, 32, 2, norm_first=True)(x, mask)",
+                  "5.7": "Decoder(16, 4, 32, 2, norm_first=True)(x, memory, src_mask, tgt_mask)",
+                  "5.8": "EncoderDecoder(11, 11, 16, 4, 32, 2, norm_first=True, "
+                         "tie_embeddings=False)(src, tgt, src_mask, tgt_mask)"}
+# Mistakes of these contracts that a variant makes: the device's is named by PyTorch's words
+# for a clash (mistakes.run_naming), the others by their signature (:func:`named_gradient`).
+DEVICE_MISTAKES = {"5.2": "5.2/device-not-kept", "5.4": "5.4/device-not-kept",
+                   "5.6": "5.6/device-not-kept", "5.8": "5.8/device-not-kept"}
+
+
+def check_contract(learner, exercise, dtype):
+    """``exercise``'s module in ``dtype``: its output keeps the dtype and is right, its
+    gradients (inputs and every parameter) are autograd's of the reference in float64, and
+    on the meta device its output is there."""
+    state, inputs, masks, sublayer, reference = contract_case(exercise)
+    weights = {name: value.clone().requires_grad_(not name.endswith(".pe"))
+               for name, value in {**state, **{f"sublayer.{n}": v for n, v in
+                                               (sublayer or {}).items()}}.items()}
+    leaves = {name: value.clone().requires_grad_(value.is_floating_point())
+              for name, value in inputs.items()}
+    expected = reference(weights, leaves)
+    upstream = torch.randn(expected.shape, dtype=f64)
+    arguments = {"exercise": exercise, "state": {n: v.to(dtype) for n, v in state.items()},
+                 "inputs": {n: v.to(dtype) if v.is_floating_point() else v
+                            for n, v in inputs.items()},
+                 "masks": masks, "upstream": upstream.to(dtype),
+                 "sublayer": sublayer and {n: v.to(dtype) for n, v in sublayer.items()}}
+    if exercise in DEVICE_MISTAKES:
+        result = run_naming(learner, contract_run, DEVICE_CLASH, DEVICE_MISTAKES[exercise],
+                            **arguments)
+    else:
+        result = learner.run(contract_run, **arguments)
+    call = CONTRACT_CALLS[exercise]
+    check_names(result["names"], state, call.split("(")[0])
+    what = f"{call} in {dtype}"
+    assert "size_error" not in result, (
+        f"{what} raised a size mismatch: {result.get('size_error')}. The tests of its values "
+        f"tell what goes where; this one checks its dtype, device and gradients")
+    tolerance = CONTRACT_TOLERANCES[dtype]
+    output = assert_tensor(result["output"], what, shape=expected.shape)
+    right = torch.allclose(output.double(), expected.detach(), **tolerance)
+    assert output.dtype == dtype, (
+        named(f"{exercise}/dtype-changed", dtype=dtype, got=output.dtype)
+        if right and exercise == "5.8" else
+        f"{what} (its weights and inputs in {dtype}) gives {output.dtype}, not {dtype}. "
+        f"{KEEP_DTYPE}")
+    assert_close(output, expected, what, **tolerance)
+    wanted = [name for name, value in {**weights, **leaves}.items() if value.requires_grad]
+    grads = dict(zip(wanted, torch.autograd.grad((expected * upstream).sum(),
+                                                 [{**weights, **leaves}[n] for n in wanted]),
+                     strict=True))
+    mistake = gradient_mistake(exercise, result["grads"], grads, reference, weights, leaves,
+                               upstream, tolerance)
+    for name, want in grads.items():
+        got = result["grads"].get(name)
+        assert got is not None, named(mistake) if mistake else (
+            f"no gradient reaches {name} through {what}: is it used in forward, as an "
+            f"nn.Parameter (or input) on autograd's graph (no .detach(), .item(), .tolist(), "
+            f"NumPy or torch.no_grad() on the way)?")
+        assert_close(got, want, f"the gradient of {what} with respect to {name}",
+                     hint=named(mistake) if mistake else "", **tolerance)
+    assert result["device"] == "meta", (
+        f"{call} moved to the meta device (a stand-in for a GPU), with its inputs there"
+        + (" and no masks," if masks else "") + f" gives its output on {result['device']}: "
+        f"make every new tensor on the inputs' device (device=x.device, torch.zeros_like(x)), "
+        f"never on the CPU by default, and move nothing to the CPU")
+
+
+def gradient_mistake(exercise, got, wanted, reference, weights, inputs, upstream, tolerance):
+    """The id of a known mistake whose gradients ``got`` are (their output was right):
+    ``X.Y/memory-detached``, no gradient reaches the memory (5.5, 5.7) or the encoder and
+    the source embedding behind it (5.8) while every other one is right; ``5.3/skip-
+    detached``, x's is the gradient through the sublayer's branch alone (x detached where
+    it is added back). None for none."""
+    if exercise == "5.3":
+        x = inputs["x"].detach().requires_grad_(True)
+        branch = reference(weights, {"x": x}) - x + x.detach()
+        (skipped,) = torch.autograd.grad((branch * upstream).sum(), x)
+        return first_match(got.get("x"), {"5.3/skip-detached": skipped.to(upstream.dtype)},
+                           **tolerance)
+    behind = {"5.5": ("memory",), "5.7": ("memory",), "5.8": ("encoder.", "src_embed.")}
+    if exercise not in behind:
+        return None
+    cut = {name for name in wanted if name.startswith(behind[exercise])}
+    if {name for name in wanted if got.get(name) is None} != cut:
+        return None
+    rest_right = all(
+        got[name].shape == want.shape and torch.allclose(got[name].double(), want, **tolerance)
+        for name, want in wanted.items() if name not in cut)
+    return f"{exercise}/memory-detached" if rest_right else None
+
+
+@pytest.mark.grade("5.2", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_feed_forward_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.2", dtype)
+
+
+@pytest.mark.grade("5.3", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_residual_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.3", dtype)
+
+
+@pytest.mark.grade("5.4", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_encoder_layer_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.4", dtype)
+
+
+@pytest.mark.grade("5.5", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_decoder_layer_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.5", dtype)
+
+
+@pytest.mark.grade("5.6", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_encoder_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.6", dtype)
+
+
+@pytest.mark.grade("5.7", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_decoder_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.7", dtype)
+
+
+@pytest.mark.grade("5.8", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_encoder_decoder_keeps_dtype_device_and_gradients(learner, dtype):
+    check_contract(learner, "5.8", dtype)

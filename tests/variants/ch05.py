@@ -918,3 +918,90 @@ class ClonedDecoder(nn.Module):
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
+
+
+# ------------------------------------------------------------------ dtype, device, gradients
+
+
+@wrong("5.2", "PositionwiseFeedForward", "the ReLU as the maximum with torch.zeros(h.shape): "
+       "made on the CPU", mistake="5.2/device-not-kept")
+class ReluAgainstZeros(_FFN):
+    def forward(self, x):
+        hidden = self.linear1(x)
+        return self.linear2(self.dropout(torch.maximum(hidden, torch.zeros(hidden.shape))))
+
+
+@wrong("5.3", "ResidualConnection", "x detached where it is added back: the skip path carries "
+       "no gradient", mistake="5.3/skip-detached")
+class SkipDetached(_Residual):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x.detach() + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x.detach() + self.dropout(sublayer(x)))
+
+
+@wrong("5.4", "EncoderLayer", "a mask of ones made on the CPU when none is given",
+       mistake="5.4/device-not-kept")
+class DefaultMaskOnTheCpu(_Encoder):
+    def forward(self, x, mask=None):
+        if mask is None:
+            mask = torch.ones(x.size(0), 1, 1, x.size(1), dtype=torch.bool)
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, mask))
+        return self.residuals[1](x, self.feed_forward)
+
+
+@wrong("5.5", "DecoderLayer", "the memory detached: the encoder's output taken as a constant",
+       mistake="5.5/memory-detached")
+class MemoryDetached(_Decoder):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        memory = memory.detach()
+        x = self.residuals[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.residuals[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+        return self.residuals[2](x, self.feed_forward)
+
+
+@wrong("5.6", "Encoder", "a mask of ones made on the CPU when none is given",
+       mistake="5.6/device-not-kept")
+class EncoderDefaultMaskOnTheCpu(_Stack):
+    def forward(self, x, mask=None):
+        if mask is None:
+            mask = torch.ones(x.size(0), 1, 1, x.size(1), dtype=torch.bool)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+@wrong("5.7", "Decoder", "the memory detached once for every layer",
+       mistake="5.7/memory-detached")
+class DecoderMemoryDetached(_DecoderStack):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        memory = memory.detach()
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+
+
+@wrong("5.8", "EncoderDecoder", "the logits cast to float32 for the loss: a float64 model "
+       "returns float32", mistake="5.8/dtype-changed")
+class LogitsInFloat32(_Model):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return super().forward(src, tgt, src_mask, tgt_mask).float()
+
+
+@wrong("5.8", "EncoderDecoder", "the memory detached between encode and decode",
+       mistake="5.8/memory-detached")
+class ModelMemoryDetached(_Model):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src, src_mask).detach()
+        return self.generator(self.decode(memory, src_mask, tgt, tgt_mask))
+
+
+@wrong("5.8", "EncoderDecoder", "masks of ones made on the CPU when none are given",
+       mistake="5.8/device-not-kept")
+class DefaultMasksOnTheCpu(_Model):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        if src_mask is None:
+            src_mask = torch.ones(src.size(0), 1, 1, src.size(1), dtype=torch.bool)
+        if tgt_mask is None:
+            tgt_mask = torch.ones(1, 1, tgt.size(1), tgt.size(1), dtype=torch.bool)
+        return super().forward(src, tgt, src_mask, tgt_mask)
