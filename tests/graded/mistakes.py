@@ -453,6 +453,11 @@ MISTAKES = {
     "6.1/step-zero": "noam_lr gives {at_zero} at step 0 and {at_one} at step 1: count step 0 "
     "as step 1 (step = max(step, 1)): 0^-0.5 is infinite, and a rate of 0 wastes the first "
     "step.",
+    "6.1/not-a-float": "Its values are right, but noam_lr returns a {kind}, not a Python "
+    "float: the rate is a plain number that LambdaLR multiplies the optimiser's lr by, and a "
+    "tensor there (torch.tensor, torch.rsqrt, torch.minimum) would carry a dtype and a device "
+    "into every step. Compute it with Python's arithmetic (step ** -0.5, min(a, b)), or "
+    "return float(rate).",
     # 6.2 LabelSmoothingLoss
     "6.2/smoothing-over-the-other-classes": "This is the loss with the smoothing spread over "
     "the V - 1 wrong classes (s / (V - 1) each): the course, like PyTorch's label_smoothing, "
@@ -486,6 +491,11 @@ MISTAKES = {
     "labels that are not pad_id, int((tgt_labels != pad_id).sum()).",
     "6.3/target-mask-not-causal": "tgt_mask is the padding mask alone: each position would see "
     "the later ones. Combine it with the causal mask (target_mask of 4.3).",
+    "6.3/device-not-kept": _device_not_kept(
+        "src and tgt", "make every tensor of the batch on theirs. Chapter 4's padding_mask "
+        "and target_mask (active_parts()) keep the tokens' device; by hand, "
+        "torch.ones(n, n, dtype=torch.bool, device=tgt.device).tril(), never torch.ones(n, "
+        "n), which takes the CPU."),
     # 6.4 greedy_decode
     "6.4/generates-after-eos": "A row keeps generating after its EOS: write pad_id in a row "
     "once it has produced EOS (keep a boolean done per row).",
@@ -496,6 +506,11 @@ MISTAKES = {
     "every step.",
     "6.4/no-target-mask": "greedy_decode passed tgt_mask=None to model.decode: pass the causal "
     "mask of the prefix (causal_mask(L) of 4.2), as in training.",
+    "6.4/device-not-kept": _device_not_kept(
+        "the source and the model", "make the ids, the finished flags and the causal mask on "
+        "src's device: torch.full((B, 1), bos_id, dtype=src.dtype, device=src.device), "
+        "causal_mask(L, device=src.device); never torch.full(shape, ...) or torch.zeros(...) "
+        "alone, which take the CPU."),
     # 6.5 train_step
     "6.5/gradients-not-zeroed": "These are the weights when each step's gradients are added to "
     "the last step's: backward adds to .grad, so zero it first, optimizer.zero_grad(), in "
@@ -521,6 +536,20 @@ MISTAKES = {
     "for the device at every step, where a tensor lets the next step start at once.",
     "6.5/loss-not-detached": "The loss returned still holds its graph (requires_grad): return "
     "loss.detach(), so that keeping it does not keep every step's graph alive.",
+    "6.5/loss-dtype-changed": "The loss is right, but for a {dtype} model train_step returns "
+    "it as {got}: a tensor rebuilt from a number (torch.tensor(loss.item())) takes the default "
+    "dtype, float32, and the CPU, and makes the host wait for the device. Return "
+    "loss.detach(), which keeps the model's dtype and device.",
+    "6.5/gradient-dtype-changed": "The gradients of a float32 model became float64, and "
+    "PyTorch refuses to give a parameter a gradient of another dtype: the clipping computed "
+    "its scale in float64 (dtype=torch.float64, .double()) and multiplied the gradients by "
+    "it. Clip with nn.utils.clip_grad_norm_(model.parameters(), clip_norm), or scale each "
+    "gradient in place in its own dtype (grad.mul_(scale)).",
+    "6.5/device-not-kept": _device_not_kept(
+        "the model and the batch", "clip with nn.utils.clip_grad_norm_(model.parameters(), "
+        "clip_norm), or sum the gradients' norms with torch operations on the gradients "
+        "themselves (torch.stack([g.norm() for g in grads]).norm()), never into torch.zeros(1), "
+        "which takes the CPU."),
     # 7.1 beam_search
     "7.1/penalty-counts-bos": "This is the best sequence when n counts BOS in the length "
     "penalty ((5 + n) / 6) ** length_penalty: n counts the generated tokens only (EOS "
