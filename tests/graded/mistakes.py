@@ -610,6 +610,14 @@ MISTAKES = {
     "8.1/top-p-skipped-with-top-k": "With both top_k and top_p given, this is top-k alone: "
     "top-p was not applied (an if/elif?). Apply top-k, renormalise, then top-p over what it "
     "left.",
+    "8.1/dtype-changed": "Its probabilities are right, but for {dtype} logits they are {got}: "
+    "the distribution keeps the logits' dtype. A tensor made in the default dtype "
+    "(torch.zeros(shape), a one-hot .float()) changed it: make new tensors with "
+    "torch.zeros_like(logits) or dtype=logits.dtype.",
+    "8.1/device-not-kept": _device_not_kept(
+        "the logits", "make new tensors on theirs, torch.zeros_like(logits) (a one-hot for "
+        "temperature 0) or torch.full_like(logits, float('-inf')), never torch.zeros(shape), "
+        "which takes the CPU."),
     # 8.2 sample_next
     "8.2/draws-at-temperature-zero": "At temperature 0 your sample_next still draws from the "
     "generator (its state changed): return the argmax without drawing, so that a generator "
@@ -620,6 +628,14 @@ MISTAKES = {
     "8.2/generator-unused": "The same seed gave different tokens: draw with the generator "
     "passed in, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces "
     "the samples.",
+    "8.2/not-int64": "The tokens drawn are right, but their ids are {got}: token ids are "
+    "torch.long (int64), what nn.Embedding reads and what torch.cat appends to the ids so far. "
+    "torch.multinomial and argmax give int64; convert others with .long().",
+    "8.2/device-not-kept": _device_not_kept(
+        "the logits", "keep the ids where the logits are: probs.argmax(-1) and "
+        "torch.multinomial(probs, 1, generator=generator) do; never torch.tensor([...]) of "
+        "values read row by row, which takes the CPU (and waits for the device at every "
+        "row)."),
     # 8.3 attention_step
     "8.3/cache-ignored": "This is the new position attending to itself alone: its query must "
     "attend to the cached keys and values too (concatenate them before the new ones, "
@@ -632,6 +648,18 @@ MISTAKES = {
     "i is the sequence's position i.",
     "8.3/cache-not-extended": "The returned cache is the one passed in: return the keys and "
     "values with the new position appended, so that the next step sees it.",
+    "8.3/dtype-changed": "Its output is right, but for {dtype} inputs the cache it returns is "
+    "{got}: the keys and values keep the module's dtype, or the next step's attention "
+    "multiplies tensors of two dtypes. Return the projected keys and values as they are, "
+    "without .double() or .float().",
+    "8.3/detached": "Its output is right, but no gradient reaches {names}: the step ran off "
+    "autograd's graph (torch.no_grad(), .detach()). attention_step computes what "
+    "MultiHeadAttention does, and trains like it: leave torch.no_grad() to the caller that "
+    "generates.",
+    "8.3/device-not-kept": _device_not_kept(
+        "the module and x", "make every tensor on x's device; with no cache, start from the "
+        "new key and value themselves (or k[:, :, :0]), never torch.zeros(B, H, 0, d_k), "
+        "which takes the CPU."),
     # 8.4 language_model_loss
     "8.4/not-shifted": "This is the loss of each position's logits against its own token: the "
     "logits at position i predict token i + 1 (logits[:, :-1] against tokens[:, 1:]).",
@@ -643,6 +671,12 @@ MISTAKES = {
     "8.4/mean-of-row-means": "This is the mean of each row's mean: every predicted token "
     "weighs the same, so sum over all of them and divide by their number, whatever their "
     "rows' lengths.",
+    "8.4/dtype-changed": "The loss is right, but for {dtype} logits it is {got}: the loss keeps "
+    "the logits' dtype. A step in another dtype (.double() for precision, dtype=torch.float64) "
+    "changed it: compute on the logits as they are (log_softmax is stable in float32).",
+    "8.4/detached": "The loss is right, but no gradient reaches the logits: it was rebuilt "
+    "from its value (float(...), .item(), torch.tensor(...)), so loss.backward() would train "
+    "nothing. Return the loss that torch operations on the logits computed.",
     # 8.5 DecoderOnlyTransformer
     "8.5/log-probabilities": "These are log-probabilities (a log_softmax after the "
     "generator): forward returns the generator's logits, which language_model_loss (8.4) "
@@ -654,6 +688,16 @@ MISTAKES = {
     "{parts}: pass the model's dropout on to both, embeddings(vocab_size, d_model, max_len, "
     "dropout) and Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first), or the "
     "model never drops anything while it trains.",
+    "8.5/dtype-changed": "Its logits are right, but after .double() the model returns them "
+    "as {got} (for {dtype} weights): a module's output follows its weights' dtype. Return "
+    "the generator's output as it is, without .float() or .double().",
+    "8.5/detached": "Its logits are right, but no gradient reaches {names}: a step of forward "
+    "is off autograd's graph (.detach(), torch.no_grad(), .data), so those parameters never "
+    "learn. Keep every step of generator(decoder(embed(tokens), mask)) on the graph.",
+    "8.5/device-not-kept": _device_not_kept(
+        "the model, tokens and mask", "add the positions with the embedding module, "
+        "self.embed(tokens), whose table is a buffer that model.to(device) moves; never a "
+        "table or mask made in forward, which is made on the CPU."),
     "8.5/positions-skipped": "These are the logits of the tokens' embeddings without their "
     "positions (embed.tokens(tokens)?): the model cannot tell the order of the tokens. Embed "
     "with the whole embeddings module, self.embed(tokens), which adds the positional "
