@@ -475,6 +475,10 @@ MISTAKES = {
     "off autograd's graph (float(...), .item(), .tolist(), torch.tensor(...) of computed "
     "values), so loss.backward() would train nothing. Compute it with torch operations on "
     "the logits alone (a masked sum divided by the count).",
+    "6.2/device-not-kept": _device_not_kept(
+        "the logits and the targets", "make new tensors on theirs: torch.ones_like(target, "
+        "dtype=torch.bool) for the targets kept, torch.zeros_like(loss); never "
+        "torch.ones(N, dtype=torch.bool) or torch.zeros(N), which take the CPU."),
     "6.2/log-of-softmax": "The loss is not finite for logits of +-1000: log(softmax(x)) takes "
     "log(0) = -inf where a probability underflows. Use torch.log_softmax, computed as "
     "x - logsumexp(x).",

@@ -102,6 +102,15 @@ def smoothed_loss_and_gradient(impl, logits, target, smoothing, ignore_index=Non
     return {"loss": loss, "grad": grad}
 
 
+def loss_on_meta(impl, logits, target, smoothing, ignore_index=None):
+    """The device of LabelSmoothingLoss's loss for ``logits`` and ``target`` moved to the
+    "meta" device (a stand-in for a GPU; None when its code cannot run there,
+    checks.on_meta)."""
+    loss = on_meta(lambda: smoothed_loss(impl, logits.to("meta"), target.to("meta"), smoothing,
+                                         ignore_index))
+    return loss.device.type if isinstance(loss, torch.Tensor) else None
+
+
 def batch_fields(impl, src, tgt, pad_id):
     """The Batch's fields as a dict (the ones it has), and the type of ``num_tokens``."""
     batch = impl.make_batch(src, tgt, pad_id=pad_id)
@@ -333,6 +342,19 @@ def test_every_target_ignored_gives_zero(learner):
 
 
 @pytest.mark.grade("6.2", points=1)
+@pytest.mark.parametrize("ignore_index", [None, 0])
+def test_loss_keeps_the_device(learner, ignore_index):
+    device = run_naming(learner, loss_on_meta, DEVICE_CLASH, "6.2/device-not-kept",
+                        logits=torch.randn(6, 5), target=torch.randint(0, 5, (6,)),
+                        smoothing=0.1, ignore_index=ignore_index)
+    assert device in ("meta", None), (
+        f"LabelSmoothingLoss(ignore_index={ignore_index}) of logits on the meta device (a "
+        f"stand-in for a GPU) gives its loss on {device}: compute it with torch operations on "
+        f"the logits (a masked sum divided by the count), never rebuild it with "
+        f"torch.tensor(...), which takes the CPU")
+
+
+@pytest.mark.grade("6.2", points=1)
 def test_large_logits_stay_finite(learner):
     logits = (torch.tensor([[1000.0, -1000.0, 0.0], [0.0, 500.0, -500.0]], dtype=f64)
               + torch.randn(2, 3, dtype=f64))
@@ -488,7 +510,7 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
 @pytest.mark.grade("6.4", points=1)
 def test_greedy_decode_gives_int64_ids_on_the_source_device_under_a_float32_model(learner):
     found = run_naming(learner, decode_on_meta, DEVICE_CLASH, "6.4/device-not-kept",
-                       config=SMALL)
+                       config=dict(SMALL, num_layers=1, d_model=16, d_ff=32, max_len=8))
     if found is None:  # its code reads values the meta device does not hold: not checked
         return
     what = "greedy_decode(...) with a float32 model and a source on the meta device"

@@ -132,6 +132,18 @@ class CrossEntropyPlusUniform(_Loss):
         return ((1 - self.smoothing) * nll + self.smoothing * uniform).mean()
 
 
+@wrong("6.2", "LabelSmoothingLoss", "the targets kept made with torch.ones(N, dtype=torch.bool), "
+       "on the CPU, when nothing is ignored", mistake="6.2/device-not-kept")
+class KeepMaskOnTheCpu(_Loss):
+    def forward(self, logits, target):
+        keep = (torch.ones(len(target), dtype=torch.bool) if self.ignore_index is None
+                else target != self.ignore_index)
+        lp = torch.log_softmax(logits, -1)
+        nll = -lp.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+        loss = (1 - self.smoothing) * nll - self.smoothing * lp.mean(-1)
+        return torch.where(keep, loss, 0.0).sum() / keep.sum().clamp(min=1)
+
+
 @wrong("6.2", "LabelSmoothingLoss", "a one-hot made .double(): float32 logits give a float64 loss",
        mistake="6.2/dtype-changed")
 class OneHotInFloat64(_Loss):
