@@ -14,11 +14,13 @@ initialisation is sensible is a separate, small check (:func:`check_initialisati
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 
 def assert_tensor(
@@ -319,3 +321,41 @@ LAYER_OPS = ("_transformer_encoder_layer_fwd",)
 # PyTorch's negative log-likelihood: what F.cross_entropy reaches.
 NLL_OPS = ("nll_loss", "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
            "nll_loss2d_backward", "nll_loss_nd", "cross_entropy_loss")
+
+
+class MetaValuesReadAsZero(TorchFunctionMode):
+    """Within it, reading a value of a tensor on the "meta" device (``bool()``, ``int()``,
+    ``float()``, ``.item()``, an index) gives ``False`` or 0 instead of an error.
+
+    The meta device stands in for a GPU in the device checks: a tensor made on the CPU
+    clashes with it. It holds no values, so code under test that reads one (a count such as
+    6.3's ``num_tokens``, a loop's ``finished.all()``) could not run there otherwise; it
+    reads 0 ("nothing finished yet": a decoding loop runs to ``max_len``), and only where
+    the tensors it makes end up is checked."""
+
+    READS = {torch.Tensor.__bool__: False, torch.Tensor.__int__: 0,
+             torch.Tensor.__index__: 0, torch.Tensor.__float__: 0.0, torch.Tensor.item: 0}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if (func in self.READS and args and isinstance(args[0], Tensor)
+                and args[0].device.type == "meta"):
+            return self.READS[func]
+        return func(*args, **(kwargs or {}))
+
+
+# PyTorch's words for an op that has no meta implementation: one whose result's shape
+# depends on the values (a boolean index, nonzero, masked_select).
+NO_META_KERNEL = re.compile(r"register_meta|[Mm]eta (tensors|kernel)")
+
+
+def on_meta(call: Callable[[], object]) -> object:
+    """``call()`` within :class:`MetaValuesReadAsZero`; None when the code under test reaches
+    an op that the meta device cannot run (its result's shape depends on values it does not
+    hold): its devices cannot be checked there, and nothing is held against it."""
+    try:
+        with MetaValuesReadAsZero():
+            return call()
+    except NotImplementedError as error:
+        if NO_META_KERNEL.search(str(error)) is None:
+            raise
+        return None

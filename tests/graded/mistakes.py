@@ -487,6 +487,11 @@ MISTAKES = {
     "6.1/step-zero": "noam_lr gives {at_zero} at step 0 and {at_one} at step 1: count step 0 "
     "as step 1 (step = max(step, 1)): 0^-0.5 is infinite, and a rate of 0 wastes the first "
     "step.",
+    "6.1/not-a-float": "Its values are right, but noam_lr returns a {kind}, not a Python "
+    "float: the rate is a plain number that LambdaLR multiplies the optimiser's lr by, and a "
+    "tensor there (torch.tensor, torch.rsqrt, torch.minimum) would carry a dtype and a device "
+    "into every step. Compute it with Python's arithmetic (step ** -0.5, min(a, b)), or "
+    "return float(rate).",
     # 6.2 LabelSmoothingLoss
     "6.2/smoothing-over-the-other-classes": "This is the loss with the smoothing spread over "
     "the V - 1 wrong classes (s / (V - 1) each): the course, like PyTorch's label_smoothing, "
@@ -504,6 +509,10 @@ MISTAKES = {
     "off autograd's graph (float(...), .item(), .tolist(), torch.tensor(...) of computed "
     "values), so loss.backward() would train nothing. Compute it with torch operations on "
     "the logits alone (a masked sum divided by the count).",
+    "6.2/device-not-kept": _device_not_kept(
+        "the logits and the targets", "make new tensors on theirs: torch.ones_like(target, "
+        "dtype=torch.bool) for the targets kept, torch.zeros_like(loss); never "
+        "torch.ones(N, dtype=torch.bool) or torch.zeros(N), which take the CPU."),
     "6.2/log-of-softmax": "The loss is not finite for logits of +-1000: log(softmax(x)) takes "
     "log(0) = -inf where a probability underflows. Use torch.log_softmax, computed as "
     "x - logsumexp(x).",
@@ -520,6 +529,11 @@ MISTAKES = {
     "labels that are not pad_id, int((tgt_labels != pad_id).sum()).",
     "6.3/target-mask-not-causal": "tgt_mask is the padding mask alone: each position would see "
     "the later ones. Combine it with the causal mask (target_mask of 4.3).",
+    "6.3/device-not-kept": _device_not_kept(
+        "src and tgt", "make every tensor of the batch on theirs. Chapter 4's padding_mask "
+        "and target_mask (active_parts()) keep the tokens' device; by hand, "
+        "torch.ones(n, n, dtype=torch.bool, device=tgt.device).tril(), never torch.ones(n, "
+        "n), which takes the CPU."),
     # 6.4 greedy_decode
     "6.4/generates-after-eos": "A row keeps generating after its EOS: write pad_id in a row "
     "once it has produced EOS (keep a boolean done per row).",
@@ -530,6 +544,11 @@ MISTAKES = {
     "every step.",
     "6.4/no-target-mask": "greedy_decode passed tgt_mask=None to model.decode: pass the causal "
     "mask of the prefix (causal_mask(L) of 4.2), as in training.",
+    "6.4/device-not-kept": _device_not_kept(
+        "the source and the model", "make the ids, the finished flags and the causal mask on "
+        "src's device: torch.full((B, 1), bos_id, dtype=src.dtype, device=src.device), "
+        "causal_mask(L, device=src.device); never torch.full(shape, ...) or torch.zeros(...) "
+        "alone, which take the CPU."),
     # 6.5 train_step
     "6.5/gradients-not-zeroed": "These are the weights when each step's gradients are added to "
     "the last step's: backward adds to .grad, so zero it first, optimizer.zero_grad(), in "
@@ -555,6 +574,20 @@ MISTAKES = {
     "for the device at every step, where a tensor lets the next step start at once.",
     "6.5/loss-not-detached": "The loss returned still holds its graph (requires_grad): return "
     "loss.detach(), so that keeping it does not keep every step's graph alive.",
+    "6.5/loss-dtype-changed": "The loss is right, but for a {dtype} model train_step returns "
+    "it as {got}: a tensor rebuilt from a number (torch.tensor(loss.item())) takes the default "
+    "dtype, float32, and the CPU, and makes the host wait for the device. Return "
+    "loss.detach(), which keeps the model's dtype and device.",
+    "6.5/gradient-dtype-changed": "The gradients of a float32 model became float64, and "
+    "PyTorch refuses to give a parameter a gradient of another dtype: the clipping computed "
+    "its scale in float64 (dtype=torch.float64, .double()) and multiplied the gradients by "
+    "it. Clip with nn.utils.clip_grad_norm_(model.parameters(), clip_norm), or scale each "
+    "gradient in place in its own dtype (grad.mul_(scale)).",
+    "6.5/device-not-kept": _device_not_kept(
+        "the model and the batch", "clip with nn.utils.clip_grad_norm_(model.parameters(), "
+        "clip_norm), or sum the gradients' norms with torch operations on the gradients "
+        "themselves (torch.stack([g.norm() for g in grads]).norm()), never into torch.zeros(1), "
+        "which takes the CPU."),
     # 7.1 beam_search
     "7.1/penalty-counts-bos": "This is the best sequence when n counts BOS in the length "
     "penalty ((5 + n) / 6) ** length_penalty: n counts the generated tokens only (EOS "
@@ -615,6 +648,14 @@ MISTAKES = {
     "8.1/top-p-skipped-with-top-k": "With both top_k and top_p given, this is top-k alone: "
     "top-p was not applied (an if/elif?). Apply top-k, renormalise, then top-p over what it "
     "left.",
+    "8.1/dtype-changed": "Its probabilities are right, but for {dtype} logits they are {got}: "
+    "the distribution keeps the logits' dtype. A tensor made in the default dtype "
+    "(torch.zeros(shape), a one-hot .float()) changed it: make new tensors with "
+    "torch.zeros_like(logits) or dtype=logits.dtype.",
+    "8.1/device-not-kept": _device_not_kept(
+        "the logits", "make new tensors on theirs, torch.zeros_like(logits) (a one-hot for "
+        "temperature 0) or torch.full_like(logits, float('-inf')), never torch.zeros(shape), "
+        "which takes the CPU."),
     # 8.2 sample_next
     "8.2/draws-at-temperature-zero": "At temperature 0 your sample_next still draws from the "
     "generator (its state changed): return the argmax without drawing, so that a generator "
@@ -625,6 +666,14 @@ MISTAKES = {
     "8.2/generator-unused": "The same seed gave different tokens: draw with the generator "
     "passed in, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces "
     "the samples.",
+    "8.2/not-int64": "The tokens drawn are right, but their ids are {got}: token ids are "
+    "torch.long (int64), what nn.Embedding reads and what torch.cat appends to the ids so far. "
+    "torch.multinomial and argmax give int64; convert others with .long().",
+    "8.2/device-not-kept": _device_not_kept(
+        "the logits", "keep the ids where the logits are: probs.argmax(-1) and "
+        "torch.multinomial(probs, 1, generator=generator) do; never torch.tensor([...]) of "
+        "values read row by row, which takes the CPU (and waits for the device at every "
+        "row)."),
     # 8.3 attention_step
     "8.3/cache-ignored": "This is the new position attending to itself alone: its query must "
     "attend to the cached keys and values too (concatenate them before the new ones, "
@@ -637,6 +686,18 @@ MISTAKES = {
     "i is the sequence's position i.",
     "8.3/cache-not-extended": "The returned cache is the one passed in: return the keys and "
     "values with the new position appended, so that the next step sees it.",
+    "8.3/dtype-changed": "Its output is right, but for {dtype} inputs the cache it returns is "
+    "{got}: the keys and values keep the module's dtype, or the next step's attention "
+    "multiplies tensors of two dtypes. Return the projected keys and values as they are, "
+    "without .double() or .float().",
+    "8.3/detached": "Its output is right, but no gradient reaches {names}: the step ran off "
+    "autograd's graph (torch.no_grad(), .detach()). attention_step computes what "
+    "MultiHeadAttention does, and trains like it: leave torch.no_grad() to the caller that "
+    "generates.",
+    "8.3/device-not-kept": _device_not_kept(
+        "the module and x", "make every tensor on x's device; with no cache, start from the "
+        "new key and value themselves (or k[:, :, :0]), never torch.zeros(B, H, 0, d_k), "
+        "which takes the CPU."),
     # 8.4 language_model_loss
     "8.4/not-shifted": "This is the loss of each position's logits against its own token: the "
     "logits at position i predict token i + 1 (logits[:, :-1] against tokens[:, 1:]).",
@@ -648,6 +709,12 @@ MISTAKES = {
     "8.4/mean-of-row-means": "This is the mean of each row's mean: every predicted token "
     "weighs the same, so sum over all of them and divide by their number, whatever their "
     "rows' lengths.",
+    "8.4/dtype-changed": "The loss is right, but for {dtype} logits it is {got}: the loss keeps "
+    "the logits' dtype. A step in another dtype (.double() for precision, dtype=torch.float64) "
+    "changed it: compute on the logits as they are (log_softmax is stable in float32).",
+    "8.4/detached": "The loss is right, but no gradient reaches the logits: it was rebuilt "
+    "from its value (float(...), .item(), torch.tensor(...)), so loss.backward() would train "
+    "nothing. Return the loss that torch operations on the logits computed.",
     # 8.5 DecoderOnlyTransformer
     "8.5/log-probabilities": "These are log-probabilities (a log_softmax after the "
     "generator): forward returns the generator's logits, which language_model_loss (8.4) "
@@ -659,6 +726,16 @@ MISTAKES = {
     "{parts}: pass the model's dropout on to both, embeddings(vocab_size, d_model, max_len, "
     "dropout) and Encoder(d_model, num_heads, d_ff, num_layers, dropout, norm_first), or the "
     "model never drops anything while it trains.",
+    "8.5/dtype-changed": "Its logits are right, but after .double() the model returns them "
+    "as {got} (for {dtype} weights): a module's output follows its weights' dtype. Return "
+    "the generator's output as it is, without .float() or .double().",
+    "8.5/detached": "Its logits are right, but no gradient reaches {names}: a step of forward "
+    "is off autograd's graph (.detach(), torch.no_grad(), .data), so those parameters never "
+    "learn. Keep every step of generator(decoder(embed(tokens), mask)) on the graph.",
+    "8.5/device-not-kept": _device_not_kept(
+        "the model, tokens and mask", "add the positions with the embedding module, "
+        "self.embed(tokens), whose table is a buffer that model.to(device) moves; never a "
+        "table or mask made in forward, which is made on the CPU."),
     "8.5/positions-skipped": "These are the logits of the tokens' embeddings without their "
     "positions (embed.tokens(tokens)?): the model cannot tell the order of the tokens. Embed "
     "with the whole embeddings module, self.embed(tokens), which adds the positional "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -33,8 +34,9 @@ from checks import (
     assert_close,
     assert_tensor,
     check_trained_config,
+    on_meta,
 )
-from mistakes import first_match, mistake_of, named
+from mistakes import DEVICE_CLASH, first_match, mistake_of, named, run_naming
 from torch_models import TorchEncoderDecoder, greedy_decode
 
 CHAPTER = 6
@@ -100,6 +102,15 @@ def smoothed_loss_and_gradient(impl, logits, target, smoothing, ignore_index=Non
     return {"loss": loss, "grad": grad}
 
 
+def loss_on_meta(impl, logits, target, smoothing, ignore_index=None):
+    """The device of LabelSmoothingLoss's loss for ``logits`` and ``target`` moved to the
+    "meta" device (a stand-in for a GPU; None when its code cannot run there,
+    checks.on_meta)."""
+    loss = on_meta(lambda: smoothed_loss(impl, logits.to("meta"), target.to("meta"), smoothing,
+                                         ignore_index))
+    return loss.device.type if isinstance(loss, torch.Tensor) else None
+
+
 def batch_fields(impl, src, tgt, pad_id):
     """The Batch's fields as a dict (the ones it has), and the type of ``num_tokens``."""
     batch = impl.make_batch(src, tgt, pad_id=pad_id)
@@ -110,6 +121,31 @@ def batch_fields(impl, src, tgt, pad_id):
         if not isinstance(count, (int, float, torch.Tensor)):
             fields["num_tokens"] = repr(count)
     return fields
+
+
+def batch_on_meta(impl, src, tgt, pad_id):
+    """make_batch of ``src`` and ``tgt`` moved to the "meta" device (a stand-in for a GPU; the
+    values its code reads there, num_tokens's count, read as 0): the device and dtype of each
+    tensor field it has; None when its code cannot run there (checks.on_meta)."""
+    batch = on_meta(lambda: impl.make_batch(src.to("meta"), tgt.to("meta"), pad_id=pad_id))
+    if batch is None:
+        return None
+    return {name: (value.device.type, str(value.dtype)) for name in BATCH_FIELDS
+            if isinstance(value := getattr(batch, name, None), torch.Tensor)}
+
+
+def decode_on_meta(impl, config):
+    """greedy_decode with a float32 :class:`TorchEncoderDecoder` of ``config`` and a source on
+    the "meta" device (a stand-in for a GPU; the values its code reads there read as 0 or
+    False: no row finishes): the device and dtype of what it returns; None when its code
+    cannot run there (checks.on_meta)."""
+    model = TorchEncoderDecoder(SimpleNamespace(**config)).float().to("meta").eval()
+    src = torch.full((2, 4), 5, device="meta")
+    out = on_meta(lambda: impl.greedy_decode(model, src, (src != 0)[:, None, None, :], 5, 1,
+                                             2, 0))
+    if not isinstance(out, torch.Tensor):
+        return None if out is None else {"type": type(out).__name__}
+    return {"device": out.device.type, "dtype": str(out.dtype)}
 
 
 def decode_scripted(impl, script, src, max_len, bos, eos, pad):
@@ -197,7 +233,11 @@ def test_noam_lr_formula(learner, d_model, warmup, factor):
     for step, got, is_float, kind in zip(steps, rates["values"], rates["floats"],
                                          rates["types"], strict=True):
         expected = noam(step)
-        assert is_float, f"noam_lr should return a Python float, got {kind}"
+        # A number of another type (a tensor) is the contract's too: named when its value is
+        # the rate (float32's rounding allowed).
+        right = got is not None and math.isclose(got, expected, rel_tol=1e-6)
+        assert is_float, named("6.1/not-a-float", kind=kind) if right else (
+            f"noam_lr should return a Python float, got {kind}")
         assert math.isclose(got, expected, rel_tol=1e-9), (
             f"noam_lr(step={step}, d_model={d_model}, warmup_steps={warmup}, factor={factor}) "
             f"is {got:.6g}, expected {expected:.6g}: factor * d_model^-0.5 * "
@@ -302,6 +342,19 @@ def test_every_target_ignored_gives_zero(learner):
 
 
 @pytest.mark.grade("6.2", points=1)
+@pytest.mark.parametrize("ignore_index", [None, 0])
+def test_loss_keeps_the_device(learner, ignore_index):
+    device = run_naming(learner, loss_on_meta, DEVICE_CLASH, "6.2/device-not-kept",
+                        logits=torch.randn(6, 5), target=torch.randint(0, 5, (6,)),
+                        smoothing=0.1, ignore_index=ignore_index)
+    assert device in ("meta", None), (
+        f"LabelSmoothingLoss(ignore_index={ignore_index}) of logits on the meta device (a "
+        f"stand-in for a GPU) gives its loss on {device}: compute it with torch operations on "
+        f"the logits (a masked sum divided by the count), never rebuild it with "
+        f"torch.tensor(...), which takes the CPU")
+
+
+@pytest.mark.grade("6.2", points=1)
 def test_large_logits_stay_finite(learner):
     logits = (torch.tensor([[1000.0, -1000.0, 0.0], [0.0, 500.0, -500.0]], dtype=f64)
               + torch.randn(2, 3, dtype=f64))
@@ -359,6 +412,33 @@ def test_make_batch_masks(learner):
         "6.3/target-mask-not-causal")
     assert torch.equal(batch["tgt_mask"], real & causal), (
         "tgt_mask should be the target mask of tgt_input: causal and padding together")
+
+
+# What each tensor of a Batch is made of: token ids keep src's and tgt's dtype, masks are bool.
+BATCH_DTYPES = {"src": "torch.int64", "src_mask": "torch.bool", "tgt_input": "torch.int64",
+                "tgt_labels": "torch.int64", "tgt_mask": "torch.bool"}
+
+
+@pytest.mark.grade("6.3", points=1)
+def test_make_batch_keeps_the_device_and_the_dtypes(learner):
+    found = run_naming(learner, batch_on_meta, DEVICE_CLASH, "6.3/device-not-kept",
+                       src=SRC, tgt=TGT, pad_id=0)
+    if found is None:  # its code reads values the meta device does not hold: not checked
+        return
+    for name, dtype in BATCH_DTYPES.items():
+        assert name in found, f"the batch should have a tensor field {name}"
+        device, got = found[name]
+        assert device == "meta", (
+            f"batch.{name} is on {device} for src and tgt on the meta device (a stand-in for a "
+            f"GPU): every tensor of the batch should be on theirs. Slice tgt for the ids, and "
+            f"make the masks with Chapter 4's padding_mask and target_mask "
+            f"(active_parts()), which keep the tokens' device")
+        assert got == dtype, (
+            f"batch.{name} should have dtype {dtype}, but it has {got}: " + (
+                "token ids keep tgt's dtype (nn.Embedding reads integer ids): slice tgt, "
+                "tgt[:, :-1] and tgt[:, 1:]" if "int" in dtype else "a mask is True where "
+                "attention is allowed: make it by comparison (tokens != pad_id) and combine "
+                "masks with &"))
 
 
 # ---------------------------------------------------------------- 6.4 greedy_decode
@@ -427,6 +507,23 @@ def test_greedy_decode_matches_row_by_row_decoding(learner):
         f"expected {expected.tolist()}")
 
 
+@pytest.mark.grade("6.4", points=1)
+def test_greedy_decode_gives_int64_ids_on_the_source_device_under_a_float32_model(learner):
+    found = run_naming(learner, decode_on_meta, DEVICE_CLASH, "6.4/device-not-kept",
+                       config=dict(SMALL, num_layers=1, d_model=16, d_ff=32, max_len=8))
+    if found is None:  # its code reads values the meta device does not hold: not checked
+        return
+    what = "greedy_decode(...) with a float32 model and a source on the meta device"
+    assert "type" not in found, f"{what} returned a {found.get('type')}, not a tensor of ids"
+    assert found["dtype"] == "torch.int64", (
+        f"{what} returned ids of dtype {found['dtype']}: token ids are src's dtype, "
+        f"torch.int64, whatever the model computes in. Start from torch.full(..., bos_id, "
+        f"dtype=src.dtype, device=src.device) and append the argmax (int64)")
+    assert found["device"] == "meta", (
+        f"{what} returned its ids on {found['device']}: make every tensor on src's device "
+        f"(device=src.device), the ids, the finished flags and the causal mask")
+
+
 # ---------------------------------------------------------------- 6.5 the training step
 
 
@@ -454,7 +551,8 @@ STEP_LR = 0.5  # SGD's rate; LambdaLR halves it at every scheduler.step()
 
 
 def tiny_training(state):
-    model = TinyTranslator().double()
+    """The grader's model with the weights ``state`` (in their dtype), SGD and a schedule."""
+    model = TinyTranslator().to(next(iter(state.values())).dtype)
     model.load_state_dict(state)
     optimizer = torch.optim.SGD(model.parameters(), lr=STEP_LR)
     return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 ** s)
@@ -478,6 +576,23 @@ def train_step_run(impl, state, fields, clip_norm):
         found["rates"].append(optimizer.param_groups[0]["lr"])
     found["modes"] = list(model.modes)
     return found
+
+
+def train_step_on_meta(impl, state, fields):
+    """One call of ``train_step`` with the grader's model and a chapter-6 ``Batch`` of
+    ``fields`` on the "meta" device (a stand-in for a GPU; the values its code reads there
+    read as 0): the devices of the loss it returns and of the weights after it; None when
+    its code cannot run there (checks.on_meta)."""
+    model, optimizer, scheduler = tiny_training(state)
+    model.to("meta")  # in place: the optimizer holds the same parameters, now on meta
+    batch = Batch(**{name: value.to("meta") if isinstance(value, torch.Tensor) else value
+                     for name, value in fields.items()})
+    loss = on_meta(lambda: impl.train_step(model, batch, nn.CrossEntropyLoss(ignore_index=0),
+                                           optimizer, scheduler, 1.0))
+    if loss is None:
+        return None
+    return {"loss": getattr(loss, "device", None) and loss.device.type,
+            "weights": {name: value.device.type for name, value in model.state_dict().items()}}
 
 
 def expected_steps(state, fields, clip_norm, zero=True, schedule=True,
@@ -583,6 +698,57 @@ def test_train_step_trains_in_training_mode_and_returns_a_detached_loss(learner)
     returned = result["losses"][0]
     assert type(returned) is not float, named("6.5/loss-as-a-number", number=f"{returned:.6g}")
     assert_tensor(returned, "the loss train_step returns", shape=())
+
+
+# PyTorch's words for a gradient assigned in another dtype than its parameter's.
+GRADIENT_DTYPE_CLASH = re.compile(r"assign a gradient with dtype|assigned grad has data of a "
+                                  r"different type")
+
+
+@pytest.mark.grade("6.5", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_train_step_keeps_the_model_s_dtype_and_updates_every_parameter(learner, dtype):
+    state, fields = step_case()
+    state = {name: value.to(dtype) for name, value in state.items()}
+    result = run_naming(learner, train_step_run, GRADIENT_DTYPE_CLASH,
+                        "6.5/gradient-dtype-changed", state=state, fields=fields, clip_norm=0.05)
+    what = f"a {dtype} model"
+    returned = result["losses"][0]
+    if type(returned) is not float:  # a number is 6.5/loss-as-a-number, named by the test of
+        # what train_step returns
+        _, losses = expected_steps(state, fields, 0.05)
+        right = (isinstance(returned, torch.Tensor) and returned.shape == ()
+                 and torch.allclose(returned.double(), losses[0].double(), atol=1e-5))
+        assert not right or returned.dtype == dtype, named(
+            "6.5/loss-dtype-changed", dtype=dtype, got=returned.dtype)
+        assert_tensor(returned, f"the loss train_step returns for {what}", shape=(),
+                      dtype=dtype)
+    for name, value in result["weights"][0].items():
+        assert value.dtype == dtype, (
+            f"after train_step, {name} of {what} is {value.dtype}: the step changes the "
+            f"weights' values, never their dtype. Let optimizer.step() update them")
+        assert not torch.equal(value, state[name]), (
+            f"train_step left {name} of {what} as it was: every parameter the loss depends on "
+            f"should move. Is the loss computed from model(*batch.args) on autograd's graph "
+            f"(no torch.no_grad(), .detach() or .item() before backward), and is "
+            f"optimizer.step() called after backward and before anything zeroes the gradients?")
+
+
+@pytest.mark.grade("6.5", points=1)
+def test_train_step_keeps_the_device(learner):
+    state, fields = step_case()
+    found = run_naming(learner, train_step_on_meta, DEVICE_CLASH, "6.5/device-not-kept",
+                       state=state, fields=fields)
+    if found is None:  # its code reads values the meta device does not hold: not checked
+        return
+    assert found["loss"] == "meta", (
+        f"with the model and the batch on the meta device (a stand-in for a GPU), train_step "
+        f"returns its loss on {found['loss']}: return loss.detach(), on the model's device, "
+        f"never a tensor rebuilt from a number (torch.tensor(loss.item()) is made on the CPU)")
+    moved = [name for name, device in found["weights"].items() if device != "meta"]
+    assert not moved, (
+        f"after train_step on the meta device, {', '.join(moved)} moved to the CPU: leave the "
+        f"model where it is (no .cpu() or .to('cpu') in the step)")
 
 
 # ---------------------------------------------------------------- 6.6 capstone

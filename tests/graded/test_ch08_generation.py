@@ -36,12 +36,13 @@ from checks import (
     check_names,
     check_trained_config,
     load_trusted,
+    on_meta,
     replay_embedding,
     replay_stack,
     trusted_state,
     untied_how,
 )
-from mistakes import first_match, mistake_of, named
+from mistakes import DEVICE_CLASH, first_match, mistake_of, named, run_naming
 from torch_models import TorchLanguageModel, complete_greedily
 
 CHAPTER = 8
@@ -64,12 +65,13 @@ INTEGRATION = {"8.6"}
 # PyTorch's attention and softmax are refused while it runs. Sampling may use PyTorch's
 # softmax, topk, sort and multinomial: the exercise is what to keep, not how to draw.
 # 8.5 composes Chapter 5's stack (the grader's stand-in while it is graded): PyTorch's fused
-# layers and attention are refused, a softmax allowed (+), so that log-probabilities returned
-# are named as that mistake.
+# layers and attention are refused, a softmax allowed (+), and its gradient, so that
+# log-probabilities returned are named as that mistake.
 FORBIDDEN = {"8.3": ("MultiheadAttention", "scaled_dot_product_attention"),
              "8.5": ("Transformer", "TransformerEncoder", "TransformerEncoderLayer")}
 FORBIDDEN_OPS = {"8.3": (*ATTENTION_OPS, *SOFTMAX_OPS, *LOGSUMEXP_OPS),
-                 "8.5": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax")}
+                 "8.5": (*LAYER_OPS, *ATTENTION_OPS, "+_log_softmax", "+_softmax",
+                         "+_log_softmax_backward_data", "+_softmax_backward_data")}
 f64 = torch.float64
 D_MODEL, HEADS = 16, 4
 # A training pass with dropout is replayed from this seed, in the worker and here
@@ -93,9 +95,27 @@ def distribution_of(impl, logits, **options):
     return impl.next_token_distribution(logits, **options)
 
 
+def distribution_contract(impl, logits, **options):
+    """next_token_distribution of ``logits``, and the device of its result for them moved to
+    the "meta" device (a stand-in for a GPU; None when its code cannot run there,
+    checks.on_meta)."""
+    moved = on_meta(lambda: impl.next_token_distribution(logits.to("meta"), **options))
+    return {"output": impl.next_token_distribution(logits, **options),
+            "device": moved.device.type if isinstance(moved, torch.Tensor) else None}
+
+
 def samples_of(impl, logits, seed, **options):
     """``sample_next`` with a generator seeded ``seed``."""
     return impl.sample_next(logits, generator=torch.Generator().manual_seed(seed), **options)
+
+
+def samples_contract(impl, logits, seed, **options):
+    """``sample_next`` with a generator seeded ``seed``, and the device of its ids for the
+    logits moved to the "meta" device (a stand-in for a GPU; None when its code cannot run
+    there, checks.on_meta)."""
+    moved = on_meta(lambda: samples_of(impl, logits.to("meta"), seed, **options))
+    return {"ids": samples_of(impl, logits, seed, **options),
+            "device": moved.device.type if isinstance(moved, torch.Tensor) else None}
 
 
 def generator_moved(impl, logits, seed, **options):
@@ -130,6 +150,47 @@ def attention_steps(impl, state, xs, cache=None):
     return {"names": names, "outputs": outputs, "caches": caches}
 
 
+def attention_step_contract(impl, state, x, cache, upstream):
+    """A fresh chapter 3 ``MultiHeadAttention(D_MODEL, HEADS)`` in the dtype of ``x`` with the
+    grader's weights, and one ``attention_step`` of ``x`` over ``cache``, both leaves that
+    require grad: the output and the new cache (detached), and the gradients of
+    ``(output * upstream).sum()`` with respect to x, the cache's keys and values and every
+    parameter (None for one it does not reach)."""
+    from annotated_transformer.parts import active_parts
+
+    attn = active_parts().MultiHeadAttention(D_MODEL, HEADS).to(x.dtype).eval()
+    names = load_trusted(attn, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    x, keys, values = (t.clone().requires_grad_(True) for t in (x, *cache))
+    output, new_cache = impl.attention_step(attn, x, (keys, values))
+    inputs = {"x": x, "keys": keys, "values": values, **dict(attn.named_parameters())}
+    grads = (torch.autograd.grad((output * upstream).sum(), list(inputs.values()),
+                                 allow_unused=True)
+             if isinstance(output, torch.Tensor) and output.requires_grad
+             else [None] * len(inputs))
+    return {"names": names, "output": output.detach(),
+            "cache": [t.detach() for t in new_cache],
+            "grads": dict(zip(inputs, grads, strict=True))}
+
+
+def attention_steps_on_meta(impl, x):
+    """Two ``attention_step`` calls of a chapter 3 ``MultiHeadAttention(D_MODEL, HEADS)`` on
+    the "meta" device (a stand-in for a GPU), from no cache: the devices of each output and
+    cache (None when its code cannot run there, checks.on_meta)."""
+    from annotated_transformer.parts import active_parts
+
+    attn = active_parts().MultiHeadAttention(D_MODEL, HEADS).to(x.dtype).to("meta").eval()
+    x = x.to("meta")
+
+    def two_steps():
+        first, cache = impl.attention_step(attn, x[:, :1], None)
+        second, cache_after = impl.attention_step(attn, x[:, 1:], cache)
+        return [t.device.type for t in (first, *cache, second, *cache_after)]
+
+    return on_meta(two_steps)
+
+
 def attention_step_raises(impl, x):
     from annotated_transformer.parts import active_parts
 
@@ -138,6 +199,17 @@ def attention_step_raises(impl, x):
 
 def loss_of(impl, logits, tokens, pad_id):
     return impl.language_model_loss(logits, tokens, pad_id)
+
+
+def loss_and_gradient(impl, logits, tokens, pad_id):
+    """language_model_loss of ``logits`` made a leaf that requires grad: the loss (detached),
+    and its gradient with respect to the logits (None when the loss is off the graph)."""
+    logits = logits.clone().requires_grad_(True)
+    loss = impl.language_model_loss(logits, tokens, pad_id)
+    if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+        return {"loss": loss, "grad": None}
+    (grad,) = torch.autograd.grad(loss, logits, allow_unused=True, materialize_grads=True)
+    return {"loss": loss.detach(), "grad": grad}
 
 
 def trained_language_model(impl, steps):
@@ -250,6 +322,13 @@ def attention_over(state, x, keys, values, out_proj=True):
 
 MHA_SHAPES = {f"{p}_proj.{k}": [D_MODEL, D_MODEL] if k == "weight" else [D_MODEL]
               for p in ("q", "k", "v", "out") for k in ("weight", "bias")}
+
+
+def some(names):
+    """The first three of ``names``, and how many more (a model's fifty would bury the
+    point)."""
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more
 
 
 def run_steps(learner, state, xs, cache=None):
@@ -365,10 +444,25 @@ def test_top_k_comes_before_top_p(learner):
 
 
 @pytest.mark.grade("8.1", points=1)
-def test_distribution_keeps_float32(learner):
-    got = learner.run(distribution_of, logits=torch.randn(2, 5), top_k=2, top_p=0.9)
-    assert_tensor(got, "next_token_distribution(float32 logits)", shape=(2, 5),
-                  dtype=torch.float32)
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+@pytest.mark.parametrize("options", [{"top_k": 2, "top_p": 0.9}, {"temperature": 0.0}],
+                         ids=["top-k and top-p", "temperature 0"])
+def test_distribution_keeps_dtype_and_device(learner, dtype, options):
+    logits = logits_of(2, 5).to(dtype)
+    result = run_naming(learner, distribution_contract, DEVICE_CLASH, "8.1/device-not-kept",
+                        logits=logits, **options)
+    what = (f"next_token_distribution({dtype} logits, "
+            f"{', '.join(f'{k}={v}' for k, v in options.items())})")
+    got = assert_tensor(result["output"], what, shape=(2, 5))
+    right = torch.allclose(got.double(), expected_distribution(logits.double(), **options),
+                           atol=1e-5)
+    # Right values: the dtype and device of the probabilities are the contract's too.
+    assert got.dtype == dtype or not right, named("8.1/dtype-changed", dtype=dtype,
+                                                  got=got.dtype)
+    assert_tensor(got, what, dtype=dtype)
+    assert result["device"] in ("meta", None), (
+        f"{what} for logits on the meta device is on {result['device']}. "
+        + named("8.1/device-not-kept"))
 
 
 @pytest.mark.grade("8.1", points=1, errors=True)
@@ -436,6 +530,27 @@ def test_temperature_zero_leaves_the_generator_as_it_was(learner):
     assert moved is False, named("8.2/draws-at-temperature-zero")
 
 
+@pytest.mark.grade("8.2", points=1)
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_sample_next_gives_int64_ids_on_the_logits_device(learner, dtype, temperature):
+    logits = logits_of(300, 6).to(dtype)
+    result = run_naming(learner, samples_contract, DEVICE_CLASH, "8.2/device-not-kept",
+                        logits=logits, seed=3, temperature=temperature, top_k=4)
+    what = f"sample_next({dtype} logits, temperature={temperature}, top_k=4)"
+    ids = assert_tensor(result["ids"], what, shape=(300,))
+    kept = expected_distribution(logits.double(), temperature, 4) > 0
+    drawn = (not ids.is_floating_point() and not ids.is_complex() and ids.dtype != torch.bool
+             and bool(((ids >= 0) & (ids < 6)).all()))
+    right = drawn and bool(kept.gather(1, ids.long()[:, None]).all())
+    # Ids of the kept tokens: their dtype is the contract's too.
+    assert ids.dtype == torch.int64 or not right, named("8.2/not-int64", got=ids.dtype)
+    assert_tensor(ids, what, dtype=torch.int64)
+    assert result["device"] in ("meta", None), (
+        f"{what} for logits on the meta device gives its ids on {result['device']}. "
+        + named("8.2/device-not-kept"))
+
+
 @pytest.mark.grade("8.2", points=1, errors=True)
 def test_sample_next_checks_its_arguments(learner):
     message = learner.raises("ValueError", samples_of, logits=torch.randn(2, 5), seed=0,
@@ -497,6 +612,53 @@ def test_steps_equal_recomputing_the_prefix(learner):
     assert_close(keys, k, "the cache's keys after 5 steps", atol=1e-8,
                  hint="The cache holds every position's key, in order, [B, H, t, d_k].")
     assert_close(values, v, "the cache's values after 5 steps", atol=1e-8)
+
+
+@pytest.mark.grade("8.3", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_attention_step_keeps_dtype_device_and_gradients(learner, dtype):
+    state = trusted_state(MHA_SHAPES)
+    x = torch.randn(2, 1, D_MODEL, dtype=f64)
+    cache = [torch.randn(2, HEADS, 3, D_MODEL // HEADS, dtype=f64) for _ in range(2)]
+    upstream = torch.randn(2, 1, D_MODEL, dtype=f64)
+    result = learner.run(attention_step_contract, state={k: v.to(dtype) for k, v in
+                                                         state.items()},
+                         x=x.to(dtype), cache=[t.to(dtype) for t in cache],
+                         upstream=upstream.to(dtype))
+    check_names(result["names"], state, "your MultiHeadAttention (3.3)",
+                "attention_step uses chapter 3's q_proj, k_proj, v_proj and out_proj")
+    # The reference from the same (rounded) values in float64, each a leaf: the new key and
+    # value appended to the cache, the one query over all of them.
+    leaves = {name: value.to(dtype).double().requires_grad_(True) for name, value in
+              [("x", x), ("keys", cache[0]), ("values", cache[1]), *state.items()]}
+    weights = {name: leaves[name] for name in state}
+    new_k, new_v = (heads(projections(weights, leaves["x"], n)) for n in ("k_proj", "v_proj"))
+    full_k = torch.cat([leaves["keys"], new_k], 2)
+    full_v = torch.cat([leaves["values"], new_v], 2)
+    reference = attention_over(weights, leaves["x"], full_k, full_v)
+    what = f"attention_step on {dtype} inputs"
+    output = assert_tensor(result["output"], f"the output of {what}", shape=(2, 1, D_MODEL))
+    assert_close(output, reference, f"the output of {what}", atol=1e-5)
+    for got, want, name in zip(result["cache"], (full_k, full_v), ("keys", "values"),
+                               strict=True):
+        got = assert_tensor(got, f"the cache's {name} of {what}", shape=want.shape)
+        assert got.dtype == dtype or not torch.allclose(got.double(), want, atol=1e-5), (
+            named("8.3/dtype-changed", dtype=dtype, got=got.dtype))
+        assert_tensor(got, f"the cache's {name} of {what}", dtype=dtype)
+    assert_tensor(output, f"the output of {what}", dtype=dtype)
+    cut = [name for name, grad in result["grads"].items() if grad is None]
+    assert not cut, named("8.3/detached", names=some(cut))
+    expected = dict(zip(leaves, torch.autograd.grad((reference * upstream).sum(),
+                                                    list(leaves.values())), strict=True))
+    for name, want in expected.items():
+        assert_close(result["grads"][name], want, f"the gradient with respect to {name} "
+                     f"({dtype})", atol=1e-8 if dtype == f64 else 1e-5,
+                     rtol=1e-5 if dtype == f64 else 1e-4)
+    devices = run_naming(learner, attention_steps_on_meta, DEVICE_CLASH, "8.3/device-not-kept",
+                         x=torch.randn(2, 2, D_MODEL, dtype=dtype))
+    assert devices is None or set(devices) == {"meta"}, (
+        f"two steps of attention_step on the meta device, from no cache, give outputs and "
+        f"caches on {devices}. " + named("8.3/device-not-kept"))
 
 
 @pytest.mark.grade("8.3", points=1, errors=True)
@@ -561,6 +723,27 @@ def test_loss_of_one_sequence_of_two_tokens(learner):
                  "the second token.")
 
 
+@pytest.mark.grade("8.4", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_loss_keeps_dtype_and_gradient(learner, dtype):
+    logits = (torch.randn(3, 5, 7, dtype=f64) * 2).to(dtype).double().requires_grad_(True)
+    tokens = padded_batch(3, 5, 7, pad_id=0)
+    result = learner.run(loss_and_gradient, logits=logits.detach().to(dtype), tokens=tokens,
+                         pad_id=0)
+    what = f"language_model_loss of {dtype} logits"
+    reference = F.cross_entropy(logits[:, :-1].reshape(-1, 7), tokens[:, 1:].reshape(-1),
+                                ignore_index=0)
+    loss = assert_tensor(result["loss"], what, shape=())
+    assert_close(loss, reference, what, atol=1e-5, hint="The logits at position i predict "
+                 "token i + 1; padding targets are left out.")
+    # Right values: the dtype and the graph of the loss are the contract's too.
+    assert loss.dtype == dtype, named("8.4/dtype-changed", dtype=dtype, got=loss.dtype)
+    assert result["grad"] is not None, named("8.4/detached")
+    (expected,) = torch.autograd.grad(reference, logits)
+    assert_close(result["grad"], expected, f"the gradient of {what}",
+                 atol=1e-8 if dtype == f64 else 1e-6)
+
+
 @pytest.mark.grade("8.4", points=1, errors=True)
 def test_loss_refuses_what_predicts_nothing(learner):
     message = learner.raises("ValueError", loss_of, logits=torch.randn(2, 1, 5),
@@ -592,19 +775,64 @@ def language_model_run(impl, state, tie, norm_first, tokens, mask, dropout=0.0):
     names = load_trusted(model, state)
     if names != {n: list(v.shape) for n, v in state.items()}:
         return {"names": names}
+    model.train()
+    torch.manual_seed(REPLAY_SEED)
+    return {"names": names, **forward_counting_generator(model, tokens, mask)}
+
+
+def forward_counting_generator(model, tokens, mask):
+    """``model(tokens, mask)`` as ``logits``, with how many times its generator ran; for a
+    size mismatch after a second run of the generator, the error's message as
+    ``size_error``."""
     calls = []
     generator = getattr(model, "generator", None)
     if isinstance(generator, torch.nn.Module):
         generator.register_forward_pre_hook(lambda module, args: calls.append(len(calls)))
-    model.train()
-    torch.manual_seed(REPLAY_SEED)
     try:
         logits = model(tokens, mask)
     except (RuntimeError, ValueError) as error:
         if isinstance(error, NotImplementedError) or len(calls) < 2:
             raise
-        return {"names": names, "size_error": str(error), "generator_calls": len(calls)}
-    return {"names": names, "logits": logits, "generator_calls": len(calls)}
+        return {"size_error": str(error), "generator_calls": len(calls)}
+    return {"logits": logits, "generator_calls": len(calls)}
+
+
+def language_model_contract(impl, state, tokens, mask, upstream):
+    """The learner's DecoderOnlyTransformer (as :func:`language_model_run`, pre-LN, tied,
+    without dropout) converted with ``.double()``, then, for float32 weights ``state``,
+    ``.float()``; with the grader's weights, in eval mode: its logits (detached) and the
+    gradients of ``(logits * upstream).sum()`` with respect to every parameter, by name (None
+    for one it does not reach)."""
+    model = impl.DecoderOnlyTransformer(LM_VOCAB, D_MODEL, HEADS, 32, 2, dropout=0.0,
+                                        norm_first=True, tie_embeddings=True,
+                                        max_len=LM_MAX_LEN).double()
+    if state["generator.bias"].dtype == torch.float32:
+        model = model.float()
+    names = load_trusted(model, state)
+    if names != {n: list(v.shape) for n, v in state.items()}:
+        return {"names": names}
+    found = forward_counting_generator(model.eval(), tokens, mask)
+    if "size_error" in found:
+        return {"names": names, **found}
+    logits = found["logits"]
+    parameters = dict(model.named_parameters())
+    grads = (torch.autograd.grad((logits * upstream).sum(), list(parameters.values()),
+                                 allow_unused=True)
+             if isinstance(logits, torch.Tensor) and logits.requires_grad
+             else [None] * len(parameters))
+    return {"names": names, "logits": logits.detach() if isinstance(logits, torch.Tensor)
+            else logits, "grads": dict(zip(parameters, grads, strict=True))}
+
+
+def language_model_on_meta(impl, tokens, mask):
+    """The device of the learner's DecoderOnlyTransformer's logits, the model, tokens and
+    mask moved to the "meta" device (a stand-in for a GPU; None when its code cannot run
+    there, checks.on_meta)."""
+    model = impl.DecoderOnlyTransformer(LM_VOCAB, D_MODEL, HEADS, 32, 2, dropout=0.0,
+                                        norm_first=True, tie_embeddings=True,
+                                        max_len=LM_MAX_LEN).to("meta").eval()
+    logits = on_meta(lambda: model(tokens.to("meta"), mask.to("meta")))
+    return logits.device.type if isinstance(logits, torch.Tensor) else None
 
 
 def language_model_weights(norm_first, tie):
@@ -743,6 +971,48 @@ def test_decoder_only_model_ties_and_initialises(learner):
         assert largest > 0.5 * bound, (
             f"{name} is at most {largest:.3g} at initialisation, far inside Xavier's bound "
             f"{bound:.3g}: use nn.init.xavier_uniform_.")
+
+
+@pytest.mark.grade("8.5", points=1)
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_decoder_only_model_follows_its_dtype_and_device_and_trains_every_parameter(learner,
+                                                                                   dtype):
+    tokens = torch.randint(3, LM_VOCAB, (2, 6))
+    tokens[1, 4:] = 0
+    mask = (tokens != 0)[:, None, None, :] & torch.ones(6, 6, dtype=torch.bool).tril()
+    state = language_model_weights(norm_first=True, tie=True)
+    upstream = torch.randn(2, 6, LM_VOCAB, dtype=f64)
+    theirs = {name: value.to(dtype) for name, value in state.items()}
+    theirs["generator.weight"] = theirs["embed.tokens.embedding.weight"]  # still one matrix
+    result = learner.run(language_model_contract, state=theirs, tokens=tokens, mask=mask,
+                         upstream=upstream.to(dtype))
+    check_names(result["names"], state, "DecoderOnlyTransformer(tie_embeddings=True)")
+    assert "size_error" not in result, named("8.5/generator-twice",
+                                             calls=result["generator_calls"],
+                                             error=result.get("size_error"))
+    # The reference from the same (rounded) weights in float64, each matrix a leaf once (the
+    # tied one gathers the gradients of both its uses).
+    leaves = {id(value): value.to(dtype).double().requires_grad_(True)
+              for value in state.values()}
+    weights = {name: leaves[id(value)] for name, value in state.items()}
+    reference = language_model_replay(tokens, weights, True, mask, 0.0)
+    what = ("DecoderOnlyTransformer(...).double()" + (".float()" if dtype != f64 else "")
+            + "(tokens, mask)")
+    logits = assert_tensor(result["logits"], what, shape=(2, 6, LM_VOCAB))
+    assert_close(logits, reference, what, atol=1e-5, rtol=1e-4)
+    assert logits.dtype == dtype, named("8.5/dtype-changed", dtype=dtype, got=logits.dtype)
+    trained = {name: weights[name] for name in result["grads"]}
+    cut = [name for name, grad in result["grads"].items() if grad is None]
+    assert not cut, named("8.5/detached", names=some(cut))
+    expected = torch.autograd.grad((reference * upstream).sum(), list(trained.values()))
+    for (name, grad), want in zip(result["grads"].items(), expected, strict=True):
+        assert_close(grad, want, f"the gradient with respect to {name} ({dtype})",
+                     atol=1e-8 if dtype == f64 else 1e-4, rtol=1e-5 if dtype == f64 else 1e-3)
+    device = run_naming(learner, language_model_on_meta, DEVICE_CLASH, "8.5/device-not-kept",
+                        tokens=tokens, mask=mask)
+    assert device in ("meta", None), (
+        f"DecoderOnlyTransformer moved to the meta device, with tokens and mask there, gives "
+        f"its logits on {device}. " + named("8.5/device-not-kept"))
 
 
 # ---------------------------------------------------------------- 8.6 capstone

@@ -35,6 +35,13 @@ def step_zero(step, d_model, warmup_steps, factor=1.0):
                                           step * warmup_steps ** -1.5)
 
 
+@wrong("6.1", "noam_lr", "torch.rsqrt and torch.minimum: right values in a tensor, not a "
+       "Python float", mistake="6.1/not-a-float")
+def rate_in_a_tensor(step, d_model, warmup_steps, factor=1.0):
+    step = torch.tensor(float(max(step, 1)))
+    return factor * d_model ** -0.5 * torch.minimum(torch.rsqrt(step), step * warmup_steps ** -1.5)
+
+
 @right("6.1", "noam_lr", "the two branches written out")
 def branches(step, d_model, warmup_steps, factor=1.0):
     step = step or 1
@@ -125,6 +132,18 @@ class CrossEntropyPlusUniform(_Loss):
         return ((1 - self.smoothing) * nll + self.smoothing * uniform).mean()
 
 
+@wrong("6.2", "LabelSmoothingLoss", "the targets kept made with torch.ones(N, dtype=torch.bool), "
+       "on the CPU, when nothing is ignored", mistake="6.2/device-not-kept")
+class KeepMaskOnTheCpu(_Loss):
+    def forward(self, logits, target):
+        keep = (torch.ones(len(target), dtype=torch.bool) if self.ignore_index is None
+                else target != self.ignore_index)
+        lp = torch.log_softmax(logits, -1)
+        nll = -lp.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1)
+        loss = (1 - self.smoothing) * nll - self.smoothing * lp.mean(-1)
+        return torch.where(keep, loss, 0.0).sum() / keep.sum().clamp(min=1)
+
+
 @wrong("6.2", "LabelSmoothingLoss", "a one-hot made .double(): float32 logits give a float64 loss",
        mistake="6.2/dtype-changed")
 class OneHotInFloat64(_Loss):
@@ -152,8 +171,10 @@ class LossesCopiedIntoATensor(_Loss):
 # ------------------------------------------------------------------ 6.3
 
 
-def _masks(src, tgt_input, pad_id):
-    causal = torch.ones(tgt_input.size(1), tgt_input.size(1), dtype=torch.bool).tril()
+def _masks(src, tgt_input, pad_id, causal_on_the_cpu=False):
+    device = None if causal_on_the_cpu else tgt_input.device
+    causal = torch.ones(tgt_input.size(1), tgt_input.size(1), dtype=torch.bool,
+                        device=device).tril()
     return (src != pad_id)[:, None, None], (tgt_input != pad_id)[:, None, None] & causal
 
 
@@ -196,6 +217,14 @@ def no_causality(src, tgt, pad_id):
                  int((tgt[:, 1:] != pad_id).sum()))
 
 
+@wrong("6.3", "make_batch", "the causal triangle made by hand on the CPU (torch.ones(n, n) with "
+       "no device)", mistake="6.3/device-not-kept")
+def causal_on_the_cpu(src, tgt, pad_id):
+    src_mask, tgt_mask = _masks(src, tgt[:, :-1], pad_id, causal_on_the_cpu=True)
+    return Batch(src, src_mask, tgt[:, :-1], tgt[:, 1:], tgt_mask,
+                 int((tgt[:, 1:] != pad_id).sum()))
+
+
 @right("6.3", "make_batch", "narrow() and the masks from the package's parts")
 def with_narrow(src, tgt, pad_id):
     from annotated_transformer.parts import active_parts
@@ -212,15 +241,17 @@ def with_narrow(src, tgt, pad_id):
 
 
 def _greedy(model, src, src_mask, max_len, bos_id, eos_id, pad_id, *, pad_after=True,
-            stop=True, mask=True, encode_each_step=False):
-    ys = torch.full((src.size(0), 1), bos_id, dtype=src.dtype)
-    done = torch.zeros(src.size(0), dtype=torch.bool)
+            stop=True, mask=True, encode_each_step=False, ids_on_the_cpu=False):
+    ys = torch.full((src.size(0), 1), bos_id, dtype=src.dtype,
+                    device=None if ids_on_the_cpu else src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     memory = model.encode(src, src_mask)
     while ys.size(1) < max_len and not (stop and done.all()):
         if encode_each_step:
             memory = model.encode(src, src_mask)
         length = ys.size(1)
-        tgt_mask = torch.ones(length, length, dtype=torch.bool).tril() if mask else None
+        tgt_mask = (torch.ones(length, length, dtype=torch.bool, device=src.device).tril()
+                    if mask else None)
         token = model.generator(model.decode(memory, src_mask, ys, tgt_mask)[:, -1]).argmax(-1)
         if pad_after:
             token = torch.where(done, pad_id, token)
@@ -253,15 +284,22 @@ def encodes_every_step(*args):
     return _greedy(*args, encode_each_step=True)
 
 
+@wrong("6.4", "greedy_decode", "the ids started with torch.full((B, 1), bos_id) on the CPU",
+       mistake="6.4/device-not-kept")
+def ids_on_the_cpu(*args):
+    return _greedy(*args, ids_on_the_cpu=True)
+
+
 @right("6.4", "greedy_decode", "a for loop over positions with a [B, 1, L, L] mask")
 @torch.no_grad()
 def for_loop_4d_mask(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
     memory = model.encode(src, src_mask)
     out = src.new_full((src.size(0), 1), bos_id)
-    alive = torch.ones(src.size(0), dtype=torch.bool)
+    alive = torch.ones(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_len - 1):
         n = out.size(1)
-        mask = torch.tril(torch.ones(n, n, dtype=torch.bool)).expand(src.size(0), 1, n, n)
+        mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=src.device)).expand(
+            src.size(0), 1, n, n)
         scores = model.generator(model.decode(memory, src_mask, out, mask))[:, -1]
         token = scores.argmax(-1).masked_fill(~alive, pad_id)
         out = torch.cat([out, token.unsqueeze(-1)], dim=-1)
@@ -448,6 +486,59 @@ def clipped_by_hand(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
         scale = torch.clamp(clip_norm / (total + 1e-6), max=1.0)
         for g in grads:
             g.mul_(scale)
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "the loss rebuilt from a number, torch.tensor(loss.item()): float32 "
+       "and on the CPU whatever the model's", mistake="6.5/loss-dtype-changed")
+def loss_rebuilt_from_a_number(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    scheduler.step()
+    return torch.tensor(loss.item())
+
+
+def _clip_by_hand(model, clip_norm, total):
+    """Every gradient times min(1, clip_norm / total norm), the squares summed into
+    ``total``; a float64 ``total`` makes the gradients float64."""
+    grads = [p for p in model.parameters() if p.grad is not None]
+    for p in grads:
+        total = total + p.grad.to(total.dtype).pow(2).sum()
+    scale = (clip_norm / (total.sqrt() + 1e-6)).clamp(max=1.0)
+    for p in grads:
+        p.grad = p.grad * scale
+
+
+@wrong("6.5", "train_step", "clipping by hand with the norm summed in float64: a float32 "
+       "model's gradients become float64", mistake="6.5/gradient-dtype-changed")
+def clipped_in_float64(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        _clip_by_hand(model, clip_norm, torch.zeros(1, dtype=torch.float64, device=loss.device))
+    optimizer.step()
+    scheduler.step()
+    return loss.detach()
+
+
+@wrong("6.5", "train_step", "clipping by hand with the norm summed into torch.zeros(1), on the "
+       "CPU", mistake="6.5/device-not-kept")
+def clipped_on_the_cpu(model, batch, loss_fn, optimizer, scheduler, clip_norm=1.0):
+    model.train()
+    optimizer.zero_grad()
+    loss = _loss(model, batch, loss_fn)
+    loss.backward()
+    if clip_norm:
+        _clip_by_hand(model, clip_norm, torch.zeros(1, dtype=loss.dtype))
     optimizer.step()
     scheduler.step()
     return loss.detach()

@@ -165,6 +165,27 @@ def unchecked(logits, temperature=1.0, top_k=None, top_p=None):
     return _nucleus(torch.softmax(_top_k(logits / temperature, top_k), dim=-1), top_p)
 
 
+@wrong("8.1", "next_token_distribution", "temperature 0's one-hot made with "
+       "torch.zeros(logits.shape, device=logits.device): float32 for float64 logits",
+       mistake="8.1/dtype-changed")
+def greedy_in_the_default_dtype(logits, temperature=1.0, top_k=None, top_p=None):
+    _check(temperature, top_k, top_p)
+    if temperature == 0:
+        return torch.zeros(logits.shape, device=logits.device).scatter_(
+            -1, logits.argmax(-1, keepdim=True), 1.0)
+    return _nucleus(torch.softmax(_top_k(logits / temperature, top_k), dim=-1), top_p)
+
+
+@wrong("8.1", "next_token_distribution", "temperature 0's one-hot made with "
+       "torch.zeros(logits.shape, dtype=logits.dtype): on the CPU", mistake="8.1/device-not-kept")
+def greedy_on_the_cpu(logits, temperature=1.0, top_k=None, top_p=None):
+    _check(temperature, top_k, top_p)
+    if temperature == 0:
+        return torch.zeros(logits.shape, dtype=logits.dtype).scatter_(
+            -1, logits.argmax(-1, keepdim=True), 1.0)
+    return _nucleus(torch.softmax(_top_k(logits / temperature, top_k), dim=-1), top_p)
+
+
 @right("8.1", "next_token_distribution", "every step on probabilities, the nucleus by "
        "comparing each token with every other")
 def pairwise(logits, temperature=1.0, top_k=None, top_p=None):
@@ -231,13 +252,36 @@ def unfiltered(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+@wrong("8.2", "sample_next", "inverse transform by torch.searchsorted(..., out_int32=True): "
+       "int32 ids", mistake="8.2/not-int64")
+def int32_ids(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    probs = active_parts().next_token_distribution(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return probs.argmax(-1).int()
+    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, dtype=probs.dtype,
+                   device=probs.device)
+    cumulative = probs.cumsum(-1)
+    ids = torch.searchsorted(cumulative, u * cumulative[..., -1:], right=True, out_int32=True)
+    return ids.squeeze(-1)
+
+
+@wrong("8.2", "sample_next", "temperature 0's argmax taken row by row into torch.tensor([...]): "
+       "on the CPU", mistake="8.2/device-not-kept")
+def argmax_row_by_row(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    probs = active_parts().next_token_distribution(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return torch.tensor([int(row.argmax()) for row in probs])
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 @right("8.2", "sample_next", "inverse transform: one uniform number per row against the "
        "cumulative distribution")
 def inverse_transform(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     probs = active_parts().next_token_distribution(logits, temperature, top_k, top_p)
     if temperature == 0:
         return probs.argmax(-1)
-    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, dtype=probs.dtype)
+    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, dtype=probs.dtype,
+                   device=probs.device)
     cumulative = probs.cumsum(-1)
     return (cumulative <= u * cumulative[..., -1:]).sum(-1)  # the first token past u
 
@@ -247,7 +291,8 @@ def gumbel_max(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     probs = active_parts().next_token_distribution(logits, temperature, top_k, top_p)
     if temperature == 0:
         return probs.argmax(-1)
-    u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype).clamp(1e-12, 1.0)
+    u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype,
+                   device=probs.device).clamp(1e-12, 1.0)
     return (probs.log() - (-u.log()).log()).argmax(-1)
 
 
@@ -334,6 +379,38 @@ def fused_attention(attn, x, cache=None):
     return attn.out_proj(active_parts().merge_heads(heads)), (k, v)
 
 
+@wrong("8.3", "attention_step", "the cache kept in float64 for precision (.double())",
+       mistake="8.3/dtype-changed")
+def cache_in_float64(attn, x, cache=None):
+    _one_position(x)
+    q, k, v = _project(attn, x)
+    if cache is not None:
+        k, v = torch.cat([cache[0].to(k.dtype), k], 2), torch.cat([cache[1].to(v.dtype), v], 2)
+    return _finish(attn, q, k, v), (k.double(), v.double())
+
+
+@wrong("8.3", "attention_step", "the step under torch.no_grad(), as generation needs no "
+       "gradient: no gradient reaches x or the projections", mistake="8.3/detached")
+@torch.no_grad()
+def step_without_gradient(attn, x, cache=None):
+    _one_position(x)
+    q, k, v = _project(attn, x)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+    return _finish(attn, q, k, v), (k, v)
+
+
+@wrong("8.3", "attention_step", "an empty cache made with torch.zeros(B, H, 0, d_k) when none is "
+       "given: on the CPU", mistake="8.3/device-not-kept")
+def empty_cache_on_the_cpu(attn, x, cache=None):
+    _one_position(x)
+    q, k, v = _project(attn, x)
+    if cache is None:
+        cache = (torch.zeros(k.size(0), k.size(1), 0, k.size(3)),) * 2
+    k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+    return _finish(attn, q, k, v), (k, v)
+
+
 @right("8.3", "attention_step", "the cache kept merged [B, t, D]: keys and values "
        "projected, appended, then split")
 def merged_cache(attn, x, cache=None):
@@ -402,6 +479,21 @@ def mean_of_row_means(logits, tokens, pad_id):
                                                                  strict=True)
             if bool((tg != pad_id).any())]
     return torch.stack(rows).mean()
+
+
+@wrong("8.4", "language_model_loss", "the log-probabilities taken in float64 for precision, "
+       "never converted back", mistake="8.4/dtype-changed")
+def loss_in_float64(logits, tokens, pad_id):
+    _shapes(logits, tokens)
+    return F.cross_entropy(logits[:, :-1].double().transpose(1, 2), tokens[:, 1:],
+                           ignore_index=pad_id)
+
+
+@wrong("8.4", "language_model_loss", "the loss rebuilt from its value, torch.tensor(float(...)): "
+       "off the graph", mistake="8.4/detached")
+def loss_rebuilt_from_its_value(logits, tokens, pad_id):
+    _shapes(logits, tokens)
+    return torch.tensor(float(_loss(logits[:, :-1], tokens[:, 1:], pad_id)), dtype=logits.dtype)
 
 
 @right("8.4", "language_model_loss", "log_softmax and gather, a sum divided by the count")
@@ -515,6 +607,29 @@ class LanguageModelGeneratorTwice(_LanguageModel):
     def forward(self, tokens, mask):
         logits = self.generator(self.decoder(self.embed(tokens), mask))
         return self.generator(logits)
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the logits returned in float32 (.float()), whatever the "
+       "model's dtype", mistake="8.5/dtype-changed")
+class LanguageModelFloat32Logits(_LanguageModel):
+    def forward(self, tokens, mask):
+        return self.generator(self.decoder(self.embed(tokens), mask)).float()
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the stack's output detached before the generator: only "
+       "the generator learns", mistake="8.5/detached")
+class LanguageModelDetachedStack(_LanguageModel):
+    def forward(self, tokens, mask):
+        return self.generator(self.decoder(self.embed(tokens), mask).detach())
+
+
+@wrong("8.5", "DecoderOnlyTransformer", "the positions added in forward from a table made there "
+       "(Chapter 1's positional_encoding): on the CPU", mistake="8.5/device-not-kept")
+class LanguageModelTableInForward(_LanguageModel):
+    def forward(self, tokens, mask):
+        x = self.embed.tokens(tokens)
+        table = active_parts().positional_encoding(tokens.size(1), x.size(-1))
+        return self.generator(self.decoder(self.embed.positions.dropout(x + table), mask))
 
 
 @right("8.5", "DecoderOnlyTransformer", "the embedding's dropout applied in forward with "
