@@ -298,8 +298,10 @@ def pool(shared_pool, folder):
     key = str(Source.parse(str(folder)))
     remembered = {"timed out": shared_pool.timed_out, "waited": shared_pool.waited,
                   "blocked": shared_pool.blocks, "unstartable": shared_pool.unstartable}
-    assert not any(remembered.values()), f"the shared pool remembers {remembered}"
-    assert shared_pool.allowance.refusal(key) is None, shared_pool.allowance.refusal(key)
+    refusal = shared_pool.allowance.refusal(key)
+    assert not any(remembered.values()) and refusal is None, (
+        f"this test left the shared pool remembering {remembered}, refusing {refusal!r}: "
+        f"give it a pool of its own (tests/grading/test_sandbox_limits.py)")
 
 
 def learner(pool, folder, forbid_ops=(), cpu_seconds=30.0, exercise="2.1"):
