@@ -378,6 +378,7 @@ def test_the_catalogue_through_the_workflow_s_own_grading_step(course, workflow,
 
 
 @pytest.mark.slow  # five learners, the whole course each, capstones trained
+@pytest.mark.alone  # regrade --jobs 2
 def test_the_catalogue_through_regrade_beside_the_reference_and_the_release(tmp_path):
     learners = tmp_path / "submissions"
     for name, files in ATTACKERS.items():

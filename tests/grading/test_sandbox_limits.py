@@ -502,6 +502,7 @@ def test_without_a_cgroup_the_grader_counts_the_processes(fresh_tasks, folder, m
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # takes the memory and the processes it can, on purpose
 @pytest.mark.skipif(limits.why() is not None, reason=f"no cgroup: {limits.why()}")
 def test_a_regrade_beside_a_learner_who_attacks_every_bound(tmp_path):
     """scripts/worst_learner.py: a learner whose 2.3 half-writes its reply and waits, whose
