@@ -34,6 +34,14 @@ def _isolated_torch_state() -> Iterator[None]:
     torch.set_grad_enabled(grad)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Here, not in pyproject.toml, whose pytest settings the grading manifest holds.
+    config.addinivalue_line(
+        "markers", "alone: a slow test that CI runs with no other beside it: it loads the "
+        "machine on purpose, starts parallel work of its own, measures speed or waits on a "
+        "browser (.ci/run runs the other slow tests two at a time)")
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """With ``--dist loadgroup``: the scheduler that groups tests as the docstring says."""
     if config.getvalue("dist") != "loadgroup":

@@ -474,6 +474,23 @@ def check_classroom_workflow(workflow: dict, rows) -> list[str]:
     return problems
 
 
+def grading_arguments(workflow: dict) -> dict:
+    """What a workflow's grading run is asked, but for where it writes its reports."""
+    (job,) = workflow["jobs"].values()
+    _, command = grading_run(job["steps"])
+    asked = vars(parse_grade_args(command.args))
+    return {"workdir": command.workdir, "as_root": command.as_root,
+            **{k: v for k, v in asked.items() if k not in ("json", "junit", "markdown")}}
+
+
+def test_both_workflows_grade_alike():
+    """grade.yml and classroom.yml run the same grading command but for the reports it
+    writes (grade.yml's JUnit file): a grade through one is the grade through the other, so
+    the slow tests that grade a whole course through a workflow's own step run each learner
+    through one of them (tests/grading/test_attack_catalogue.py)."""
+    assert grading_arguments(load("grade.yml")) == grading_arguments(load("classroom.yml"))
+
+
 def test_classroom_workflow_gives_every_exercise_its_points():
     assert check_classroom_workflow(load("classroom.yml"), points()) == []
 

@@ -414,10 +414,12 @@ def course(tmp_path_factory) -> Path:
 
 @pytest.mark.slow  # the whole course graded, its capstones trained
 @pytest.mark.skipif(os.geteuid() != 0, reason="the workflows run the grader as root")
-@pytest.mark.parametrize("workflow", ["grade.yml", "classroom.yml"])
-@pytest.mark.parametrize("learner", sorted(ATTACKERS))
+@pytest.mark.parametrize("learner, workflow", [
+    ("eve", "grade.yml"), ("mallory", "classroom.yml"), ("trudy", "grade.yml")])
 def test_the_catalogue_through_the_workflow_s_own_grading_step(course, workflow, learner,
                                                               tmp_path):
+    """Each learner through one workflow: both grade with the same command
+    (tests/distribution/test_workflows.py::test_both_workflows_grade_alike)."""
     workspace = tmp_path / "workspace"
     submission(workspace / "exercises", ATTACKERS[learner]())
     done = run_grading_step(workflow, workspace, course)
@@ -428,6 +430,7 @@ def test_the_catalogue_through_the_workflow_s_own_grading_step(course, workflow,
 
 
 @pytest.mark.slow  # five learners, the whole course each, capstones trained
+@pytest.mark.alone  # regrade --jobs 2
 def test_the_catalogue_through_regrade_beside_the_reference_and_the_release(tmp_path):
     learners = tmp_path / "submissions"
     for name, files in ATTACKERS.items():

@@ -51,6 +51,7 @@ def busy_machine():
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # keeps the cores busy on purpose
 def test_the_reference_passes_every_graded_test_on_a_busy_machine(tmp_path, busy_machine):
     """The reference, as a learner's folder (in the sandbox where one can start), earns every
     point while two other processes keep the cores busy: limits count CPU seconds."""

@@ -20,6 +20,7 @@ def rows(folder: Path, leave_out: tuple[str, ...] = ("graded_at",)) -> list[tupl
 
 
 @pytest.mark.slow  # seven gradings of chapter 1
+@pytest.mark.alone  # regrade --jobs 2
 def test_a_class_in_parallel_in_shards_and_one_learner_again(tmp_path):
     pristine = course_copy(tmp_path / "pristine")
     (tmp_path / "manifest.json").write_text(json.dumps(manifest.compute(pristine)))

@@ -26,7 +26,7 @@ from test_regrade import course_copy
 from annotated_transformer.course.grading import boundary, manifest
 from annotated_transformer.layout import ROOT, SOLUTIONS_DIR
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.alone,  # regrade --jobs 2
               pytest.mark.skipif(boundary.unavailable() is not None,
                                  reason=f"no bubblewrap: {boundary.unavailable()}")]
 

@@ -74,6 +74,7 @@ def test_nn_transformer_gets_the_same_masks_and_decodes():
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # measures speed
 @pytest.mark.timeout(600)
 def test_quick_run_writes_json_a_plot_and_tables(tmp_path):
     path, image, table = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "bench.md"
@@ -128,6 +129,7 @@ def test_bad_arguments_are_refused(capsys, argv, message):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # measures speed
 @pytest.mark.timeout(600)
 def test_the_gpu_section_runs_and_reports(capsys):
     """The GPU section's code, run on the CPU in fp32 (a CPU computes bf16 slowly): the

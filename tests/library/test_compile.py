@@ -47,6 +47,7 @@ def counted_aot_eager(graph, example_inputs):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # Inductor compiles with a process per core, within its timeout
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("task", TRAINED_TASKS)
 def test_train_compile_trains_every_task_as_eager_does(capsys, tmp_path, task):

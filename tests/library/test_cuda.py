@@ -60,6 +60,7 @@ def test_the_model_on_cuda_computes_what_it_computes_on_the_cpu(source, name):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # Inductor compiles with a process per core, within its timeout
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("task", TRAINED_TASKS)
 def test_every_task_trains_compiled_in_bf16(capsys, tmp_path, task):

@@ -25,6 +25,7 @@ def run(command, out):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # two processes training together
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is missing")
 def test_two_processes_equal_one(tmp_path):
     one = run(ARGS, tmp_path / "one")

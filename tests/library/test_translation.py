@@ -371,6 +371,7 @@ def test_an_unreachable_hub_dataset_exits_2_naming_it(tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.slow
+@pytest.mark.alone  # compiled: Inductor compiles with a process per core
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU: torch.cuda.is_available() is False here")
 def test_translation_trains_compiled_in_bf16_on_cuda(capsys, tmp_path, corpus):

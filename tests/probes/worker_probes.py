@@ -1,6 +1,6 @@
 """Probes of the worker's own tests (tests/grading/test_sandbox.py,
-tests/grading/test_boundary.py): in a folder of their own, the only one of tests/ that those
-workers are shown."""
+tests/grading/test_sandbox_limits.py, tests/grading/test_boundary.py): in a folder of their
+own, the only one of tests/ that those workers are shown."""
 
 
 def call(impl, name, x):

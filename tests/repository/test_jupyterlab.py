@@ -196,6 +196,7 @@ APPS = {"JupyterLab": "lab/tree", "Notebook 7": "notebooks"}
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # waits on a browser and a server
 @pytest.mark.parametrize("app", APPS)
 def test_each_figure_is_drawn_by_plotly(server, browser, notebook: Path, app: str):
     url, token = server
