@@ -53,7 +53,7 @@ from annotated_transformer.course.grading.messages import unseal
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.protocol import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.results import TestRecord
-from annotated_transformer.course.grading.runspec import RunSpec, stream_seed
+from annotated_transformer.course.grading.runspec import RunSpec, learner_folder, stream_seed
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     ForbiddenCall,
@@ -296,7 +296,7 @@ def _all_untouched(parts: Source) -> bool:
 
 def _learner_dir(parts: Source) -> Path | None:
     """The folder of a learner's parts, None for the course's own code (a variant too)."""
-    return parts.learner_folder
+    return learner_folder(parts)
 
 
 @cache

@@ -9,19 +9,23 @@ so a frame from a hostile worker can carry wrong numbers but never run code in t
 grader. A frame larger than :data:`MAX_FRAME` is refused, and so is one whose parts are
 compressed (before ``torch.load`` inflates them) or that stands for more than
 :data:`MAX_ITEMS` items or :data:`MAX_FRAME` bytes once the parts it shares are counted
-each time they appear. What both sides must agree on besides the frames is here too: how
-long a message may be (:func:`cut`) and which stand-ins a request may ask for
-(:data:`STAND_INS`).
+each time they appear. What crosses is typed, and checked where it arrives: the worker's
+:class:`WorkerConfig` (its last argument), each :class:`Request` and each :class:`Reply`;
+a frame that is not one is a :class:`ProtocolError`. What both sides must agree on besides
+the frames is here too: how long a message may be (:func:`cut`) and which stand-ins a
+request may ask for (:data:`STAND_INS`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from pathlib import Path
 from typing import Any, BinaryIO
 
 # Bytes a frame may hold. The largest of the reference's whole course is 2.6 MB (a model's
@@ -65,6 +69,11 @@ STAND_INS = {
 STAND_IN = "stand-in:"
 
 
+# The worker's first message: it has imported PyTorch and the tests, and no learner code has
+# run yet (a failure before it is the grader's).
+READY = {"ready": True}
+
+
 class ProtocolError(RuntimeError):
     """A frame that is not a well-formed message (the worker died or misbehaved)."""
 
@@ -85,7 +94,8 @@ class Reply:
 
     ``value``: the probe's result (plain data) when ``ended`` is None; else ``message``,
     and for :attr:`Ended.RAISED` the exception's ``types`` (most derived first), ``where``
-    (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``).
+    (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``,
+    exactly the built-in: ``worker.process.is_stub``).
     ``called``: the chapters' functions its code entered (:mod:`.worker.calls`)."""
 
     ended: Ended | None = None
@@ -121,6 +131,141 @@ class Reply:
                    data["message"][:cls.MESSAGE], tuple(data["types"][:20]),
                    data["where"][:cls.NAMES], data["stub"],
                    tuple(name[:cls.NAMES] for name in data["called"][:cls.NAMES]))
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    """``value`` when it is exactly of ``kind`` (a ``bool`` is no ``int`` here); else a
+    :class:`ProtocolError` naming ``what``."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if type(value) not in kinds:
+        raise ProtocolError(f"{what} is a {type(value).__name__}, not a "
+                            f"{' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    """``value`` (a list or tuple of strings) as a tuple; else a :class:`ProtocolError`."""
+    _typed(value, (list, tuple), what)
+    return tuple(_typed(item, str, f"an item of {what}") for item in value)
+
+
+def _fields(data: Any, names: set[str], what: str) -> dict[str, Any]:
+    """``data`` when it is a dict of exactly the keys ``names``; else a :class:`ProtocolError`."""
+    if not isinstance(data, dict) or set(data) != names:
+        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ProtocolError(f"something that is not {what}: {str(keys)[:200]} (expected the "
+                            f"keys {sorted(names)})")
+    return data
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the grader asks the worker to run: the probe ``function`` (a qualified name) of
+    the graded test file ``file``, called with chapter ``chapter``'s module of ``source``
+    (the text of an :class:`~annotated_transformer.sources.Source`) and ``kwargs`` (plain
+    data). ``exercise``: the exercise under test (None: none, the import alone);
+    ``forbid_ops``: the ops refused while it runs; ``seed``: the random state it starts
+    from; ``observe``: note the chapters' functions it enters; ``standins``: the earlier
+    exercises (keys of :data:`STAND_INS`) to run on the grader's stand-ins.
+
+    The grader builds it and sends :meth:`to_wire`; the worker reads it with
+    :meth:`from_wire`, which refuses a frame that is not one (a :class:`ProtocolError`)."""
+
+    file: str
+    function: str
+    chapter: int
+    source: str
+    exercise: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    forbid_ops: tuple[str, ...] = ()
+    seed: int = 0
+    observe: bool = False
+    standins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("file", "function", "source"):
+            _typed(getattr(self, name), str, f"a request's {name}")
+        _typed(self.chapter, int, "a request's chapter")
+        _typed(self.seed, int, "a request's seed")
+        _typed(self.observe, bool, "a request's observe")
+        _typed(self.exercise, (str, type(None)), "a request's exercise")
+        if any(type(k) is not str for k in _typed(self.kwargs, dict, "a request's kwargs")):
+            raise ProtocolError("a request's kwargs are named by strings")
+        object.__setattr__(self, "forbid_ops", _names(self.forbid_ops, "a request's forbid_ops"))
+        object.__setattr__(self, "standins", _names(self.standins, "a request's standins"))
+        if unknown := [e for e in self.standins if e not in STAND_INS]:
+            raise ProtocolError(f"a request for stand-ins that do not exist: {unknown[:5]}")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self)}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Request:
+        """The request a frame holds."""
+        return cls(**_fields(data, {f.name for f in fields(cls)}, "a request"))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker is set up, once, before any request: the ``source`` it runs (the text
+    of an :class:`~annotated_transformer.sources.Source`), the learner's folder it is
+    confined to (``learner_dir``; None for the course's own code), the ``blocked`` chapters
+    of that folder (``{chapter: why}``, never imported), where the probes' files are
+    (``tests_dir``) and the folder that holds ``variants`` (``variants_dir``), the ``user``
+    it becomes (None: it stays who it is), its address space (``memory_bytes``) and whether
+    it may start threads and processes (``new_tasks``: the boundary's own tests only).
+
+    It travels as the worker's last argument: :meth:`to_wire` is that JSON text, and
+    :meth:`from_wire` reads it back, refusing text that is not one (a
+    :class:`ProtocolError`)."""
+
+    source: str
+    learner_dir: Path | None
+    tests_dir: Path
+    variants_dir: Path
+    blocked: dict[int, str] = field(default_factory=dict)
+    user: str | None = None
+    memory_bytes: int = 0
+    new_tasks: bool = False
+
+    def __post_init__(self) -> None:
+        _typed(self.source, str, "a worker's source")
+        for name in ("learner_dir", "tests_dir", "variants_dir"):
+            folder = getattr(self, name)
+            if folder is None and name == "learner_dir":
+                continue
+            if not isinstance(folder, (str, Path)):
+                raise ProtocolError(f"a worker's {name} is a {type(folder).__name__}, not a "
+                                    f"path")
+            object.__setattr__(self, name, Path(folder))
+        _typed(self.user, (str, type(None)), "a worker's user")
+        _typed(self.memory_bytes, int, "a worker's memory_bytes")
+        _typed(self.new_tasks, bool, "a worker's new_tasks")
+        blocked = _typed(self.blocked, dict, "a worker's blocked chapters")
+        try:  # JSON's keys are text: a chapter's number, written in digits
+            object.__setattr__(self, "blocked", {int(c): _typed(why, str, "why a chapter is "
+                                                                  "blocked")
+                                                 for c, why in blocked.items()})
+        except ValueError:
+            raise ProtocolError(f"a worker's blocked chapters are numbers, got "
+                                f"{str(sorted(blocked))[:200]}") from None
+
+    def to_wire(self) -> str:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        paths = {name: None if data[name] is None else str(data[name])
+                 for name in ("learner_dir", "tests_dir", "variants_dir")}
+        return json.dumps({**data, **paths, "blocked": {str(c): why for c, why in
+                                                        self.blocked.items()}})
+
+    @classmethod
+    def from_wire(cls, text: str) -> WorkerConfig:
+        """The configuration the JSON ``text`` holds."""
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise ProtocolError(f"a worker's configuration that is not JSON: {error}") from None
+        return cls(**_fields(data, {f.name for f in fields(cls)}, "a worker's configuration"))
 
 
 def encode(message: Any) -> bytes:
