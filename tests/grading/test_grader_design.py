@@ -193,6 +193,19 @@ def test_a_request_and_a_worker_config_are_checked_on_arrival(tmp_path):
             protocol.WorkerConfig.from_wire(text)
 
 
+def test_only_the_built_in_not_implemented_error_of_a_chapter_file_is_a_stub():
+    """A stub is what the release's stub raises; a learner's exception that subclasses
+    ``NotImplementedError`` or is named so is an error of its own, and so is PyTorch's."""
+    words = "Exercise 2.1: softmax is not implemented yet"
+    own = type("NotImplementedError", (Exception,), {})
+    mine = type("Unfinished", (NotImplementedError,), {})
+    assert process.is_stub(NotImplementedError(words), "/x/ch02_attention.py")
+    assert not process.is_stub(mine(words), "/x/ch02_attention.py")
+    assert not process.is_stub(own(words), "/x/ch02_attention.py")
+    assert not process.is_stub(NotImplementedError("no"), "/x/ch02_attention.py")
+    assert not process.is_stub(NotImplementedError(words), "/torch/functional.py")
+
+
 # What crosses between the rooms, by the names of its fields: only its type's own methods
 # (protocol.py) write them as a dict, and only the wire's own functions carry them.
 CROSSING = {f.name for t in (protocol.Request, protocol.WorkerConfig, protocol.Reply)
