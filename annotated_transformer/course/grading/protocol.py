@@ -133,29 +133,36 @@ class Reply:
                    tuple(name[:cls.NAMES] for name in data["called"][:cls.NAMES]))
 
 
-def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    """``value`` when it is exactly of ``kind`` (a ``bool`` is no ``int`` here); else a
-    :class:`ProtocolError` naming ``what``."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if type(value) not in kinds:
-        raise ProtocolError(f"{what} is a {type(value).__name__}, not a "
-                            f"{' or '.join(k.__name__ for k in kinds)}")
-    return value
+NONE = type(None)
 
 
-def _names(value: Any, what: str) -> tuple[str, ...]:
-    """``value`` (a list or tuple of strings) as a tuple; else a :class:`ProtocolError`."""
-    _typed(value, (list, tuple), what)
-    return tuple(_typed(item, str, f"an item of {what}") for item in value)
+def _check(message: Any, allowed: dict[str, tuple[type, ...]], what: str) -> None:
+    """A :class:`ProtocolError` unless each field of ``message`` named in ``allowed`` is of
+    one of its types (a ``bool`` is no ``int`` here) and a tuple's items are strings."""
+    for name, types in allowed.items():
+        value = getattr(message, name)
+        if not isinstance(value, types) or type(value) is bool and bool not in types:
+            raise ProtocolError(f"{what}'s {name} is a {type(value).__name__}, not a "
+                                f"{' or '.join(k.__name__ for k in types)}")
+        if isinstance(value, tuple) and any(type(item) is not str for item in value):
+            raise ProtocolError(f"{what}'s {name} holds something else than strings")
 
 
-def _fields(data: Any, names: set[str], what: str) -> dict[str, Any]:
-    """``data`` when it is a dict of exactly the keys ``names``; else a :class:`ProtocolError`."""
+def _wire(message: Any) -> dict[str, Any]:
+    """``{field: value}`` of a message (its values as they are: never copied)."""
+    return {f.name: getattr(message, f.name) for f in fields(message)}
+
+
+def _fields(data: Any, cls: type, what: str, tuples: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data`` (a dict of exactly the fields of ``cls``) with its lists named in ``tuples``
+    made tuples; else a :class:`ProtocolError`."""
+    names = {f.name for f in fields(cls)}
     if not isinstance(data, dict) or set(data) != names:
-        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        keys = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
         raise ProtocolError(f"something that is not {what}: {str(keys)[:200]} (expected the "
                             f"keys {sorted(names)})")
-    return data
+    return {**data, **{name: tuple(data[name]) for name in tuples
+                       if isinstance(data[name], list)}}
 
 
 @dataclass(frozen=True)
@@ -183,27 +190,22 @@ class Request:
     standins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("file", "function", "source"):
-            _typed(getattr(self, name), str, f"a request's {name}")
-        _typed(self.chapter, int, "a request's chapter")
-        _typed(self.seed, int, "a request's seed")
-        _typed(self.observe, bool, "a request's observe")
-        _typed(self.exercise, (str, type(None)), "a request's exercise")
-        if any(type(k) is not str for k in _typed(self.kwargs, dict, "a request's kwargs")):
-            raise ProtocolError("a request's kwargs are named by strings")
-        object.__setattr__(self, "forbid_ops", _names(self.forbid_ops, "a request's forbid_ops"))
-        object.__setattr__(self, "standins", _names(self.standins, "a request's standins"))
+        _check(self, {"file": (str,), "function": (str,), "chapter": (int,), "source": (str,),
+                      "exercise": (str, NONE), "kwargs": (dict,), "forbid_ops": (tuple,),
+                      "seed": (int,), "observe": (bool,), "standins": (tuple,)}, "a request")
+        if any(type(name) is not str for name in self.kwargs):
+            raise ProtocolError("a request's kwargs are named by something else than strings")
         if unknown := [e for e in self.standins if e not in STAND_INS]:
             raise ProtocolError(f"a request for stand-ins that do not exist: {unknown[:5]}")
 
     def to_wire(self) -> dict[str, Any]:
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in fields(self)}
+        return {**_wire(self), "forbid_ops": list(self.forbid_ops),
+                "standins": list(self.standins)}
 
     @classmethod
     def from_wire(cls, data: Any) -> Request:
         """The request a frame holds."""
-        return cls(**_fields(data, {f.name for f in fields(cls)}, "a request"))
+        return cls(**_fields(data, cls, "a request", ("forbid_ops", "standins")))
 
 
 @dataclass(frozen=True)
@@ -216,9 +218,9 @@ class WorkerConfig:
     it becomes (None: it stays who it is), its address space (``memory_bytes``) and whether
     it may start threads and processes (``new_tasks``: the boundary's own tests only).
 
-    It travels as the worker's last argument: :meth:`to_wire` is that JSON text, and
-    :meth:`from_wire` reads it back, refusing text that is not one (a
-    :class:`ProtocolError`)."""
+    It travels as the worker's last argument: :meth:`to_wire` is that JSON text (paths as
+    text, chapters as digits), and :meth:`from_wire` reads it back, refusing text that is
+    not one (a :class:`ProtocolError`)."""
 
     source: str
     learner_dir: Path | None
@@ -229,43 +231,35 @@ class WorkerConfig:
     memory_bytes: int = 0
     new_tasks: bool = False
 
+    PATHS = ("learner_dir", "tests_dir", "variants_dir")
+
     def __post_init__(self) -> None:
-        _typed(self.source, str, "a worker's source")
-        for name in ("learner_dir", "tests_dir", "variants_dir"):
-            folder = getattr(self, name)
-            if folder is None and name == "learner_dir":
-                continue
-            if not isinstance(folder, (str, Path)):
-                raise ProtocolError(f"a worker's {name} is a {type(folder).__name__}, not a "
-                                    f"path")
-            object.__setattr__(self, name, Path(folder))
-        _typed(self.user, (str, type(None)), "a worker's user")
-        _typed(self.memory_bytes, int, "a worker's memory_bytes")
-        _typed(self.new_tasks, bool, "a worker's new_tasks")
-        blocked = _typed(self.blocked, dict, "a worker's blocked chapters")
-        try:  # JSON's keys are text: a chapter's number, written in digits
-            object.__setattr__(self, "blocked", {int(c): _typed(why, str, "why a chapter is "
-                                                                  "blocked")
-                                                 for c, why in blocked.items()})
-        except ValueError:
-            raise ProtocolError(f"a worker's blocked chapters are numbers, got "
-                                f"{str(sorted(blocked))[:200]}") from None
+        _check(self, {"source": (str,), "learner_dir": (str, Path, NONE),
+                      "tests_dir": (str, Path), "variants_dir": (str, Path), "blocked": (dict,),
+                      "user": (str, NONE), "memory_bytes": (int,), "new_tasks": (bool,)},
+               "a worker's configuration")
+        for name in self.PATHS:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if any(type(c) is not int or type(why) is not str for c, why in self.blocked.items()):
+            raise ProtocolError("a worker's blocked chapters are {chapter: why}")
 
     def to_wire(self) -> str:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        paths = {name: None if data[name] is None else str(data[name])
-                 for name in ("learner_dir", "tests_dir", "variants_dir")}
-        return json.dumps({**data, **paths, "blocked": {str(c): why for c, why in
-                                                        self.blocked.items()}})
+        paths = {name: None if getattr(self, name) is None else str(getattr(self, name))
+                 for name in self.PATHS}
+        return json.dumps({**_wire(self), **paths, "blocked": {
+            str(c): why for c, why in self.blocked.items()}})
 
     @classmethod
     def from_wire(cls, text: str) -> WorkerConfig:
         """The configuration the JSON ``text`` holds."""
         try:
-            data = json.loads(text)
-        except ValueError as error:
-            raise ProtocolError(f"a worker's configuration that is not JSON: {error}") from None
-        return cls(**_fields(data, {f.name for f in fields(cls)}, "a worker's configuration"))
+            data = _fields(json.loads(text), cls, "a worker's configuration")
+            blocked = {int(c): why for c, why in data["blocked"].items()}
+        except (ValueError, AttributeError) as error:
+            raise ProtocolError(f"a worker's configuration that cannot be read: "
+                                f"{str(error)[:200]}") from None
+        return cls(**{**data, "blocked": blocked})
 
 
 def encode(message: Any) -> bytes:
