@@ -404,8 +404,8 @@ def main() -> int:
             request = Request.from_wire(protocol.read_frame(requests))
         except EOFError:
             return 0
-        except protocol.ProtocolError as error:  # the grader's fault: no learner code ran
-            print(f"grading worker: the grader sent {error}", file=sys.stderr)
+        except protocol.ProtocolError as error:  # nothing to answer: the grader says so
+            print(f"grading worker: a request that cannot be read: {error}", file=sys.stderr)
             return 2
         reply = handle(request)
         for stream in (sys.stdout, sys.stderr):  # what it printed goes out before the reply
