@@ -16,6 +16,8 @@ A *source* is one word of ``--parts``, with one meaning wherever it is used (``t
 
 The grader and the graded tests take a comma list (``solutions,../alice/exercises``), each
 graded on its own: :func:`parse_sources`. The model commands take one: :meth:`Source.parse`.
+What a source means to the grader (whose code it is, which folder it grades) is the
+grader's: :mod:`annotated_transformer.course.grading.runspec`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES
+from annotated_transformer.layout import PARTS_PACKAGES
 
 WORDS = ("solutions", "exercises", *PARTS_PACKAGES, "variants")  # any other is a folder
 VARIANT = "variant:"  # the prefix of one variant's name
@@ -97,19 +99,6 @@ class Source:
         """A short name for a test's id: the word, a folder's name, a variant's text."""
         return self.folder.name if self.folder is not None else str(self)
 
-    @property
-    def trusted(self) -> bool:
-        """Whether it is the course's own code (the reference, the fast parts, a variant)."""
-        return self.word in (Word.SOLUTIONS, Word.VARIANT, *PARTS_PACKAGES)
-
-    @property
-    def learner_folder(self) -> Path | None:
-        """The folder of a learner's files that this source grades (``exercises/`` or the
-        folder); None for the course's own code (the reference, the fast parts, variants)."""
-        if self.word is Word.EXERCISES:
-            return EXERCISES_DIR.resolve()
-        return self.folder
-
 
 def parse_sources(text: str) -> tuple[Source, ...]:
     """The sources of a comma list (``solutions,exercises``), in order, each once."""
@@ -120,15 +109,3 @@ def parse_sources(text: str) -> tuple[Source, ...]:
             found.append(source)
     return tuple(found)
 
-
-def graded_sources(text: str) -> tuple[Source, ...]:
-    """The sources of a comma list that the grader grades: :func:`parse_sources`, less
-    ``fast`` (the reference on fused kernels is measured, not graded), which is refused."""
-    found = parse_sources(text)
-    for source in found:
-        if source.word in PARTS_PACKAGES:
-            raise ValueError(f"'{source.word}' names the reference in another implementation "
-                             f"(annotated_transformer/{PARTS_PACKAGES[source.word].name}, "
-                             f"PyTorch's fused kernels), which is measured, not graded; a "
-                             f"folder named {source.word} is written ./{source.word}")
-    return found

@@ -6,6 +6,8 @@ rest the trusted side), and a type checker passes over the grader."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -164,6 +166,104 @@ def test_a_reply_is_checked_on_arrival_whatever_the_worker_sent():
             protocol.Reply.from_wire(bad)
     long = protocol.Reply.from_wire({**good, "message": "x" * 10**6, "called": ["f"] * 10**4})
     assert len(long.message) == protocol.Reply.MESSAGE and len(long.called) == 200
+
+
+def test_a_request_and_a_worker_config_are_checked_on_arrival(tmp_path):
+    request = protocol.Request("probe.py", "Probe.run", 2, "solutions", "2.1", {"x": 1.5},
+                               ("_softmax",), 7, True, ("1.2",))
+    assert protocol.Request.from_wire(protocol.decode(protocol.encode(
+        request.to_wire()))) == request
+    good = request.to_wire()
+    for bad in ({**good, "chapter": "2"}, {**good, "chapter": True}, {**good, "extra": 1},
+                {**good, "forbid_ops": "_softmax"}, {**good, "standins": ["9.9"]},
+                {**good, "kwargs": {1: 2}}, {k: v for k, v in good.items() if k != "seed"},
+                [good], None):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.Request.from_wire(bad)
+    config = protocol.WorkerConfig("exercises", tmp_path, tmp_path / "graded", tmp_path,
+                                   {3: "ch03 imports os"}, "nobody", 2**30, False)
+    assert protocol.WorkerConfig.from_wire(config.to_wire()) == config
+    assert config.blocked == {3: "ch03 imports os"}, "a chapter is a number on both sides"
+    good_config = json.loads(config.to_wire())
+    for text in ("{", "[]", json.dumps({**good_config, "blocked": {"three": "x"}}),
+                 json.dumps({**good_config, "memory_bytes": "1"}),
+                 json.dumps({**good_config, "learner_dir": 3}),
+                 json.dumps({**good_config, "user": None, "more": 1})):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.WorkerConfig.from_wire(text)
+
+
+def test_only_the_built_in_not_implemented_error_of_a_chapter_file_is_a_stub():
+    """A stub is what the release's stub raises; a learner's exception that subclasses
+    ``NotImplementedError`` or is named so is an error of its own, and so is PyTorch's."""
+    words = "Exercise 2.1: softmax is not implemented yet"
+    own = type("NotImplementedError", (Exception,), {})
+    mine = type("Unfinished", (NotImplementedError,), {})
+    assert process.is_stub(NotImplementedError(words), "/x/ch02_attention.py")
+    assert not process.is_stub(mine(words), "/x/ch02_attention.py")
+    assert not process.is_stub(own(words), "/x/ch02_attention.py")
+    assert not process.is_stub(NotImplementedError("no"), "/x/ch02_attention.py")
+    assert not process.is_stub(NotImplementedError(words), "/torch/functional.py")
+
+
+# What crosses between the rooms, by the names of its fields: only its type's own methods
+# (protocol.py) write them as a dict, and only the wire's own functions carry them.
+CROSSING = {f.name for t in (protocol.Request, protocol.WorkerConfig, protocol.Reply)
+            for f in dataclasses.fields(t)}
+WIRE_CALLS = {"frame", "write_frame"}
+
+
+def _untyped_crossings(tree: ast.AST) -> list[str]:
+    """What a module does with a crossing other than through its types: a dict written with
+    two or more of :data:`CROSSING`'s keys, a value read from one by such a key
+    (``request["chapter"]``, ``config.get("user")``), a frame sent of anything but a
+    ``to_wire()`` or :data:`~.protocol.READY`, or a frame read without its ``from_wire``."""
+    found, wrapped = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr == "from_wire"):
+            wrapped.update(id(a) for a in node.args)
+    for node in ast.walk(tree):
+        at = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Dict):
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if len(keys & CROSSING) > 1:
+                found.append(f"{at}: a dict of {sorted(keys & CROSSING)}")
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+                node.slice.value in CROSSING - {"value"}):
+            found.append(f"{at}: [{node.slice.value!r}]")
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            sent = node.args[-1] if node.args else None
+            if name == "get" and node.args and isinstance(node.args[0], ast.Constant) and (
+                    node.args[0].value in CROSSING - {"value"}):
+                found.append(f"{at}: .get({node.args[0].value!r})")
+            elif name in WIRE_CALLS and not (
+                    isinstance(sent, ast.Call) and isinstance(sent.func, ast.Attribute)
+                    and sent.func.attr == "to_wire"
+                    or isinstance(sent, ast.Attribute) and sent.attr == "READY"):
+                found.append(f"{at}: {name}() of something that is not a to_wire()")
+            elif name == "read_frame" and id(node) not in wrapped:
+                found.append(f"{at}: read_frame() without a from_wire")
+    return found
+
+
+def test_the_request_and_the_worker_config_cross_only_as_their_types():
+    """The supervisor and the worker make and read what crosses between them (the worker's
+    configuration, each request, each reply) as :mod:`.protocol`'s types, checked where they
+    arrive: none of their modules writes or reads one as a dict of its fields."""
+    sides = [GRADING / "supervisor.py", *sorted((GRADING / "worker").glob("*.py"))]
+    problems = [f"{p.relative_to(ROOT)}:{problem}" for p in sides
+                for problem in _untyped_crossings(ast.parse(p.read_text()))]
+    assert not problems, problems
+    planted = ast.parse(
+        'request = {"file": f, "chapter": 2}\nprotocol.frame(request)\n'
+        'config = json.loads(text)\nconfig["learner_dir"], request.get("exercise")\n'
+        'protocol.read_frame(fd)\nprotocol.write_frame(out, reply.to_wire())\n'
+        'Request.from_wire(protocol.read_frame(fd))')
+    assert sorted(p.split(": ", 1)[1] for p in _untyped_crossings(planted)) == sorted([
+        "a dict of ['chapter', 'file']", "frame() of something that is not a to_wire()",
+        "['learner_dir']", ".get('exercise')", "read_frame() without a from_wire"])
 
 
 def test_the_worker_side_imports_nothing_of_the_trusted_side():

@@ -634,7 +634,8 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     for path in stubs.SOLUTIONS_DIR.glob("ch0*.py"):
         shutil.copy(path, tmp_path)
     test_file = chapter_test_files([6])[6]
-    key = cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file)
+    graded = (Source.parse(str(tmp_path)),)
+    key = cache.key(graded, {1, 2, 3, 4, 5, 6}, test_file)
     record = TestRecord("t", "6.6", 6, "Capstone", 5, "passed", parts=str(tmp_path))
     folder = tmp_path / "cache"
     assert not cache.store(folder, "6.6", key, [replace(record, outcome="error")]), "errors: never"
@@ -659,9 +660,9 @@ def test_the_capstone_result_is_reused_while_its_files_are_unchanged(tmp_path, m
     assert len(runs) == 2, "without a cache it runs"
     # Any file it builds from changes the key; chapter 7 does not.
     (tmp_path / "ch07_decoding.py").write_text("# changed\n")
-    assert cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file) == key
+    assert cache.key(graded, {1, 2, 3, 4, 5, 6}, test_file) == key
     (tmp_path / "ch03_multi_head.py").write_text("# changed\n")
-    assert cache.key(str(tmp_path), {1, 2, 3, 4, 5, 6}, test_file) != key
+    assert cache.key(graded, {1, 2, 3, 4, 5, 6}, test_file) != key
     # Never inside the course, where a forged result could be committed.
     monkeypatch.setenv("XDG_CACHE_HOME", str(grade.ROOT / ".cache"))
     assert cache.default_dir() is None

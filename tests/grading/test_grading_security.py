@@ -141,6 +141,15 @@ BROKEN = {
         "return torch.ones(2) & torch.ones(2)"), "error", "NotImplementedError"),
     "a half-typed line": (with_softmax("return x.amax(dim=dim, keepdim=True"), "error",
                           "ch02_attention.py, line"),
+    # A stub's words in an exception of its own: an error (to blame), never a stub.
+    "a NotImplementedError of its own": (with_softmax(
+        'raise Unfinished("Exercise 2.1: softmax is not implemented yet")',
+        footer="\n\nclass Unfinished(NotImplementedError):\n    pass\n"), "error",
+        "Unfinished"),
+    "a class named NotImplementedError": (with_softmax(
+        'raise NotImplementedError("Exercise 2.1: softmax is not implemented yet")',
+        footer="\n\nclass NotImplementedError(Exception):\n    pass\n"), "error",
+        "ch02_attention.py:"),
 }
 LATIN_1 = "# -*- coding: latin-1 -*-\n" + HONEST
 

@@ -10,7 +10,13 @@ import pytest
 
 from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
-from annotated_transformer.course.grading.runspec import RunSpec
+from annotated_transformer.course.grading.runspec import (
+    RunSpec,
+    graded_sources,
+    is_trusted,
+    learner_folder,
+)
+from annotated_transformer.layout import EXERCISES_DIR
 from annotated_transformer.sources import Source
 
 PACKAGE = Path(__file__).resolve().parents[2] / "annotated_transformer"
@@ -25,6 +31,23 @@ def test_a_run_reads_back_what_was_written(tmp_path):
     assert spec.exercises == ("2.1", "6.5")
     spec.write(tmp_path / "run.json")
     assert RunSpec.read(tmp_path / "run.json") == spec
+
+
+def test_the_grader_refuses_the_fast_parts_and_names_the_folder_form():
+    with pytest.raises(ValueError, match=r"\./fast"):
+        graded_sources("solutions,fast")
+    assert graded_sources("variants") == (Source("variants"),)
+
+
+def test_a_source_grades_a_learner_folder_or_the_course_own_code(tmp_path):
+    """What a source means to the grader: the learner's folder it confines a worker to, or
+    the course's own code, which shares one worker."""
+    folder = Source.parse(str(tmp_path))
+    assert learner_folder(Source("exercises")) == EXERCISES_DIR.resolve()
+    assert learner_folder(folder) == tmp_path.resolve()
+    for own in (Source("solutions"), Source("fast"), Source.of_variant("softmax_right")):
+        assert learner_folder(own) is None and is_trusted(own), own
+    assert not is_trusted(folder) and not is_trusted(Source("exercises"))
 
 
 def test_a_seed_is_drawn_only_when_none_is_given():

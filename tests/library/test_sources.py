@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from annotated_transformer.layout import EXERCISES_DIR
 from annotated_transformer.parts import Parts
-from annotated_transformer.sources import Source, graded_sources, parse_sources
+from annotated_transformer.sources import Source, parse_sources
 
 
 def test_each_word_means_one_thing_and_a_folder_is_resolved(tmp_path, monkeypatch):
@@ -14,8 +13,7 @@ def test_each_word_means_one_thing_and_a_folder_is_resolved(tmp_path, monkeypatc
     (tmp_path / "fast").mkdir()  # a folder named like a word is still the word
     assert Source.parse("fast") == Source("fast")
     assert Source.parse("./fast") == Source("folder", (tmp_path / "fast").resolve())
-    assert Source.parse(" exercises ").learner_folder == EXERCISES_DIR.resolve()
-    assert Source.parse("solutions").learner_folder is None
+    assert Source.parse(" exercises ") == Source("exercises")
     assert Source.parse(str(Source.parse("./fast"))) == Source.parse("./fast"), "round trip"
 
 
@@ -29,12 +27,6 @@ def test_a_wrong_word_is_a_clear_error(text, named, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=named):
         parse_sources(text)
-
-
-def test_the_grader_refuses_the_fast_parts_and_names_the_folder_form():
-    with pytest.raises(ValueError, match=r"\./fast"):
-        graded_sources("solutions,fast")
-    assert graded_sources("variants") == (Source("variants"),)
 
 
 def test_the_parts_registry_reads_the_same_language(tmp_path, monkeypatch):

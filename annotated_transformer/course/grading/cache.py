@@ -26,6 +26,7 @@ from pathlib import Path
 from annotated_transformer.course.grading import manifest
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.results import TestRecord
+from annotated_transformer.course.grading.runspec import learner_folder
 from annotated_transformer.layout import (
     CHAPTER_FILE,
     ROOT,
@@ -33,7 +34,7 @@ from annotated_transformer.layout import (
     TESTS_DIR,
     relative,
 )
-from annotated_transformer.sources import Word, parse_sources
+from annotated_transformer.sources import Source, Word
 
 KEPT = (Outcome.PASSED, Outcome.FAILED)  # the verdicts worth keeping
 ENTRIES = 20  # the most results kept; the oldest go first
@@ -46,28 +47,24 @@ def default_dir() -> Path | None:
     return None if folder.is_relative_to(ROOT.resolve()) else folder
 
 
-def source_folder(parts: str) -> Path | None:
-    """The folder of chapter files that ``parts`` names; None for anything else (variants,
+def source_folder(sources: tuple[Source, ...]) -> Path | None:
+    """The folder of chapter files that ``sources`` name; None for anything else (variants,
     several sources)."""
-    try:
-        sources = parse_sources(parts)
-    except ValueError:
-        return None
     if len(sources) != 1:
         return None
-    return SOLUTIONS_DIR if sources[0].word is Word.SOLUTIONS else sources[0].learner_folder
+    return SOLUTIONS_DIR if sources[0].word is Word.SOLUTIONS else learner_folder(sources[0])
 
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
 
-def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
-    """The key of a result graded from ``parts``'s files of ``chapters`` by ``test_file``
-    (the sha256 of each, of the files that decide a grade and of the versions of Python
-    and PyTorch, read from its installed metadata: importing it would cost this process
-    seconds); None when ``parts`` is not one folder."""
-    folder = source_folder(parts)
+def key(sources: tuple[Source, ...], chapters: set[int], test_file: Path) -> str | None:
+    """The key of a result graded from the files of ``chapters`` of ``sources`` by
+    ``test_file`` (the sha256 of each, of the files that decide a grade and of the versions
+    of Python and PyTorch, read from its installed metadata: importing it would cost this
+    process seconds); None when ``sources`` are not one folder."""
+    folder = source_folder(sources)
     if folder is None:
         return None
     learner = {}
@@ -76,8 +73,9 @@ def key(parts: str, chapters: set[int], test_file: Path) -> str | None:
         if match and int(match["chapter"]) in chapters:  # nothing else of it is run
             learner[path.name] = _digest(path)
     grading = {**manifest.compute(ROOT)["files"], relative(test_file): _digest(test_file)}
-    facts = {"parts": parts, "learner": learner, "grading": grading, "tests": str(TESTS_DIR),
-             "python": platform.python_version(), "torch": version("torch")}
+    facts = {"parts": ",".join(map(str, sources)), "learner": learner, "grading": grading,
+             "tests": str(TESTS_DIR), "python": platform.python_version(),
+             "torch": version("torch")}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 

@@ -294,7 +294,7 @@ def grade(spec: RunSpec, chapters: list[int] | None = None,
     if unknown:
         raise ValueError(f"no graded exercise {', '.join(unknown)}; exercises: "
                          f"{', '.join(declared.exercises())}")
-    kept, keys = _reused(wanted, spec.parts, declared, cache_dir)
+    kept, keys = _reused(wanted, spec.sources, declared, cache_dir)
     to_run = [e for e in wanted if e not in kept]
     records = _run(replace(spec, exercises=tuple(to_run))) if to_run else []
     for exercise, entry in keys.items():
@@ -322,7 +322,8 @@ def calls_of(records: list[TestRecord], declared) -> dict[str, set[str]]:
             for e, tests in _by_exercise(records).items()}
 
 
-def _reused(wanted: list[ExerciseId], parts: str, declared, cache_dir: Path | None):
+def _reused(wanted: list[ExerciseId], sources: tuple[Source, ...], declared,
+            cache_dir: Path | None):
     """``({exercise: kept records}, {exercise: cache key})`` for the whole-course exercises
     asked for (nothing without ``cache_dir``)."""
     from annotated_transformer.course.grading import cache
@@ -335,7 +336,7 @@ def _reused(wanted: list[ExerciseId], parts: str, declared, cache_dir: Path | No
     for exercise in (e for e in wanted if e in declared.integration):
         chapter = declared.chapter_of(exercise)
         chapters = {declared.chapter_of(p) for p in declared.closure(exercise)} | {chapter}
-        entry = cache.key(parts, chapters, files[chapter])
+        entry = cache.key(sources, chapters, files[chapter])
         if entry is None:
             continue
         keys[exercise] = entry

@@ -53,7 +53,7 @@ from annotated_transformer.course.grading.messages import unseal
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.protocol import MESSAGE_LIMIT, cut
 from annotated_transformer.course.grading.results import TestRecord
-from annotated_transformer.course.grading.runspec import RunSpec, stream_seed
+from annotated_transformer.course.grading.runspec import RunSpec, learner_folder, stream_seed
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     ForbiddenCall,
@@ -121,7 +121,7 @@ def pytest_configure(config: pytest.Config) -> None:
     source's worker now: it imports PyTorch while this process collects the tests. The
     others start when first needed, one at a time."""
     spec = run_spec(config)
-    pool = config.stash[POOL] = WorkerPool(_learner_dir, _blocked,
+    pool = config.stash[POOL] = WorkerPool(learner_folder, _blocked,
                                            sandboxed=spec.sandbox == "bubblewrap")
     if not spec.records:
         return
@@ -195,7 +195,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     parts: Source = request.param
     chapter: int = request.module.CHAPTER
     exercise = _exercise(request.node)
-    if _learner_dir(parts) is not None:
+    if learner_folder(parts) is not None:
         untouched = _untouched(parts, chapter)
         if untouched:  # nothing of it is written: no worker is started for it
             stub = f"not implemented yet ({untouched} is the release's stub, untouched)"
@@ -275,7 +275,7 @@ def _untouched(parts: Source, chapter: int) -> str | None:
     generated (:func:`~annotated_transformer.course.authoring.stubs.is_untouched`)."""
     from annotated_transformer.course.authoring import stubs
 
-    folder = _learner_dir(parts)
+    folder = learner_folder(parts)
     for path in sorted(folder.glob(f"ch{chapter:02d}_*.py")) if folder else ():
         try:
             if stubs.is_untouched(path.read_text(encoding="utf-8")):
@@ -288,15 +288,10 @@ def _untouched(parts: Source, chapter: int) -> str | None:
 def _all_untouched(parts: Source) -> bool:
     """Whether every chapter file of a learner's folder is the untouched stub: then no test
     calls the worker, and it is not started ahead of them."""
-    folder = _learner_dir(parts)
+    folder = learner_folder(parts)
     chapters = [int(m["chapter"]) for p in (folder.glob("ch*.py") if folder else ())
                 if (m := CHAPTER_FILE.match(p.name))]
     return bool(chapters) and all(_untouched(parts, c) for c in chapters)
-
-
-def _learner_dir(parts: Source) -> Path | None:
-    """The folder of a learner's parts, None for the course's own code (a variant too)."""
-    return parts.learner_folder
 
 
 @cache
@@ -313,7 +308,7 @@ def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
 def _violations(parts: Source) -> Mapping[int, list]:
     from annotated_transformer.course.grading import source_rules
 
-    folder = _learner_dir(parts)
+    folder = learner_folder(parts)
     return source_rules.check_folder(folder, _forbidden_names()) if folder else {}
 
 

@@ -9,19 +9,23 @@ so a frame from a hostile worker can carry wrong numbers but never run code in t
 grader. A frame larger than :data:`MAX_FRAME` is refused, and so is one whose parts are
 compressed (before ``torch.load`` inflates them) or that stands for more than
 :data:`MAX_ITEMS` items or :data:`MAX_FRAME` bytes once the parts it shares are counted
-each time they appear. What both sides must agree on besides the frames is here too: how
-long a message may be (:func:`cut`) and which stand-ins a request may ask for
-(:data:`STAND_INS`).
+each time they appear. What crosses is typed, and checked where it arrives: the worker's
+:class:`WorkerConfig` (its last argument), each :class:`Request` and each :class:`Reply`;
+a frame that is not one is a :class:`ProtocolError`. What both sides must agree on besides
+the frames is here too: how long a message may be (:func:`cut`) and which stand-ins a
+request may ask for (:data:`STAND_INS`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from pathlib import Path
 from typing import Any, BinaryIO
 
 # Bytes a frame may hold. The largest of the reference's whole course is 2.6 MB (a model's
@@ -65,6 +69,11 @@ STAND_INS = {
 STAND_IN = "stand-in:"
 
 
+# The worker's first message: it has imported PyTorch and the tests, and no learner code has
+# run yet (a failure before it is the grader's).
+READY = {"ready": True}
+
+
 class ProtocolError(RuntimeError):
     """A frame that is not a well-formed message (the worker died or misbehaved)."""
 
@@ -85,7 +94,8 @@ class Reply:
 
     ``value``: the probe's result (plain data) when ``ended`` is None; else ``message``,
     and for :attr:`Ended.RAISED` the exception's ``types`` (most derived first), ``where``
-    (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``).
+    (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``,
+    exactly the built-in: ``worker.process.is_stub``).
     ``called``: the chapters' functions its code entered (:mod:`.worker.calls`)."""
 
     ended: Ended | None = None
@@ -121,6 +131,135 @@ class Reply:
                    data["message"][:cls.MESSAGE], tuple(data["types"][:20]),
                    data["where"][:cls.NAMES], data["stub"],
                    tuple(name[:cls.NAMES] for name in data["called"][:cls.NAMES]))
+
+
+NONE = type(None)
+
+
+def _check(message: Any, allowed: dict[str, tuple[type, ...]], what: str) -> None:
+    """A :class:`ProtocolError` unless each field of ``message`` named in ``allowed`` is of
+    one of its types (a ``bool`` is no ``int`` here) and a tuple's items are strings."""
+    for name, types in allowed.items():
+        value = getattr(message, name)
+        if not isinstance(value, types) or type(value) is bool and bool not in types:
+            raise ProtocolError(f"{what}'s {name} is a {type(value).__name__}, not a "
+                                f"{' or '.join(k.__name__ for k in types)}")
+        if isinstance(value, tuple) and any(type(item) is not str for item in value):
+            raise ProtocolError(f"{what}'s {name} holds something else than strings")
+
+
+def _wire(message: Any) -> dict[str, Any]:
+    """``{field: value}`` of a message (its values as they are: never copied)."""
+    return {f.name: getattr(message, f.name) for f in fields(message)}
+
+
+def _fields(data: Any, cls: type, what: str, tuples: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data`` (a dict of exactly the fields of ``cls``) with its lists named in ``tuples``
+    made tuples; else a :class:`ProtocolError`."""
+    names = {f.name for f in fields(cls)}
+    if not isinstance(data, dict) or set(data) != names:
+        keys = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
+        raise ProtocolError(f"something that is not {what}: {str(keys)[:200]} (expected the "
+                            f"keys {sorted(names)})")
+    return {**data, **{name: tuple(data[name]) for name in tuples
+                       if isinstance(data[name], list)}}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the grader asks the worker to run: the probe ``function`` (a qualified name) of
+    the graded test file ``file``, called with chapter ``chapter``'s module of ``source``
+    (the text of an :class:`~annotated_transformer.sources.Source`) and ``kwargs`` (plain
+    data). ``exercise``: the exercise under test (None: none, the import alone);
+    ``forbid_ops``: the ops refused while it runs; ``seed``: the random state it starts
+    from; ``observe``: note the chapters' functions it enters; ``standins``: the earlier
+    exercises (keys of :data:`STAND_INS`) to run on the grader's stand-ins.
+
+    The grader builds it and sends :meth:`to_wire`; the worker reads it with
+    :meth:`from_wire`, which refuses a frame that is not one (a :class:`ProtocolError`)."""
+
+    file: str
+    function: str
+    chapter: int
+    source: str
+    exercise: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    forbid_ops: tuple[str, ...] = ()
+    seed: int = 0
+    observe: bool = False
+    standins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self, {"file": (str,), "function": (str,), "chapter": (int,), "source": (str,),
+                      "exercise": (str, NONE), "kwargs": (dict,), "forbid_ops": (tuple,),
+                      "seed": (int,), "observe": (bool,), "standins": (tuple,)}, "a request")
+        if any(type(name) is not str for name in self.kwargs):
+            raise ProtocolError("a request's kwargs are named by something else than strings")
+        if unknown := [e for e in self.standins if e not in STAND_INS]:
+            raise ProtocolError(f"a request for stand-ins that do not exist: {unknown[:5]}")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**_wire(self), "forbid_ops": list(self.forbid_ops),
+                "standins": list(self.standins)}
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Request:
+        """The request a frame holds."""
+        return cls(**_fields(data, cls, "a request", ("forbid_ops", "standins")))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker is set up, once, before any request: the ``source`` it runs (the text
+    of an :class:`~annotated_transformer.sources.Source`), the learner's folder it is
+    confined to (``learner_dir``; None for the course's own code), the ``blocked`` chapters
+    of that folder (``{chapter: why}``, never imported), where the probes' files are
+    (``tests_dir``) and the folder that holds ``variants`` (``variants_dir``), the ``user``
+    it becomes (None: it stays who it is), its address space (``memory_bytes``) and whether
+    it may start threads and processes (``new_tasks``: the boundary's own tests only).
+
+    It travels as the worker's last argument: :meth:`to_wire` is that JSON text (paths as
+    text, chapters as digits), and :meth:`from_wire` reads it back, refusing text that is
+    not one (a :class:`ProtocolError`)."""
+
+    source: str
+    learner_dir: Path | None
+    tests_dir: Path
+    variants_dir: Path
+    blocked: dict[int, str] = field(default_factory=dict)
+    user: str | None = None
+    memory_bytes: int = 0
+    new_tasks: bool = False
+
+    PATHS = ("learner_dir", "tests_dir", "variants_dir")
+
+    def __post_init__(self) -> None:
+        _check(self, {"source": (str,), "learner_dir": (str, Path, NONE),
+                      "tests_dir": (str, Path), "variants_dir": (str, Path), "blocked": (dict,),
+                      "user": (str, NONE), "memory_bytes": (int,), "new_tasks": (bool,)},
+               "a worker's configuration")
+        for name in self.PATHS:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if any(type(c) is not int or type(why) is not str for c, why in self.blocked.items()):
+            raise ProtocolError("a worker's blocked chapters are {chapter: why}")
+
+    def to_wire(self) -> str:
+        paths = {name: None if getattr(self, name) is None else str(getattr(self, name))
+                 for name in self.PATHS}
+        return json.dumps({**_wire(self), **paths, "blocked": {
+            str(c): why for c, why in self.blocked.items()}})
+
+    @classmethod
+    def from_wire(cls, text: str) -> WorkerConfig:
+        """The configuration the JSON ``text`` holds."""
+        try:
+            data = _fields(json.loads(text), cls, "a worker's configuration")
+            blocked = {int(c): why for c, why in data["blocked"].items()}
+        except (ValueError, AttributeError) as error:
+            raise ProtocolError(f"a worker's configuration that cannot be read: "
+                                f"{str(error)[:200]}") from None
+        return cls(**{**data, "blocked": blocked})
 
 
 def encode(message: Any) -> bytes:

@@ -84,6 +84,7 @@ def _first_line(message: str) -> str:
 def _folder(parts: str) -> str:
     """The folder a ``--parts`` names (the learner's exercises/ included), "" for none; in a
     student release, ``solutions`` names the learner's exercises/ and says why."""
+    from annotated_transformer.course.grading.runspec import learner_folder
     from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR, folder_name
     from annotated_transformer.sources import parse_sources
 
@@ -94,7 +95,7 @@ def _folder(parts: str) -> str:
         sources = parse_sources(parts)
     except ValueError:  # a folder gone since the report was written
         return str(Path(parts).resolve()) if "," not in parts else ""
-    return str(sources[0].learner_folder or "") if len(sources) == 1 else ""
+    return str(learner_folder(sources[0]) or "") if len(sources) == 1 else ""
 
 
 def _last_lines(text: str, count: int = 5) -> list[str]:

@@ -19,9 +19,37 @@ from pathlib import Path
 
 from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
-from annotated_transformer.sources import Source, graded_sources
+from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES
+from annotated_transformer.sources import Source, Word, parse_sources
 
 SANDBOXES = ("bubblewrap", "none")  # decided (boundary.decide), never "auto" here
+
+
+def graded_sources(text: str) -> tuple[Source, ...]:
+    """The sources of a comma list that the grader grades: ``sources.parse_sources``, less
+    ``fast`` (the reference on fused kernels is measured, not graded), which is refused."""
+    found = parse_sources(text)
+    for source in found:
+        if source.word in PARTS_PACKAGES:
+            raise ValueError(f"'{source.word}' names the reference in another implementation "
+                             f"(annotated_transformer/{PARTS_PACKAGES[source.word].name}, "
+                             f"PyTorch's fused kernels), which is measured, not graded; a "
+                             f"folder named {source.word} is written ./{source.word}")
+    return found
+
+
+def is_trusted(source: Source) -> bool:
+    """Whether ``source`` is the course's own code (the reference, the fast parts, a
+    variant): its tests share one worker, unconfined to a learner's folder."""
+    return source.word in (Word.SOLUTIONS, Word.VARIANT, *PARTS_PACKAGES)
+
+
+def learner_folder(source: Source) -> Path | None:
+    """The folder of a learner's files that ``source`` grades (``exercises/`` or the
+    folder); None for the course's own code (the reference, the fast parts, variants)."""
+    if source.word is Word.EXERCISES:
+        return EXERCISES_DIR.resolve()
+    return source.folder
 
 
 def draw_seed() -> int:

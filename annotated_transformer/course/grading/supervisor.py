@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import json
 import os
 import re
 import select
@@ -29,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from annotated_transformer.course.grading import boundary, limits, outcomes, watch
+from annotated_transformer.course.grading import boundary, limits, outcomes, protocol, watch
 from annotated_transformer.course.grading.limits import (  # noqa: F401 - grade's names
     AFTER_TIMEOUT_CPU_SECONDS,
     DEFAULT_CPU_SECONDS,
@@ -44,7 +43,8 @@ from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the 
     WorkerTimeout,
 )
 from annotated_transformer.course.grading.output import PrintedOutput
-from annotated_transformer.course.grading.protocol import Ended, Reply
+from annotated_transformer.course.grading.protocol import Ended, Reply, Request, WorkerConfig
+from annotated_transformer.course.grading.runspec import is_trusted
 from annotated_transformer.course.grading.watch import StopReason
 from annotated_transformer.layout import (
     GRADED_DIR,
@@ -86,11 +86,10 @@ class WorkerProcess:
         # What the worker says of a blocked chapter is its violation's text, told as is: a
         # file that does not parse (a violation marked unreadable) is the learner's error.
         self.unreadable = frozenset(v.told() for v in blocked.values() if v.unreadable)
-        config = {"source": source, "learner_dir": str(learner_dir) if learner_dir else None,
-                  "blocked": {str(c): v.told() for c, v in blocked.items()},
-                  "tests_dir": str(probes), "variants_dir": str(VARIANTS_DIR.parent),
-                  "user": user, "memory_bytes": memory_bytes, "new_tasks": new_tasks}
-        argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), json.dumps(config)]
+        config = WorkerConfig(source, learner_dir, probes, VARIANTS_DIR.parent,
+                              {c: v.told() for c, v in blocked.items()}, user, memory_bytes,
+                              new_tasks)
+        argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), config.to_wire()]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
         if sandboxed:
@@ -122,14 +121,12 @@ class WorkerProcess:
         self.stack_asked = False  # the grader asked for the stack: not the learner's output
         self.stack: list[tuple[str, str]] = []  # its frames (file, line), most recent first
 
-    def call(self, request: dict[str, Any], cpu_seconds: float, locate: bool = True,
+    def call(self, request: Request, cpu_seconds: float, locate: bool = True,
              wait_seconds: float = watch.WAIT_SECONDS) -> Reply:
         """Send ``request``; its reply, once the worker has used at most ``cpu_seconds`` of
         CPU time on it (all its processes together) and waited without computing at most
         ``wait_seconds`` (:mod:`.watch`). ``locate``: when it is stopped, name the line it
         was running (half a second of waiting for its stack)."""
-        from annotated_transformer.course.grading import protocol
-
         if not self.ready:
             self._wait_ready()
         self.mark = self.output.total
@@ -137,7 +134,8 @@ class WorkerProcess:
         calls = watch.CallWatch(self.meter, cpu_seconds, wait_seconds,
                                 processes=None if self.group else limits.TASKS)
         try:
-            reply = Reply.from_wire(self._exchange(protocol.frame(request), calls.look))
+            reply = Reply.from_wire(self._exchange(protocol.frame(request.to_wire()),
+                                                   calls.look))
         except (EOFError, protocol.ProtocolError) as error:
             said = f"it answered {error}" if isinstance(error, protocol.ProtocolError) else error
             raise WorkerCrashed(self._ended(str(said))) from None
@@ -157,8 +155,8 @@ class WorkerProcess:
         return STACK_DUMP.split(text, 1)[0] if self.stack_asked else text
 
     def _wait_ready(self) -> None:
-        """Wait for the worker's ``{"ready": True}``: it has imported PyTorch and the tests,
-        and no learner code has run yet, so a failure here is the grader's."""
+        """Wait for the worker's :data:`~.protocol.READY`: it has imported PyTorch and the
+        tests, and no learner code has run yet, so a failure here is the grader's."""
         start = time.monotonic()
 
         def look(moved: bool, started: bool, sending: bool) -> None:
@@ -166,7 +164,8 @@ class WorkerProcess:
                 raise EOFError(f"it did not start within {START_SECONDS:g} s")
 
         try:
-            self._exchange(b"", look)
+            if self._exchange(b"", look) != protocol.READY:
+                raise EOFError("it said something else than that it was ready")
         except EOFError as error:
             self.close()
             printed = [line for line in self.output.text().strip().splitlines() if line]
@@ -176,12 +175,10 @@ class WorkerProcess:
         self.ready = True
 
     def _exchange(self, send: bytes, look: Callable[[bool, bool, bool], None]
-                  ) -> dict[str, Any]:
+                  ) -> Any:
         """Write ``send`` to the worker and read its reply, never blocking: ``look(moved,
         started, sending)`` runs after each pass (at least every :data:`POLL` seconds) and raises to
         stop. ``EOFError`` when the worker ended or answered something that is not a reply."""
-        from annotated_transformer.course.grading import protocol
-
         assert self.process.stdin is not None and self.process.stdout is not None
         out, into = self.process.stdout.fileno(), self.process.stdin.fileno()
         left, reader = memoryview(send), protocol.FrameReader()
@@ -208,10 +205,7 @@ class WorkerProcess:
                     try:
                         reader.feed(chunk)
                         if reader.complete():
-                            reply = reader.message()
-                            if not isinstance(reply, dict):
-                                raise protocol.ProtocolError("something that is not a reply")
-                            return reply
+                            return reader.message()  # a Reply to read, or the worker's ready
                     except protocol.ProtocolError as error:
                         raise EOFError(f"it answered {error}") from None
             look(moved, reader.started, bool(left))
@@ -319,10 +313,9 @@ class CodeUnderTest:
         :class:`ForbiddenCall`, :class:`WorkerTimeout` or :class:`WorkerCrashed` (the
         code under test's doing); :class:`MachineBusy` or :class:`GraderFault` (not).
         """
-        request = {"file": inspect.getfile(probe), "function": probe.__qualname__,
-                   "kwargs": kwargs, "chapter": self.chapter, "exercise": self.exercise,
-                   "forbid_ops": list(self.forbid_ops), "seed": self.seed,
-                   "observe": self.observe, "standins": list(self.standins)}
+        request = Request(inspect.getfile(probe), probe.__qualname__, self.chapter,
+                          str(self.source), self.exercise, kwargs, self.forbid_ops, self.seed,
+                          self.observe, self.standins)
         try:
             reply = self.pool.call(self.source, request, self.cpu_seconds)
         finally:
@@ -335,7 +328,7 @@ class CodeUnderTest:
             raise LearnerRaised(["SyntaxError"], message, "")
         if reply.ended in (Ended.FORBIDDEN, Ended.BLOCKED):
             raise ForbiddenCall(message)
-        if reply.stub and "NotImplementedError" in reply.types:
+        if reply.stub:
             raise LearnerNotImplemented(message)
         raise LearnerRaised(list(reply.types), message, reply.where)
 
@@ -389,7 +382,7 @@ class WorkerPool:
 
     def _key(self, source: Source) -> str:
         # The course's own code (the reference and the tests' variants) shares one worker.
-        return "trusted" if source.trusted else str(source)
+        return "trusted" if is_trusted(source) else str(source)
 
     def start(self, source: Source) -> WorkerProcess:
         """The worker of ``source``, started now when it is not running."""
@@ -411,8 +404,9 @@ class WorkerPool:
         worker = self.workers.get(self._key(source))
         return worker.unreadable if worker is not None else frozenset()
 
-    def call(self, source: Source, request: dict[str, Any], cpu_seconds: float) -> Reply:
-        key, chapter, exercise = self._key(source), request.get("chapter"), request.get("exercise")
+    def call(self, source: Source, request: Request, cpu_seconds: float) -> Reply:
+        """``request`` (made for ``source``) answered by ``source``'s worker."""
+        key, chapter, exercise = self._key(source), request.chapter, request.exercise
         if key in self.unstartable:
             self.last_printed[key] = ""
             raise GraderFault(self.unstartable[key])
@@ -424,8 +418,7 @@ class WorkerPool:
                 self.last_printed[key] = ""
                 raise self.blocks[blocked]()
         worker = self.start(source)
-        request = {**request, "source": str(source)}
-        spent = (key, request.get("exercise")) in self.timed_out
+        spent = (key, exercise) in self.timed_out
         waits = watch.WAIT_AFTER_SECONDS if (key, chapter) in self.waited else watch.WAIT_SECONDS
         try:
             if (key, chapter) in self.crashed and (key, chapter) not in self.imports:
@@ -463,21 +456,21 @@ class WorkerPool:
             self.last_printed[key] = worker.printed()
             self.allowance.spend(key, *worker.spent)
 
-    def _check_import(self, worker: WorkerProcess, key: str, request: dict[str, Any],
+    def _check_import(self, worker: WorkerProcess, key: str, request: Request,
                       cpu_seconds: float, waits: float) -> None:
         """After a crash in a chapter: import the chapter alone, in the fresh worker. When
         that crashes too, the chapter's import crashes every worker: its other tests end
         the same, at once (a crash costs a new worker, a chapter has tens of tests)."""
-        alone = {**request, "file": outcomes.__file__, "function": "imported", "kwargs": {},
-                 "forbid_ops": [], "exercise": None}
+        alone = dataclasses.replace(request, file=outcomes.__file__, function="imported",
+                                    kwargs={}, forbid_ops=(), exercise=None)
         try:
             worker.call(alone, cpu_seconds, wait_seconds=waits)
         except WorkerCrashed as error:
             message = (f"{error}. Importing your chapter file crashed the process that runs "
                        f"it: its other tests are not run (fix it, then grade again).")
-            self.blocks[key, request.get("chapter")] = functools.partial(WorkerCrashed, message)
+            self.blocks[key, request.chapter] = functools.partial(WorkerCrashed, message)
             raise WorkerCrashed(message) from None
-        self.imports.add((key, request.get("chapter")))
+        self.imports.add((key, request.chapter))
 
     def printed(self, source: Source) -> str:
         """What the code under test printed during the last call to ``source``'s worker

@@ -18,9 +18,10 @@ code can undo anything in this process, which is why the boundary around it
 the grade rests on.
 
 Usage (by the supervisor): ``python -I -B -c BOOT ROOT CONFIG`` (``supervisor.WORKER_BOOT``)
-where CONFIG is the supervisor's JSON; requests arrive on stdin, replies go to the descriptor
-that was stdout; what the learner's code prints goes to stderr, and so does the stack of
-every thread on SIGUSR1 (the supervisor asks for it to name the line of an endless loop).
+where CONFIG is a :class:`~.protocol.WorkerConfig` (its JSON); :class:`~.protocol.Request`
+frames arrive on stdin, :class:`~.protocol.Reply` frames go to the descriptor that was
+stdout; what the learner's code prints goes to stderr, and so does the stack of every
+thread on SIGUSR1 (the supervisor asks for it to name the line of an endless loop).
 """
 
 from __future__ import annotations
@@ -39,7 +40,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from annotated_transformer.course.grading.protocol import STAND_IN, STAND_INS, Ended, Reply, cut
+from annotated_transformer.course.grading.protocol import (
+    STAND_IN,
+    STAND_INS,
+    Ended,
+    Reply,
+    Request,
+    WorkerConfig,
+    cut,
+)
 from annotated_transformer.course.grading.worker import allowed_ops, calls, standins, switches
 from annotated_transformer.sources import VARIANT
 
@@ -90,14 +99,14 @@ def drop_privileges(user: str) -> None:
 
 
 class Worker:
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.source: str = config["source"]
-        self.learner_dir = Path(config["learner_dir"]).resolve() if config["learner_dir"] else None
-        self.tests_dir = Path(config["tests_dir"])
+        self.source = config.source
+        self.learner_dir = config.learner_dir.resolve() if config.learner_dir else None
+        self.tests_dir = config.tests_dir
         sys.path.insert(0, str(self.tests_dir))  # checks.py, the probes' modules
         if self.learner_dir is None:  # the course's own variants/ (not in a release)
-            sys.path.append(config["variants_dir"])
+            sys.path.append(str(config.variants_dir))
         self.test_modules: dict[str, ModuleType] = {}
         import torch  # imported before any learner code, then watched
 
@@ -133,7 +142,7 @@ class Worker:
 
         if self.learner_dir is not None:  # every source, the reference included, is its folder
             parts.install_policy(confinement.Confinement(
-                self.learner_dir, {int(c): why for c, why in config["blocked"].items()}))
+                self.learner_dir, config.blocked))
         self.parts = parts
         for name in PRELOADED:  # what an exercise file may import, loaded once, up front
             try:
@@ -172,24 +181,22 @@ class Worker:
             target = getattr(target, part)
         return target
 
-    def handle(self, request: dict[str, Any]) -> Reply:
+    def handle(self, request: Request) -> Reply:
         import torch
 
         from annotated_transformer.course.grading.worker.confinement import BlockedChapter
         from annotated_transformer.parts import use_parts
 
-        probe = self.probe(request["file"], request["function"])
-        seen = calls.Observed(bool(request.get("observe")))  # the chapters' functions it
-        # entered (grading.worker.calls), for an exercise that builds on others
-        guarded = self._guard(request["forbid_ops"], request["exercise"]) if request[
-            "forbid_ops"] else None
+        probe = self.probe(request.file, request.function)
+        seen = calls.Observed(request.observe)  # the chapters' functions it entered
+        # (grading.worker.calls), for an exercise that builds on others
+        guarded = self._guard(request.forbid_ops, request.exercise) if (
+            request.forbid_ops) else None
         hits: list[str] = guarded[1] if guarded is not None else []
         switched, ran, kept = len(self.attempts), len(self.stood_in), len(self.kept)
         made, revoke = standins.build(self._computed, self.stood_in.append, self.kept.append,
-                                      str(request["exercise"])) if request.get("standins") else (
-            {}, None)
-        stand_ins = {STAND_INS[e]: made[e] for e in request["standins"] if e in made
-                     } if made else {}
+                                      str(request.exercise)) if request.standins else ({}, None)
+        stand_ins = {STAND_INS[e]: made[e] for e in request.standins if e in made} if made else {}
         patched: dict[str, Any] = {}  # the chapter module's own names, while it runs
         # The guard is on before the chapter module is imported and stays on until the
         # reply is plain data: whatever the learner's code runs (its import, the probe, an
@@ -197,17 +204,16 @@ class Worker:
         # grad mode, the random state) is reset before the probe runs.
         with guarded[0] if guarded is not None else contextlib.nullcontext():
             try:
-                module, built = self.chapter_module(request.get("source", self.source),
-                                                    request["chapter"], stand_ins)
+                module, built = self.chapter_module(request.source, request.chapter, stand_ins)
                 patched = {name: module.__dict__[name] for name in stand_ins
                            if name in module.__dict__}
                 module.__dict__.update({name: stand_ins[name] for name in patched})
                 torch.set_default_dtype(torch.float32)
                 torch.set_grad_enabled(True)
-                torch.manual_seed(request["seed"])
-                random.seed(request["seed"])
+                torch.manual_seed(request.seed)
+                random.seed(request.seed)
                 with use_parts(built), seen:
-                    value = probe(module, **request["kwargs"])
+                    value = probe(module, **request.kwargs)
                 try:
                     reply = Reply(value=self._plain(value))
                 except TypeError as error:
@@ -215,7 +221,7 @@ class Worker:
             except BlockedChapter as error:
                 reply = Reply(Ended.BLOCKED, message=_text(error))
             except BaseException as error:  # noqa: BLE001 - the learner's code may raise anything
-                reply = self.describe(error, request.get("chapter"))
+                reply = self.describe(error, request.chapter)
             finally:
                 if revoke is not None:
                     revoke()
@@ -223,7 +229,7 @@ class Worker:
                 module_dict.update(patched)
             called = seen.names() + [STAND_IN + e for e in dict.fromkeys(
                 self.stood_in[ran:])]  # the stand-ins it called: what a note may name
-        own = request["exercise"] in self.stood_in[ran:]
+        own = request.exercise in self.stood_in[ran:]
         revoked = self.kept[kept:]
         del self.stood_in[ran:], self.kept[kept:]
         forbidden = ""
@@ -239,13 +245,13 @@ class Worker:
                          f"keep none)")
         elif own:
             forbidden = (f"your code ran the grader's stand-in for exercise "
-                         f"{request['exercise']} while that exercise was graded; write it "
+                         f"{request.exercise} while that exercise was graded; write it "
                          f"yourself")
         elif hits and hits[0] == allowed_ops.TAMPERED:
             forbidden = f"your code reached {hits[0]}; an answer never needs them"
         elif hits:
             at = f" (at {reply.where})" if reply.where and "ForbiddenOpUsed" in reply.types else ""
-            forbidden = (f"Exercise {request['exercise']} may not use PyTorch's {hits[0]}{at}: "
+            forbidden = (f"Exercise {request.exercise} may not use PyTorch's {hits[0]}{at}: "
                          f"write it yourself with elementary tensor operations (see the "
                          f"docstring)")
         if forbidden:
@@ -254,9 +260,9 @@ class Worker:
 
     def describe(self, error: BaseException, chapter: int | None = None) -> Reply:
         """What the grader needs to tell the learner about an exception: its types, its
-        message, whether it is an untouched stub's, and where: the innermost line of the
-        learner's files, and, when that is in another chapter's file, the line of chapter
-        ``chapter``'s file (the one graded) that led there."""
+        message, whether it is an untouched stub's (:func:`is_stub`), and where: the
+        innermost line of the learner's files, and, when that is in another chapter's file,
+        the line of chapter ``chapter``'s file (the one graded) that led there."""
         where = ""
         frames = traceback.extract_tb(error.__traceback__)
         if isinstance(error, SyntaxError) and error.filename:
@@ -270,12 +276,24 @@ class Worker:
             callers = [f for f in learner if graded and f[0].startswith(graded)]
             where = f"{name}:{line}" + (f", called from {callers[-1][0]}:{callers[-1][1]}"
                                         if callers and callers[-1][0] != name else "")
-        last = frames[-1] if frames else None
-        stub = (isinstance(error, NotImplementedError) and last is not None
-                and _text(error).startswith("Exercise ") and "is not implemented yet" in
-                _text(error) and Path(last.filename).name.startswith("ch"))
-        return Reply(Ended.RAISED, message=_text(error), where=where, stub=bool(stub),
+        return Reply(Ended.RAISED, message=_text(error), where=where,
+                     stub=is_stub(error, frames[-1].filename if frames else ""),
                      types=tuple(cls.__name__ for cls in type(error).__mro__))
+
+
+_NOT_IMPLEMENTED = NotImplementedError  # the built-in, held before any learner code runs
+
+
+def is_stub(error: BaseException, raised_in: str) -> bool:
+    """Whether ``error`` is a release stub's (``raise NotImplementedError("Exercise 2.1:
+    softmax is not implemented yet")``, :mod:`~annotated_transformer.course.authoring.stubs`),
+    raised in the file ``raised_in``: exactly the built-in class, raised by a chapter file,
+    with a stub's words. A subclass or a class of that name is the learner's own exception,
+    an error (which blames it for what later parts do) and never a stub (which is not to
+    blame); PyTorch's own ``NotImplementedError`` is an error too."""
+    text = _text(error)
+    return (type(error) is _NOT_IMPLEMENTED and Path(raised_in).name.startswith("ch")
+            and text.startswith("Exercise ") and "is not implemented yet" in text)
 
 
 def unsendable(error: BaseException) -> Reply:
@@ -358,35 +376,37 @@ def plain_factory():
 
 def main() -> int:
     import faulthandler
-    import json
 
     from annotated_transformer.course.grading import protocol
 
-    config = json.loads(sys.argv[-1])  # after the folder the grader put first on the path
+    config = WorkerConfig.from_wire(sys.argv[-1])  # after the folder the grader put on the path
     replies = os.fdopen(os.dup(1), "wb")
     requests = os.dup(0)
     os.dup2(2, 1)  # the learner's print() goes where the sandbox bounds it
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-    limit_resources(config["memory_bytes"])
+    limit_resources(config.memory_bytes)
     worker = Worker(config)  # PyTorch and the tests imported: no learner code has run yet
-    if config["user"]:
+    if config.user:
         import torch
 
         protocol.decode(protocol.encode({"ready": torch.zeros(1)}))  # load what replies need
-        drop_privileges(config["user"])
+        drop_privileges(config.user)
     # No thread or process of its own from here on (the guard is per thread): worker.switches
-    refused = None if config.get("new_tasks") else switches.forbid_new_tasks()
+    refused = None if config.new_tasks else switches.forbid_new_tasks()
     if refused is not None:
         print(f"grading worker: {refused}; threads are not refused", file=sys.stderr)
     handle = worker.handle  # bound now: a learner's change to the class changes nothing
-    protocol.write_frame(replies, {"ready": True})
+    protocol.write_frame(replies, protocol.READY)
     while True:
         try:
-            request = protocol.read_frame(requests)
+            request = Request.from_wire(protocol.read_frame(requests))
         except EOFError:
             return 0
+        except protocol.ProtocolError as error:  # nothing to answer: the grader says so
+            print(f"grading worker: a request that cannot be read: {error}", file=sys.stderr)
+            return 2
         reply = handle(request)
         for stream in (sys.stdout, sys.stderr):  # what it printed goes out before the reply
             try:
