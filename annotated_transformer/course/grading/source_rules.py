@@ -1,0 +1,377 @@
+"""What an exercise file may name, checked by reading it before any of it is imported.
+
+Only what no layer that watches code run can hold is here:
+
+- **imports**: the allow-list ``IMPORTABLE`` (from the course ``active_parts`` and ``Batch``
+  only); any other module is a way to the worker's own objects (``gc``, ``sys``, ``ctypes``);
+- **names that turn strings into code or names**: ``eval``, ``getattr``, ``vars``...; dunder
+  names and attributes (``f.__globals__``); frames (``gi_frame.f_back``); the standard
+  modules libraries hand out (``torch.sys``); library functions that look names up or set
+  them by strings (``get_type_hints``, ``update_wrapper``, ``deepcopy``'s memo); code in a
+  string annotation; special methods called behind the learner's back (``__torch_function__``,
+  ``__array_interface__``, a metaclass);
+- **private names** of the libraries (``torch._C``, ``x._version``); ``self._x`` is allowed;
+- **code loaded from a file** (``torch.load``'s pickle, ``torch.hub``, ``load_library``,
+  ``torch.compile``) and numpy's raw memory (``np.lib.stride_tricks``): the rules would not
+  read a file the code wrote in the worker's ``/tmp``, nor see the memory it writes;
+- **an exercise's forbidden names** (the graded tests' ``FORBIDDEN``), at their line: the
+  only layer for what the dispatch guard cannot tell from an honest answer (4.2's
+  ``generate_square_subsequent_mask``).
+
+The runtime refuses the rest (``book/instructor.md``): forbidden ops (the dispatch guard,
+``worker/allowed_ops.py``); files, processes, threads, the network (the bubblewrap boundary,
+seccomp); the random state (seeded before each probe); the reference (the worker's
+``Confinement`` serves the learner's own parts whatever a file asks for).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import stat
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from annotated_transformer.layout import CHAPTER_FILE
+
+IMPORTABLE = frozenset({
+    "torch", "torch.nn", "torch.nn.functional", "numpy", "math", "typing", "collections.abc",
+    "dataclasses", "functools", "itertools", "numbers", "copy",  # copy: clones of a layer
+})
+FROM_ONLY = {"__future__": {"annotations"}, "annotated_transformer.parts": {"active_parts"},
+             "annotated_transformer.batch": {"Batch"}}
+ALLOWED_IMPORTS = ("torch, numpy, math, typing, collections.abc, dataclasses, functools, "
+                   "itertools, numbers, copy, active_parts, Batch")
+DYNAMIC_BUILTINS = {
+    "runs or builds code from a string; write the code itself": "eval exec compile breakpoint",
+    "looks names up by strings; write the attribute (x.name) or `self.name = value`":
+        "getattr setattr delattr vars dir globals locals type",
+    "reaches files or raw memory; an exercise computes with tensors only": "open memoryview",
+}
+BANNED_ATTRIBUTES = {
+    "loads code from a file (one your code wrote too)": "load loads hub package load_library "
+        "cpp_extension serialization dill jit compile compiler export fx",
+    "reaches raw memory (numpy's strides and pointers are not checked)": "lib stride_tricks "
+        "ctypeslib",
+    "reaches the interpreter's frames": "gi_frame gi_code gi_yieldfrom cr_frame cr_code "
+        "cr_await ag_frame ag_code ag_await f_back f_globals f_locals f_builtins f_code "
+        "f_trace tb_frame tb_next co_code co_consts co_names",
+    "looks names up or sets attributes by strings": "get_type_hints ForwardRef make_dataclass "
+        "attrgetter methodcaller update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES "
+        "dispatch_table",
+}
+BANNED = {n: why for why, names in BANNED_ATTRIBUTES.items() for n in names.split()}
+BUILTIN_BANS = {n: why for why, names in DYNAMIC_BUILTINS.items() for n in names.split()}
+# Standard modules that are also tensor methods (x.select, x.chunk, torch.trace) or harmless.
+STDLIB_EXEMPT = {"abc", "array", "chunk", "cmath", "copy", "math", "numbers", "select", "token",
+                 "trace"}
+STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names
+                           if not n.startswith("_") and n not in STDLIB_EXEMPT)
+# Called with one plain argument where they are named: ``wraps``' others copy attributes by
+# name (``updated=("__globals__",)``); ``deepcopy``'s memo hands back every original it copied.
+ONE_ARGUMENT_ONLY = {"wraps": "`@functools.wraps(function)`", "deepcopy": "`copy.deepcopy(x)`"}
+_ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or".split()
+ALLOWED_DUNDER_METHODS = frozenset(
+    "__init__ __post_init__ __repr__ __str__ __len__ __iter__ __next__ __reversed__ "
+    "__contains__ __getitem__ __setitem__ __delitem__ __call__ __enter__ __exit__ __eq__ "
+    "__ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __neg__ __pos__ __abs__ "
+    "__invert__".split() + [f"__{p}{op}__" for op in _ARITHMETIC for p in ("", "r", "i")])
+BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+           ast.MatchStar)
+MAX_MESSAGE = 200  # characters: one line a learner reads in a report
+MAX_SOURCE_BYTES = 250_000  # thirty times the largest solution
+MAX_VIOLATIONS = 50  # per file: the first ones say what to fix
+
+
+@functools.cache
+def library_private_names() -> frozenset[str]:
+    """The ``_names`` of PyTorch's, numpy's and the importable modules' internals, and of
+    tensors and modules (``_C``, ``_version``): never a learner's, whatever they are read on."""
+    import torch
+
+    owners = [importlib.import_module(m) for m in IMPORTABLE] + [torch._C, torch.Tensor,
+                                                                 torch.nn.Module]
+    return frozenset(n for o in owners for n in dir(o) if n.startswith("_") and not is_dunder(n))
+
+
+def is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def attribute_problem(name: str) -> str | None:
+    """Why an attribute (or imported) name is refused whatever it is read on, or None."""
+    if name in BANNED:
+        return f"it {BANNED[name]}"
+    if is_dunder(name):
+        return "names with double underscores reach the interpreter's internals"
+    if name in library_private_names():
+        return f"`{name}` is an internal of PyTorch's, numpy's or Python's (it starts with `_`)"
+    if name in STDLIB_MODULES:
+        return (f"`{name}` is a module of Python's standard library that libraries hand out as "
+                f"an attribute; if it is your own attribute, rename it")
+    return None
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One thing a learner's file may not do, at one line."""
+
+    path: str  # the file's path as given (check_file) or from the folder's name (check_folder)
+    line: int
+    exercise: str | None  # "2.1" for a forbidden name of that exercise, else None
+    message: str  # one line: what is not allowed and what to do instead
+    unreadable: bool = False  # the file cannot be read as Python at all (the learner's error)
+
+    def told(self) -> str:
+        """What the learner reads: ``file, line N: message``."""
+        return f"{Path(self.path).name}, line {self.line}: {self.message}"
+
+
+def one_line(message: str, width: int = MAX_MESSAGE) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= width else message[: width - 3] + "..."
+
+
+def snippet(node: ast.AST) -> str:
+    try:
+        return one_line(ast.unparse(node), 40)
+    except (RecursionError, ValueError):
+        return type(node).__name__
+
+
+class Checker:
+    """Reads one parsed file and collects its violations."""
+
+    def __init__(self, tree: ast.Module, path: str, forbidden: Mapping[str, Sequence[str]]):
+        self.path, self.found = path, []
+        self.nodes = list(ast.walk(tree))
+        self.parent = {id(c): n for n in self.nodes for c in ast.iter_child_nodes(n)}
+        self.forbidden = forbidden  # a keyword's name (``label_smoothing=``) matches nothing
+        # The ``_names`` the file gives its own objects: ``self._x = ...``, a class body's.
+        body = [s for c in self.nodes if isinstance(c, ast.ClassDef) for s in c.body]
+        self.own_private = {n.attr for n in self.nodes if isinstance(n, ast.Attribute)
+                            and isinstance(n.ctx, ast.Store) and self._on_self(n.value)}
+        self.own_private |= {s.name for s in body if isinstance(s, BINDERS[:2])} | {
+            t.id for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))
+            for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        self.parts_names = self._parts_names()
+        roots = [n.annotation for n in self.nodes if isinstance(n, (ast.arg, ast.AnnAssign))] + [
+            n.returns for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        self.annotations = {id(inner) for root in roots if root for inner in ast.walk(root)}
+
+    def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
+        self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise,
+                                    one_line(message)))
+
+    def refuse(self, node: ast.AST, code: str, why: str) -> None:
+        self.add(node, f"`{code}` is not allowed in an exercise file: {why}")
+
+    @staticmethod
+    def _on_self(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+    @staticmethod
+    def _is_parts_call(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "active_parts" and not node.args and not node.keywords)
+
+    def _parts_names(self) -> set[str]:
+        """Names bound only by ``name = active_parts()`` (``active_parts`` only the course's):
+        a forbidden name read on them is the learner's own part."""
+        direct = {id(t): t.id for n in self.nodes if isinstance(n, ast.Assign)
+                  and self._is_parts_call(n.value) for t in n.targets if isinstance(t, ast.Name)}
+        other = {n.id for n in self.nodes if isinstance(n, ast.Name)
+                 and not isinstance(n.ctx, ast.Load) and id(n) not in direct}
+        other |= {getattr(n, "arg", None) or getattr(n, "name", None) or getattr(n, "rest", None)
+                  for n in self.nodes if isinstance(n, (ast.arg, ast.MatchMapping, *BINDERS))}
+        other |= {name for n in self.nodes if isinstance(n, (ast.Global, ast.Nonlocal))
+                  for name in n.names}
+        other |= {(a.asname or a.name).split(".")[0] for n in self.nodes
+                  if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
+                  if (getattr(n, "module", None), a.name, a.asname)
+                  != ("annotated_transformer.parts", "active_parts", None)}
+        self.course_parts = "active_parts" not in other
+        return set(direct.values()) - other if self.course_parts else set()
+
+    def run(self) -> list[Violation]:
+        for node in self.nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.check_import(node)
+            elif isinstance(node, ast.Name):
+                self.check_name(node)
+            elif isinstance(node, ast.Attribute):
+                self.check_attribute(node, node.attr, node.value, snippet(node))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.check_definition(node)
+            elif isinstance(node, ast.ClassDef) and node.keywords:
+                self.refuse(node, f"class {node.name}(..., metaclass=...)", "a metaclass "
+                            "changes how classes are built; derive from nn.Module or nothing")
+            elif isinstance(node, ast.MatchClass):
+                for name in node.kwd_attrs:
+                    self.check_attribute(node, name, None, f"case {snippet(node.cls)}({name}=...)")
+            elif id(node) in self.annotations and isinstance(getattr(node, "value", 0), str):
+                self.check_string_annotation(node)
+        found = sorted(set(self.found), key=lambda v: (v.line, v.exercise or "", v.message))
+        if len(found) > MAX_VIOLATIONS:
+            kept, rest = found[: MAX_VIOLATIONS - 1], found[MAX_VIOLATIONS - 1:]
+            found = [*kept, Violation(self.path, rest[0].line, None, f"{len(rest)} more things "
+                     f"not allowed from line {rest[0].line} on are not listed; fix these first")]
+        return found
+
+    def check_import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            return self.refuse(node, "from . import ...", f"import only {ALLOWED_IMPORTS}")
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        for module in modules:
+            root, *parts = module.split(".")
+            if module in IMPORTABLE or (isinstance(node, ast.ImportFrom) and module in FROM_ONLY):
+                continue
+            if root not in ("torch", "numpy") or not parts:
+                return self.refuse(node, f"import {module}", f"import only {ALLOWED_IMPORTS}")
+            for part in parts:
+                if part.startswith("_") or attribute_problem(part):
+                    why = attribute_problem(part) or "its name starts with `_` (an internal)"
+                    return self.refuse(node, f"import {module}", f"`{part}`: {why}")
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                code = f"from {node.module} import {alias.name}"
+                allowed = FROM_ONLY.get(node.module)
+                if alias.name == "*" or (allowed is not None and alias.name not in allowed):
+                    self.refuse(node, code, f"import only {ALLOWED_IMPORTS}, by name")
+                elif alias.name.startswith("_") and node.module != "__future__":
+                    self.refuse(node, code, "names starting with `_` are internals")
+                elif alias.name in ONE_ARGUMENT_ONLY and alias.asname not in (None, alias.name):
+                    self.refuse(node, code + f" as {alias.asname}", "import it by its own name")
+                else:
+                    self.check_attribute(node, alias.name, None, code)
+
+    def check_name(self, node: ast.Name) -> None:
+        name, parent = node.id, self.parent.get(id(node))
+        if is_dunder(name) and not (name == "__all__" or name == "__name__"
+                                    and isinstance(node.ctx, ast.Load)):
+            self.refuse(node, name, "names with double underscores reach the interpreter's "
+                        "internals (only `__all__` and `if __name__ == \"__main__\":`)")
+        elif name in BUILTIN_BANS and isinstance(node.ctx, ast.Load) and not (
+                name == "type" and (isinstance(parent, ast.Subscript) and parent.value is node
+                                    or node in (getattr(parent, "annotation", None),
+                                                getattr(parent, "returns", None)))):
+            self.refuse(node, name, f"it {BUILTIN_BANS[name]} (or rename your own `{name}`)")
+        elif name in ONE_ARGUMENT_ONLY and isinstance(node.ctx, ast.Load):
+            self.check_one_argument(node, name)
+
+    def check_attribute(self, node: ast.AST, name: str, base: ast.AST | None, code: str) -> None:
+        if is_dunder(name):
+            if not self._dunder_allowed(node, name, base):
+                self.refuse(node, code, "attributes with double underscores reach the "
+                            "interpreter's internals (only `super().__init__(...)` and "
+                            "`self.__class__.__name__`)")
+            return
+        problem = attribute_problem(name)
+        if problem is None and name.startswith("_") and not (
+                base is not None and self._on_self(base) and name in self.own_private):
+            problem = ("names starting with `_` are internals; use public functions (only "
+                       "`self._name` for an attribute your class sets)")
+        if problem:
+            self.refuse(node, code, problem)
+        if name in ONE_ARGUMENT_ONLY and isinstance(node, ast.Attribute):
+            self.check_one_argument(node, name)
+        through_parts = (self.course_parts and self._is_parts_call(base)) or (
+            isinstance(base, ast.Name) and base.id in self.parts_names)
+        for exercise, names in self.forbidden.items():
+            if name in names and not through_parts:
+                self.add(node, f"`{code}` is not allowed: exercise {exercise} asks you to write "
+                         f"{name} yourself; call your own or `active_parts().{name}`", exercise)
+
+    def _dunder_allowed(self, node: ast.AST, name: str, base: ast.AST | None) -> bool:
+        """``x.__init__(...)`` called, and a name: ``f.__name__``, ``x.__class__.__name__``."""
+        parent = self.parent.get(id(node))
+        if name == "__class__":
+            return isinstance(parent, ast.Attribute) and parent.attr in ("__name__", "__qualname__")
+        return name in ("__name__", "__qualname__") or name == "__init__" and isinstance(
+            parent, ast.Call) and parent.func is node
+
+    def check_one_argument(self, node: ast.AST, name: str) -> None:
+        call = self.parent.get(id(node))
+        if not (isinstance(call, ast.Call) and call.func is node and len(call.args) == 1
+                and not isinstance(call.args[0], ast.Starred) and not call.keywords):
+            self.refuse(node, snippet(node), f"write {ONE_ARGUMENT_ONLY[name]} (its other "
+                        f"arguments reach objects' namespaces by name)")
+
+    def check_definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if not is_dunder(node.name) or node.name in ALLOWED_DUNDER_METHODS and isinstance(
+                self.parent.get(id(node)), ast.ClassDef):
+            return
+        self.refuse(node, f"def {node.name}", "a special method other than construction, "
+                    "printing, containers, comparisons and arithmetic is a hook that Python, "
+                    "PyTorch or numpy call behind your back; write a plain method")
+
+    def check_string_annotation(self, node: ast.Constant) -> None:
+        """A string annotation is code that ``get_type_hints`` (in ``singledispatch``, too)
+        evaluates: it may name types only, under the rules of the file's own code."""
+        try:
+            inner = ast.parse(node.value.strip(), mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return  # not an expression: evaluating it fails before it runs anything
+        if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr)) for n in ast.walk(inner)):
+            return self.refuse(node, one_line(repr(node.value), 40), "an annotation names "
+                               "types only")
+        inner_checker = Checker(ast.Module([ast.Expr(inner.body)], []), self.path, {})
+        for found in inner_checker.run():
+            self.found.append(replace(found, line=node.lineno))
+
+
+def check_source(source: str | bytes, path: str,
+                 forbidden: Mapping[str, Sequence[str]] = {}) -> list[Violation]:  # noqa: B006
+    """Every rule over source text or bytes (``path`` only labels the violations)."""
+    name = Path(path).name
+    try:
+        tree = ast.parse(source, filename=name)
+        return Checker(tree, path, forbidden).run()
+    except SyntaxError as error:
+        text = one_line(error.text or "", 60)
+        return [Violation(path, error.lineno or 1, None, one_line(
+            f"this line is not valid Python: {error.msg}{f' (`{text}`)' if text else ''}; "
+            f"fix it so the file runs"), unreadable=True)]
+    except (ValueError, RecursionError, MemoryError) as error:  # null bytes, deep nesting
+        return [Violation(path, 1, None, one_line(
+            f"{name} cannot be read as Python ({error}); simplify the file"), unreadable=True)]
+
+
+def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: B006
+               ) -> list[Violation]:
+    """Every rule over one file; ``forbidden``: ``{exercise: names}`` (``{"2.1": ("softmax",)}``),
+    each refused as any attribute or ``from m import name`` but ``active_parts().name``. A link
+    (to the reference?), a FIFO (it would block) or a huge file is one violation, never read."""
+    path = Path(path)
+    try:
+        info = path.lstat()
+        why = (f"{path.name} is a symbolic link; put the file itself in the folder"
+               if stat.S_ISLNK(info.st_mode) else f"{path.name} is not a regular file"
+               if not stat.S_ISREG(info.st_mode) else
+               f"{path.name} has {info.st_size:,} bytes; an exercise file must be under "
+               f"{MAX_SOURCE_BYTES:,}" if info.st_size > MAX_SOURCE_BYTES else None)
+        data = path.read_bytes() if why is None else b""
+    except OSError as error:
+        return [Violation(str(path), 1, None, one_line(
+            f"{path.name} cannot be read: {error.strerror or error}"), unreadable=True)]
+    if why is not None:
+        return [Violation(str(path), 1, None, why)]
+    return check_source(data, str(path), forbidden)
+
+
+def check_folder(folder: Path, forbidden_by_chapter: Mapping[
+        int, Mapping[str, Sequence[str]]] = {}) -> dict[int, list[Violation]]:  # noqa: B006
+    """Every chapter file at the top of ``folder`` (``chNN_*.py``, the only files the worker
+    loads), keyed by chapter, with that chapter's forbidden names; paths read
+    ``exercises/ch02_attention.py``."""
+    folder, found = Path(folder), {}
+    for path in sorted(folder.glob("ch*.py")):
+        if (match := CHAPTER_FILE.match(path.name)) is not None:
+            chapter = int(match["chapter"])
+            violations = [replace(v, path=f"{folder.name}/{path.name}")
+                          for v in check_file(path, forbidden_by_chapter.get(chapter, {}))]
+            if violations:
+                found[chapter] = violations
+    return found
