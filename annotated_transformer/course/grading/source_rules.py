@@ -1,26 +1,21 @@
 """What an exercise file may name, checked by reading it before any of it is imported.
 
-Only what no layer that watches code run can hold is here:
-
-- **imports**: the allow-list ``IMPORTABLE`` (from the course ``active_parts`` and ``Batch``
-  only); any other module is a way to the worker's own objects (``gc``, ``sys``, ``ctypes``);
-- **names that turn strings into code or names**: ``eval``, ``getattr``, ``vars``...; dunder
-  names and attributes (``f.__globals__``); frames (``gi_frame.f_back``); the standard
-  modules libraries hand out (``torch.sys``); library functions that look names up or set
-  them by strings (``get_type_hints``, ``update_wrapper``, ``deepcopy``'s memo); code in a
-  string annotation; special methods called behind the learner's back (``__torch_function__``,
-  ``__array_interface__``, a metaclass);
-- **private names** of the libraries (``torch._C``, ``x._version``); ``self._x`` is allowed;
-- **code loaded from a file** (``torch.load``'s pickle, ``torch.hub``, ``load_library``,
-  ``torch.compile``) and numpy's raw memory (``np.lib.stride_tricks``): the rules would not
-  read a file the code wrote in the worker's ``/tmp``, nor see the memory it writes;
-- **an exercise's forbidden names** (the graded tests' ``FORBIDDEN``), at their line: the
-  only layer for what the dispatch guard cannot tell from an honest answer (4.2's
-  ``generate_square_subsequent_mask``).
+Only what no layer that watches code run can hold: **imports** (``IMPORTABLE``; from the
+course ``active_parts`` and ``Batch`` only), since any other module reaches the worker's own
+objects (``gc``, ``sys``, ``ctypes``); **names that turn strings into code or names**
+(``eval``, ``getattr``, ``vars``; dunder names and attributes such as ``f.__globals__``;
+frames; modules that libraries hand out, ``torch.sys``; ``get_type_hints``,
+``update_wrapper``, ``deepcopy``'s memo; code in a string annotation; special methods run
+behind the learner's back, ``__torch_function__``, ``__array_interface__``, a metaclass);
+the libraries' **private names** (``torch._C``, ``x._version``; others on ``self`` and
+``cls`` only); **code loaded from a file** the code wrote in ``/tmp`` (``torch.load``'s
+pickle, ``torch.hub``, ``load_library``, ``torch.compile``) and numpy's unchecked raw memory;
+**an exercise's forbidden names** (the graded tests' ``FORBIDDEN``), at their line: the only
+layer for what the dispatch guard cannot tell from an honest answer (4.2's PyTorch mask).
 
 The runtime refuses the rest (``book/instructor.md``): forbidden ops (the dispatch guard,
 ``worker/allowed_ops.py``); files, processes, threads, the network (the bubblewrap boundary,
-seccomp); the random state (seeded before each probe); the reference (the worker's
+seccomp); the random state (seeded before each call); the reference (the worker's
 ``Confinement`` serves the learner's own parts whatever a file asks for).
 """
 from __future__ import annotations
@@ -51,8 +46,8 @@ DYNAMIC_BUILTINS = {
     "reaches files or raw memory; an exercise computes with tensors only": "open memoryview",
 }
 BANNED_ATTRIBUTES = {
-    "loads code from a file (one your code wrote too)": "load loads hub package load_library "
-        "cpp_extension serialization dill jit compile compiler export fx",
+    "loads code from a file (one your code wrote too)": "load loads load_url hub model_zoo "
+        "package load_library cpp_extension serialization jit compile compiler export fx",
     "reaches raw memory (numpy's strides and pointers are not checked)": "lib stride_tricks "
         "ctypeslib",
     "reaches the interpreter's frames": "gi_frame gi_code gi_yieldfrom cr_frame cr_code "
@@ -61,16 +56,16 @@ BANNED_ATTRIBUTES = {
     "looks names up or sets attributes by strings": "get_type_hints ForwardRef make_dataclass "
         "attrgetter methodcaller update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES "
         "dispatch_table",
+    # Modules PyTorch holds under other names: pickles (reduction), eval (sympy), processes.
+    "is a module PyTorch hands out beside its own": "stdlib_re mp python_multiprocessing "
+        "reduction reducer typing_extensions sympy mpmath jinja2 networkx dill",
 }
 BANNED = {n: why for why, names in BANNED_ATTRIBUTES.items() for n in names.split()}
 BUILTIN_BANS = {n: why for why, names in DYNAMIC_BUILTINS.items() for n in names.split()}
 # Standard modules that are also tensor methods (x.select, x.chunk, torch.trace) or harmless.
-STDLIB_EXEMPT = {"abc", "array", "chunk", "cmath", "copy", "math", "numbers", "select", "token",
-                 "trace"}
-STDLIB_MODULES = frozenset(n for n in sys.stdlib_module_names
-                           if not n.startswith("_") and n not in STDLIB_EXEMPT)
-# Called with one plain argument where they are named: ``wraps``' others copy attributes by
-# name (``updated=("__globals__",)``); ``deepcopy``'s memo hands back every original it copied.
+STDLIB_MODULES = frozenset(sys.stdlib_module_names) - {
+    "abc", "array", "chunk", "cmath", "copy", "math", "numbers", "select", "token", "trace"}
+# One plain argument: wraps' others copy attributes by name, deepcopy's memo keeps originals.
 ONE_ARGUMENT_ONLY = {"wraps": "`@functools.wraps(function)`", "deepcopy": "`copy.deepcopy(x)`"}
 _ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or".split()
 ALLOWED_DUNDER_METHODS = frozenset(
@@ -78,8 +73,6 @@ ALLOWED_DUNDER_METHODS = frozenset(
     "__contains__ __getitem__ __setitem__ __delitem__ __call__ __enter__ __exit__ __eq__ "
     "__ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __neg__ __pos__ __abs__ "
     "__invert__".split() + [f"__{p}{op}__" for op in _ARITHMETIC for p in ("", "r", "i")])
-BINDERS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
-           ast.MatchStar)
 MAX_MESSAGE = 200  # characters: one line a learner reads in a report
 MAX_SOURCE_BYTES = 250_000  # thirty times the largest solution
 MAX_VIOLATIONS = 50  # per file: the first ones say what to fix
@@ -87,8 +80,7 @@ MAX_VIOLATIONS = 50  # per file: the first ones say what to fix
 
 @functools.cache
 def library_private_names() -> frozenset[str]:
-    """The ``_names`` of PyTorch's, numpy's and the importable modules' internals, and of
-    tensors and modules (``_C``, ``_version``): never a learner's, whatever they are read on."""
+    """The ``_names`` of the importable modules, tensors and modules (``_C``, ``_version``)."""
     import torch
 
     owners = [importlib.import_module(m) for m in IMPORTABLE] + [torch._C, torch.Tensor,
@@ -135,10 +127,7 @@ def one_line(message: str, width: int = MAX_MESSAGE) -> str:
 
 
 def snippet(node: ast.AST) -> str:
-    try:
-        return one_line(ast.unparse(node), 40)
-    except (RecursionError, ValueError):
-        return type(node).__name__
+    return one_line(ast.unparse(node), 40)  # a RecursionError: check_source's "simplify"
 
 
 class Checker:
@@ -149,28 +138,14 @@ class Checker:
         self.nodes = list(ast.walk(tree))
         self.parent = {id(c): n for n in self.nodes for c in ast.iter_child_nodes(n)}
         self.forbidden = forbidden  # a keyword's name (``label_smoothing=``) matches nothing
-        # The ``_names`` the file gives its own objects: ``self._x = ...``, a class body's.
-        body = [s for c in self.nodes if isinstance(c, ast.ClassDef) for s in c.body]
-        self.own_private = {n.attr for n in self.nodes if isinstance(n, ast.Attribute)
-                            and isinstance(n.ctx, ast.Store) and self._on_self(n.value)}
-        self.own_private |= {s.name for s in body if isinstance(s, BINDERS[:2])} | {
-            t.id for s in body if isinstance(s, (ast.Assign, ast.AnnAssign))
-            for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
         self.parts_names = self._parts_names()
         roots = [n.annotation for n in self.nodes if isinstance(n, (ast.arg, ast.AnnAssign))] + [
             n.returns for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         self.annotations = {id(inner) for root in roots if root for inner in ast.walk(root)}
 
-    def add(self, node: ast.AST, message: str, exercise: str | None = None) -> None:
-        self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise,
-                                    one_line(message)))
-
-    def refuse(self, node: ast.AST, code: str, why: str) -> None:
-        self.add(node, f"`{code}` is not allowed in an exercise file: {why}")
-
-    @staticmethod
-    def _on_self(node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id in ("self", "cls")
+    def refuse(self, node: ast.AST, code: str, why: str, exercise: str | None = None) -> None:
+        self.found.append(Violation(self.path, getattr(node, "lineno", 1), exercise, one_line(
+            f"`{code}` is not allowed in an exercise file: {why}")))
 
     @staticmethod
     def _is_parts_call(node: ast.AST) -> bool:
@@ -178,14 +153,15 @@ class Checker:
                 and node.func.id == "active_parts" and not node.args and not node.keywords)
 
     def _parts_names(self) -> set[str]:
-        """Names bound only by ``name = active_parts()`` (``active_parts`` only the course's):
-        a forbidden name read on them is the learner's own part."""
+        """Names bound only by ``name = active_parts()``, ``active_parts`` only the course's."""
         direct = {id(t): t.id for n in self.nodes if isinstance(n, ast.Assign)
                   and self._is_parts_call(n.value) for t in n.targets if isinstance(t, ast.Name)}
         other = {n.id for n in self.nodes if isinstance(n, ast.Name)
                  and not isinstance(n.ctx, ast.Load) and id(n) not in direct}
+        binders = (ast.arg, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler,
+                   ast.MatchAs, ast.MatchStar, ast.MatchMapping)
         other |= {getattr(n, "arg", None) or getattr(n, "name", None) or getattr(n, "rest", None)
-                  for n in self.nodes if isinstance(n, (ast.arg, ast.MatchMapping, *BINDERS))}
+                  for n in self.nodes if isinstance(n, binders)}
         other |= {name for n in self.nodes if isinstance(n, (ast.Global, ast.Nonlocal))
                   for name in n.names}
         other |= {(a.asname or a.name).split(".")[0] for n in self.nodes
@@ -240,8 +216,6 @@ class Checker:
                 allowed = FROM_ONLY.get(node.module)
                 if alias.name == "*" or (allowed is not None and alias.name not in allowed):
                     self.refuse(node, code, f"import only {ALLOWED_IMPORTS}, by name")
-                elif alias.name.startswith("_") and node.module != "__future__":
-                    self.refuse(node, code, "names starting with `_` are internals")
                 elif alias.name in ONE_ARGUMENT_ONLY and alias.asname not in (None, alias.name):
                     self.refuse(node, code + f" as {alias.asname}", "import it by its own name")
                 else:
@@ -268,25 +242,26 @@ class Checker:
                             "interpreter's internals (only `super().__init__(...)` and "
                             "`self.__class__.__name__`)")
             return
-        problem = attribute_problem(name)
+        problem = attribute_problem(name)  # ``self._x`` (or ``cls._x``): the learner's own
         if problem is None and name.startswith("_") and not (
-                base is not None and self._on_self(base) and name in self.own_private):
-            problem = ("names starting with `_` are internals; use public functions (only "
-                       "`self._name` for an attribute your class sets)")
+                isinstance(base, ast.Name) and base.id in ("self", "cls")):
+            problem = "names starting with `_` are internals; use public functions (or `self._x`)"
         if problem:
             self.refuse(node, code, problem)
         if name in ONE_ARGUMENT_ONLY and isinstance(node, ast.Attribute):
             self.check_one_argument(node, name)
-        through_parts = (self.course_parts and self._is_parts_call(base)) or (
+        through_parts = (self.course_parts and self._is_parts_call(base)) or (  # own parts
             isinstance(base, ast.Name) and base.id in self.parts_names)
         for exercise, names in self.forbidden.items():
             if name in names and not through_parts:
-                self.add(node, f"`{code}` is not allowed: exercise {exercise} asks you to write "
-                         f"{name} yourself; call your own or `active_parts().{name}`", exercise)
+                self.refuse(node, code, f"exercise {exercise} asks you to write {name} yourself; "
+                            f"call your own or `active_parts().{name}`", exercise)
 
     def _dunder_allowed(self, node: ast.AST, name: str, base: ast.AST | None) -> bool:
         """``x.__init__(...)`` called, and a name: ``f.__name__``, ``x.__class__.__name__``."""
         parent = self.parent.get(id(node))
+        if isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
+            return False
         if name == "__class__":
             return isinstance(parent, ast.Attribute) and parent.attr in ("__name__", "__qualname__")
         return name in ("__name__", "__qualname__") or name == "__init__" and isinstance(
@@ -300,12 +275,11 @@ class Checker:
                         f"arguments reach objects' namespaces by name)")
 
     def check_definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        if not is_dunder(node.name) or node.name in ALLOWED_DUNDER_METHODS and isinstance(
-                self.parent.get(id(node)), ast.ClassDef):
-            return
-        self.refuse(node, f"def {node.name}", "a special method other than construction, "
-                    "printing, containers, comparisons and arithmetic is a hook that Python, "
-                    "PyTorch or numpy call behind your back; write a plain method")
+        in_class = isinstance(self.parent.get(id(node)), ast.ClassDef)
+        if is_dunder(node.name) and not (in_class and node.name in ALLOWED_DUNDER_METHODS):
+            self.refuse(node, f"def {node.name}", "Python, PyTorch or numpy call it behind your "
+                        "back (only construction, printing, containers, comparisons and "
+                        "arithmetic in a class); write a plain method")
 
     def check_string_annotation(self, node: ast.Constant) -> None:
         """A string annotation is code that ``get_type_hints`` (in ``singledispatch``, too)
@@ -341,9 +315,8 @@ def check_source(source: str | bytes, path: str,
 
 def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: B006
                ) -> list[Violation]:
-    """Every rule over one file; ``forbidden``: ``{exercise: names}`` (``{"2.1": ("softmax",)}``),
-    each refused as any attribute or ``from m import name`` but ``active_parts().name``. A link
-    (to the reference?), a FIFO (it would block) or a huge file is one violation, never read."""
+    """Every rule over one file; ``forbidden``: ``{"2.1": ("softmax",)}``. A link (to the
+    reference?), a FIFO (it would block) or a huge file is one violation, never read."""
     path = Path(path)
     try:
         info = path.lstat()
@@ -363,9 +336,8 @@ def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: 
 
 def check_folder(folder: Path, forbidden_by_chapter: Mapping[
         int, Mapping[str, Sequence[str]]] = {}) -> dict[int, list[Violation]]:  # noqa: B006
-    """Every chapter file at the top of ``folder`` (``chNN_*.py``, the only files the worker
-    loads), keyed by chapter, with that chapter's forbidden names; paths read
-    ``exercises/ch02_attention.py``."""
+    """Every chapter file at the top of ``folder`` (``chNN_*.py``, what the worker loads), with
+    its chapter's forbidden names, keyed by chapter; paths read ``exercises/ch02_attention.py``."""
     folder, found = Path(folder), {}
     for path in sorted(folder.glob("ch*.py")):
         if (match := CHAPTER_FILE.match(path.name)) is not None:
