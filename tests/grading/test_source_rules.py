@@ -139,18 +139,25 @@ REFUSED = [
      None, "names starting with `_` are internals"),
     ("dunder attributes: a name set", "def f():\n    pass\n\nf.__name__ = 'exempt'\n", 4, None,
      "double underscores"),
-    ("code from a file: a pickle runs what it names",
+    # Files: what the code writes in the worker's /tmp and loads again would run unread.
+    ("files: a file written", "import numpy as np\nnp.frombuffer(b'import gc', np.uint8)"
+     ".tofile('/tmp/evil.py')\n", 2, None, "writes or loads files"),
+    ("files: a pickle runs what it names",
      "import torch\nw = torch.load('/tmp/w.pt', weights_only=False)\n", 2, None,
-     "loads code from a file"),
-    ("code from a file: a hubconf.py imported unread",
+     "writes or loads files"),
+    ("files: a hubconf.py imported unread",
      "import torch\nm = torch.hub.load('/tmp/d', 'm', source='local')\n", 2, None,
-     "loads code from a file"),
-    ("code from a file: a native library", "import torch\ntorch.ops.load_library('/tmp/x.so')\n",
-     2, None, "loads code from a file"),
-    ("code from a file: PyTorch's compiler", "import torch\nf = torch.compile(print)\n", 2, None,
-     "loads code from a file"),
-    ("raw memory: numpy's unchecked strides",
-     "from numpy.lib.stride_tricks import as_strided\n", 1, None, "`lib`: it reaches raw memory"),
+     "writes or loads files"),
+    ("native code: a library of one's own", "import torch\ntorch.ops.load_library('/tmp/x.so')\n",
+     2, None, "`torch.ops` is not allowed"),
+    ("native code: PyTorch's compiler", "import torch\nf = torch.compile(print)\n", 2, None,
+     "PyTorch's compiler and dispatcher"),
+    ("native code: numpy's unchecked strides",
+     "from numpy.lib.stride_tricks import as_strided\n", 1, None, "`lib`: it reaches native"),
+    ("native code: torch.utils, code from a string in its benchmark", "import torch\nnn = torch\n"
+     "t = nn.utils.benchmark.Timer('import gc').timeit(1)\n", 3, None, "`nn.utils` is not allowed"),
+    ("native code: torch.utils imported", "import torch.utils.benchmark\n", 1, None,
+     "`utils`: it reaches native code"),
     ("match: a class pattern reads a dunder", "match f:\n    case object(__globals__=g):\n"
      "        pass\n", 2, None, "double underscores"),
     # An exercise's forbidden names: PyTorch's causal mask is triu and full, ops an honest
@@ -201,16 +208,12 @@ LEFT_TO_THE_RUNTIME = [
     # test_a_plain_cross_entropy_is_allowed_where_the_smoothing_is_not.
     ("a forbidden keyword", "import torch.nn.functional as F\n"
      "loss = F.cross_entropy(x, y, label_smoothing=0.1)\n"),
-    # The dispatch guard, every fused op (tests/grading/test_grading_security.py, "aten
-    # directly" and "nn.Softmax"; the control of tests/grading/test_attacks.py).
-    ("PyTorch's op table", "import torch\nsm = torch.ops.aten.softmax\n"),
-    # seccomp: tests/grading/test_sandbox.py, test_no_thread_or_process_can_start.
-    ("worker processes", "import torch.utils.data\nloader = torch.utils.data.DataLoader([])\n"),
     # The worker seeds each call: tests/grading/test_grading_security.py, "pin the seed".
     ("the global generator", "import torch\ntorch.manual_seed(0)\n"),
     # Confinement: the learner's own parts whatever is asked (tests/grading/test_sandbox.py,
     # test_the_reference_is_out_of_reach; tests/grading/test_boundary.py).
     ("the parts' other methods", PARTS + "ref = active_parts().reference()\n"),
+    # A name is a string; reading one is harmless.
     ("a class's name", "def f(x):\n    return x.__class__.__name__, f.__qualname__\n"),
 ]
 
@@ -251,6 +254,11 @@ GOOD = [
     ("tensor methods named like a standard module", "import numpy as np\nimport torch\n\n"
      "def f(x, m):\n    return (torch.select(x, 0, 1), x.chunk(2), np.array([1.0]).copy(),\n"
      "            torch.trace(m), x.type(torch.float64))\n"),
+    ("nn.utils: tensor utilities", "import torch\nimport torch.nn as tnn\nfrom torch import nn\n"
+     "from torch.nn.utils.rnn import pad_sequence\nfrom torch.nn import utils\n\n"
+     "def clip(model, rows):\n    nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+     "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+     "    return tnn.utils.rnn.pad_sequence(rows), pad_sequence(rows), utils.rnn\n"),
     ("a dataclass", "from dataclasses import dataclass, field\n\n@dataclass(frozen=True)\n"
      "class Hyp:\n    score: float\n    tokens: list = field(default_factory=list)\n\n"
      "    def __post_init__(self):\n        pass\n"),

@@ -1,22 +1,17 @@
 """What an exercise file may name, checked by reading it before any of it is imported.
 
 Only what no layer that watches code run can hold: **imports** (``IMPORTABLE``; from the
-course ``active_parts`` and ``Batch`` only), since any other module reaches the worker's own
+course ``active_parts`` and ``Batch`` only), as any other module reaches the worker's own
 objects (``gc``, ``sys``, ``ctypes``); **names that turn strings into code or names**
-(``eval``, ``getattr``, ``vars``; dunder names and attributes such as ``f.__globals__``;
-frames; modules that libraries hand out, ``torch.sys``; ``get_type_hints``,
-``update_wrapper``, ``deepcopy``'s memo; code in a string annotation; special methods run
-behind the learner's back, ``__torch_function__``, ``__array_interface__``, a metaclass);
-the libraries' **private names** (``torch._C``, ``x._version``; others on ``self`` and
-``cls`` only); **code loaded from a file** the code wrote in ``/tmp`` (``torch.load``'s
-pickle, ``torch.hub``, ``load_library``, ``torch.compile``) and numpy's unchecked raw memory;
-**an exercise's forbidden names** (the graded tests' ``FORBIDDEN``), at their line: the only
-layer for what the dispatch guard cannot tell from an honest answer (4.2's PyTorch mask).
-
-The runtime refuses the rest (``book/instructor.md``): forbidden ops (the dispatch guard,
-``worker/allowed_ops.py``); files, processes, threads, the network (the bubblewrap boundary,
-seccomp); the random state (seeded before each call); the reference (the worker's
-``Confinement`` serves the learner's own parts whatever a file asks for).
+(``eval``, ``getattr``; dunders such as ``f.__globals__``; frames; modules that libraries
+hand out, ``torch.sys``; ``get_type_hints``, ``update_wrapper``, ``deepcopy``'s memo; code
+in a string annotation; special methods run behind the learner's back, a metaclass); the
+libraries' **private names** (``torch._C``; others on ``self`` and ``cls`` only); **files**
+(one the code wrote in ``/tmp`` and loaded, a pickle or a library, would run unread),
+**native code** and PyTorch's compiler; **an exercise's forbidden names** (``FORBIDDEN``),
+the only layer for what the dispatch guard cannot tell from an honest answer (4.2's mask).
+Left to the runtime (``book/instructor.md``): a forbidden keyword (the dispatch guard), the
+random state (seeded every call), the parts' other ways to a chapter (``Confinement``).
 """
 from __future__ import annotations
 
@@ -46,10 +41,18 @@ DYNAMIC_BUILTINS = {
     "reaches files or raw memory; an exercise computes with tensors only": "open memoryview",
 }
 BANNED_ATTRIBUTES = {
-    "loads code from a file (one your code wrote too)": "load loads load_url hub model_zoo "
-        "package load_library cpp_extension serialization jit compile compiler export fx",
-    "reaches raw memory (numpy's strides and pointers are not checked)": "lib stride_tricks "
-        "ctypeslib",
+    # A file the code wrote in the worker's /tmp and loaded (a pickle, a hubconf.py, a library)
+    # would run unread; what a library reaches below Python is out of every layer's sight.
+    "writes or loads files (one your code wrote would run unchecked)": "load loads save "
+        "from_file fromfile tofile savez savez_compressed savetxt loadtxt genfromtxt fromregex "
+        "memmap open_memmap DataSource dump dumps serialization hub model_zoo load_url package "
+        "load_library onnx profiler gds dill",
+    "reaches native code, raw memory, processes, or PyTorch's compiler and dispatcher": (
+        "distributed parallel DataParallel cpp_extension utils library classes ctypeslib f2py "
+        "testing jiterator share_memory share_memory_ lib stride_tricks ops jit compile "
+        "compiler fx export overrides register_dispatch_key backends ao quantization "
+        "handle_torch_function has_torch_function has_torch_function_unary "
+        "has_torch_function_variadic as_subclass"),
     "reaches the interpreter's frames": "gi_frame gi_code gi_yieldfrom cr_frame cr_code "
         "cr_await ag_frame ag_code ag_await f_back f_globals f_locals f_builtins f_code "
         "f_trace tb_frame tb_next co_code co_consts co_names",
@@ -58,7 +61,7 @@ BANNED_ATTRIBUTES = {
         "dispatch_table",
     # Modules PyTorch holds under other names: pickles (reduction), eval (sympy), processes.
     "is a module PyTorch hands out beside its own": "stdlib_re mp python_multiprocessing "
-        "reduction reducer typing_extensions sympy mpmath jinja2 networkx dill",
+        "reduction reducer typing_extensions sympy mpmath jinja2 networkx",
 }
 BANNED = {n: why for why, names in BANNED_ATTRIBUTES.items() for n in names.split()}
 BUILTIN_BANS = {n: why for why, names in DYNAMIC_BUILTINS.items() for n in names.split()}
@@ -92,9 +95,10 @@ def is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
-def attribute_problem(name: str) -> str | None:
-    """Why an attribute (or imported) name is refused whatever it is read on, or None."""
-    if name in BANNED:
+def attribute_problem(name: str, parent: str | None = None) -> str | None:
+    """Why an attribute (or imported) name is refused, whatever it is read on but ``nn.utils``
+    (``parent``: the module it is read on, when known for sure), or None."""
+    if name in BANNED and (name, parent) != ("utils", "torch.nn"):
         return f"it {BANNED[name]}"
     if is_dunder(name):
         return "names with double underscores reach the interpreter's internals"
@@ -138,7 +142,11 @@ class Checker:
         self.nodes = list(ast.walk(tree))
         self.parent = {id(c): n for n in self.nodes for c in ast.iter_child_nodes(n)}
         self.forbidden = forbidden  # a keyword's name (``label_smoothing=``) matches nothing
-        self.parts_names = self._parts_names()
+        self.bound = self._bindings()
+        self.course_parts = self._names_module(ast.Name("active_parts"),
+                                               "annotated_transformer.parts.active_parts")
+        self.parts_names = {name for name, values in self.bound.items() if self.course_parts
+                            and all(self._is_parts_call(v) for v in values)}
         roots = [n.annotation for n in self.nodes if isinstance(n, (ast.arg, ast.AnnAssign))] + [
             n.returns for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         self.annotations = {id(inner) for root in roots if root for inner in ast.walk(root)}
@@ -152,24 +160,35 @@ class Checker:
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "active_parts" and not node.args and not node.keywords)
 
-    def _parts_names(self) -> set[str]:
-        """Names bound only by ``name = active_parts()``, ``active_parts`` only the course's."""
-        direct = {id(t): t.id for n in self.nodes if isinstance(n, ast.Assign)
-                  and self._is_parts_call(n.value) for t in n.targets if isinstance(t, ast.Name)}
-        other = {n.id for n in self.nodes if isinstance(n, ast.Name)
-                 and not isinstance(n.ctx, ast.Load) and id(n) not in direct}
+    def _bindings(self) -> dict[str, list]:
+        """Each name's bindings: the value of ``name = value``, what an import binds it to
+        (``from torch import nn``: "torch.nn"; ``import torch.nn``: "torch"), or None."""
+        bound: dict[str, list] = {}
         binders = (ast.arg, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler,
                    ast.MatchAs, ast.MatchStar, ast.MatchMapping)
-        other |= {getattr(n, "arg", None) or getattr(n, "name", None) or getattr(n, "rest", None)
-                  for n in self.nodes if isinstance(n, binders)}
-        other |= {name for n in self.nodes if isinstance(n, (ast.Global, ast.Nonlocal))
-                  for name in n.names}
-        other |= {(a.asname or a.name).split(".")[0] for n in self.nodes
-                  if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
-                  if (getattr(n, "module", None), a.name, a.asname)
-                  != ("annotated_transformer.parts", "active_parts", None)}
-        self.course_parts = "active_parts" not in other
-        return set(direct.values()) - other if self.course_parts else set()
+        for n in self.nodes:
+            parent = self.parent.get(id(n))
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                plain = isinstance(parent, ast.Assign) and n in parent.targets
+                bound.setdefault(n.id, []).append(parent.value if plain else None)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                for a in n.names:
+                    to = (f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name
+                          if a.asname else a.name.split(".")[0])
+                    bound.setdefault((a.asname or a.name).split(".")[0], []).append(to)
+            elif isinstance(n, binders) and (name := getattr(n, "arg", None) or getattr(
+                    n, "name", None) or getattr(n, "rest", None)):
+                bound.setdefault(name, []).append(None)
+        return bound
+
+    def _names_module(self, node: ast.AST, module: str) -> bool:
+        """Whether ``node`` is that module for sure: a name bound only by importing it
+        (``from torch import nn``), or an attribute chain of one (``torch.nn``)."""
+        if isinstance(node, ast.Attribute):
+            above, _, last = module.rpartition(".")
+            return node.attr == last and bool(above) and self._names_module(node.value, above)
+        values = self.bound.get(getattr(node, "id", None), [])
+        return bool(values) and all(v == module for v in values)
 
     def run(self) -> list[Violation]:
         for node in self.nodes:
@@ -199,16 +218,17 @@ class Checker:
     def check_import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.ImportFrom) and node.level:
             return self.refuse(node, "from . import ...", f"import only {ALLOWED_IMPORTS}")
-        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-        for module in modules:
+        imported = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        for module in imported:
             root, *parts = module.split(".")
             if module in IMPORTABLE or (isinstance(node, ast.ImportFrom) and module in FROM_ONLY):
                 continue
             if root not in ("torch", "numpy") or not parts:
                 return self.refuse(node, f"import {module}", f"import only {ALLOWED_IMPORTS}")
-            for part in parts:
-                if part.startswith("_") or attribute_problem(part):
-                    why = attribute_problem(part) or "its name starts with `_` (an internal)"
+            for at, part in enumerate(parts):
+                why = attribute_problem(part, ".".join([root, *parts[:at]]))
+                if why or part.startswith("_"):
+                    why = why or "its name starts with `_` (an internal)"
                     return self.refuse(node, f"import {module}", f"`{part}`: {why}")
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
@@ -219,7 +239,7 @@ class Checker:
                 elif alias.name in ONE_ARGUMENT_ONLY and alias.asname not in (None, alias.name):
                     self.refuse(node, code + f" as {alias.asname}", "import it by its own name")
                 else:
-                    self.check_attribute(node, alias.name, None, code)
+                    self.check_attribute(node, alias.name, None, code, node.module)
 
     def check_name(self, node: ast.Name) -> None:
         name, parent = node.id, self.parent.get(id(node))
@@ -235,14 +255,17 @@ class Checker:
         elif name in ONE_ARGUMENT_ONLY and isinstance(node.ctx, ast.Load):
             self.check_one_argument(node, name)
 
-    def check_attribute(self, node: ast.AST, name: str, base: ast.AST | None, code: str) -> None:
+    def check_attribute(self, node: ast.AST, name: str, base: ast.AST | None, code: str,
+                        parent: str | None = None) -> None:
         if is_dunder(name):
-            if not self._dunder_allowed(node, name, base):
+            if not self._dunder_allowed(node, name):
                 self.refuse(node, code, "attributes with double underscores reach the "
                             "interpreter's internals (only `super().__init__(...)` and "
                             "`self.__class__.__name__`)")
             return
-        problem = attribute_problem(name)  # ``self._x`` (or ``cls._x``): the learner's own
+        if base is not None and self._names_module(base, "torch.nn"):
+            parent = "torch.nn"
+        problem = attribute_problem(name, parent)  # ``self._x``, ``cls._x``: the learner's own
         if problem is None and name.startswith("_") and not (
                 isinstance(base, ast.Name) and base.id in ("self", "cls")):
             problem = "names starting with `_` are internals; use public functions (or `self._x`)"
@@ -257,15 +280,12 @@ class Checker:
                 self.refuse(node, code, f"exercise {exercise} asks you to write {name} yourself; "
                             f"call your own or `active_parts().{name}`", exercise)
 
-    def _dunder_allowed(self, node: ast.AST, name: str, base: ast.AST | None) -> bool:
-        """``x.__init__(...)`` called, and a name: ``f.__name__``, ``x.__class__.__name__``."""
-        parent = self.parent.get(id(node))
-        if isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
-            return False
-        if name == "__class__":
-            return isinstance(parent, ast.Attribute) and parent.attr in ("__name__", "__qualname__")
-        return name in ("__name__", "__qualname__") or name == "__init__" and isinstance(
-            parent, ast.Call) and parent.func is node
+    def _dunder_allowed(self, node: ast.AST, name: str) -> bool:
+        """``x.__init__(...)`` called; a name read: ``f.__name__``, ``x.__class__.__name__``."""
+        parent, names = self.parent.get(id(node)), ("__name__", "__qualname__")
+        return not isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)) and (
+            name in names or name == "__class__" and getattr(parent, "attr", None) in names
+            or name == "__init__" and isinstance(parent, ast.Call) and parent.func is node)
 
     def check_one_argument(self, node: ast.AST, name: str) -> None:
         call = self.parent.get(id(node))
