@@ -110,8 +110,9 @@ CHEATS = {
     "exit the grader": (with_softmax("os._exit(0)", header="import os\n"), "forbidden", "os"),
     "pytest.exit": (with_softmax('pytest.exit("done")', header="import pytest\n"), "forbidden",
                     "pytest"),
-    "pin the seed": (with_softmax("torch.manual_seed(0)\nreturn x"), "forbidden",
-                     "manual_seed"),
+    # The worker seeds its generator before each call (runspec.stream_seed): a seed pinned
+    # by the learner decides nothing the tests draw.
+    "pin the seed": (with_softmax("torch.manual_seed(0)\nreturn x"), "failed", "softmax"),
     "a file written and read back": (with_softmax(
         'return torch.load("answers.pt")'), "forbidden", "load"),
     # The guard's own exemption, found among the collector's objects and entered for good:

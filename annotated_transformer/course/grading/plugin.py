@@ -314,7 +314,7 @@ def _violations(parts: Source) -> Mapping[int, list]:
 
 def _blocked(parts: Source) -> Mapping[int, Violation]:
     """Chapter files that break a rule for every exercise, each with its first violation
-    (a :class:`~.source_rules.base.Violation`): never imported in the worker."""
+    (a :class:`~.source_rules.Violation`): never imported in the worker."""
     general = {c: [v for v in found if v.exercise is None]
                for c, found in _violations(parts).items()}
     return {c: found[0] for c, found in general.items() if found}
