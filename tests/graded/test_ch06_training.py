@@ -55,7 +55,6 @@ BUILDS_ON = {"6.3": ("4.1", "4.3"), "6.4": ("4.2",),
                      "6.3", "6.4", "6.5")}
 # Graded by a whole-course test rather than one solution region (see test_grading.py).
 INTEGRATION = {"6.6"}
-FORBIDDEN = {"6.2": ("label_smoothing=",)}
 # While the 6.2 loss runs: elementary ops only (an allow-list, grading/worker/allowed_ops.py), with
 # log_softmax, logsumexp and PyTorch's plain cross-entropy ("+": allowed too), and never
 # F.cross_entropy given a label smoothing, by keyword, by position or through a module.

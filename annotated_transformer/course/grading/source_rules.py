@@ -141,7 +141,7 @@ class Checker:
         self.path, self.found = path, []
         self.nodes = list(ast.walk(tree))
         self.parent = {id(c): n for n in self.nodes for c in ast.iter_child_nodes(n)}
-        self.forbidden = forbidden  # a keyword's name (``label_smoothing=``) matches nothing
+        self.forbidden = forbidden
         self.bound = self._bindings()
         self.course_parts = self._names_module(ast.Name("active_parts"),
                                                "annotated_transformer.parts.active_parts")

@@ -52,7 +52,7 @@ from annotated_transformer.course.grading.protocol import (
 from annotated_transformer.course.grading.worker import allowed_ops, calls, standins, switches
 from annotated_transformer.sources import VARIANT
 
-# Modules an exercise file may import (grading/source_rules/rules.py), and what probes use.
+# Modules an exercise file may import (grading/source_rules.py), and what probes use.
 PRELOADED = ("math", "typing", "collections.abc", "dataclasses", "functools", "itertools",
              "numbers", "numpy", "torch.nn.functional", "torch.autograd.functional",
              "annotated_transformer.batch", "annotated_transformer.model",
