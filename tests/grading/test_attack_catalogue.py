@@ -307,7 +307,8 @@ def test_a_grader_killed_from_outside_leaves_no_graded_tests_running(how):
               "engine.bounded_run([sys.executable, '-c', 'import time; time.sleep(600)'], "
               "dict(os.environ))")
     if how == "a regrade worker":  # the worker's parent, regrade, is what is killed
-        worker = checks.replace("engine.bounded_run", "engine.die_with_parent(); engine.bounded_run")
+        worker = checks.replace("engine.bounded_run",
+                                "engine.die_with_parent(); engine.bounded_run")
         checks = ("import subprocess, sys, time; "
                   f"subprocess.Popen([sys.executable, '-c', {worker!r}]); time.sleep(600)")
     killed = subprocess.Popen([sys.executable, "-c", checks])
