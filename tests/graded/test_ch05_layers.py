@@ -1297,7 +1297,7 @@ def contract_case(exercise):
         weights = (layer_weights(["self_attn"], 2) if exercise == "5.4"
                    else stack_weights(["self_attn"], 2, norm_first=True))
         run = replay_layer if exercise == "5.4" else replay_stack
-        return (weights, {"x": memory}, [source], None,
+        return (weights, {"x": torch.randn(2, 5, 16, dtype=f64)}, [source], None,
                 lambda w, i: run(i["x"], w, "", self_mask=source, **replay))
     if exercise in ("5.5", "5.7"):
         weights = (layer_weights(["self_attn", "cross_attn"], 3) if exercise == "5.5"
@@ -1328,7 +1328,7 @@ CONTRACT_CALLS = {"5.2": "PositionwiseFeedForward(8, 32)(x)",
                   "5.8": "EncoderDecoder(11, 11, 16, 4, 32, 2, norm_first=True, "
                          "tie_embeddings=False)(src, tgt, src_mask, tgt_mask)"}
 # Mistakes of these contracts that a variant makes: the device's is named by PyTorch's words
-# for a clash (mistakes.run_naming), the others by their signature (:func:`named_gradient`).
+# for a clash (mistakes.run_naming), the others by their signature (:func:`gradient_mistake`).
 DEVICE_MISTAKES = {"5.2": "5.2/device-not-kept", "5.4": "5.4/device-not-kept",
                    "5.6": "5.6/device-not-kept", "5.8": "5.8/device-not-kept"}
 
@@ -1367,7 +1367,7 @@ def check_contract(learner, exercise, dtype):
     output = assert_tensor(result["output"], what, shape=expected.shape)
     right = torch.allclose(output.double(), expected.detach(), **tolerance)
     assert output.dtype == dtype, (
-        named(f"{exercise}/dtype-changed", dtype=dtype, got=output.dtype)
+        named("5.8/dtype-changed", dtype=dtype, got=output.dtype)
         if right and exercise == "5.8" else
         f"{what} (its weights and inputs in {dtype}) gives {output.dtype}, not {dtype}. "
         f"{KEEP_DTYPE}")
