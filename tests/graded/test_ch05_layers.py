@@ -1204,17 +1204,17 @@ def contract_module(impl, exercise):
                                tie_embeddings=False, max_len=MAX_LEN)
 
 
-def contract_run(impl, exercise, state, inputs, masks, upstream, sublayer=None):
+def contract_run(impl, exercise, state, inputs, masks, upstream, sublayer=None, on_meta=True):
     """``exercise``'s module (:func:`contract_module`) in the dtype of ``upstream``, with the
     grader's weights ``state`` (loaded when the names and shapes are the contract's), called
     as the package calls it on ``inputs`` (``{name: tensor}``, in order; the float ones made
     leaves that require grad) then ``masks`` (a list, None for a mask not given); 5.3's
     ``sublayer``, the grader's nn.Linear weights. Its output, the gradients of
     ``(output * upstream).sum()`` for the float inputs and every parameter (None for one
-    the output does not reach), and the output's device on the "meta" device, with no masks
-    given (where the code under test makes any tensor of its own; PyTorch computes on the
-    meta device in Python, slowly: once). For a size mismatch, its message (the tests of
-    the values tell what it means)."""
+    the output does not reach), and (``on_meta``) the output's device on the "meta" device,
+    with no masks given (where the code under test makes any tensor of its own; PyTorch
+    computes on the meta device in Python, slowly: once). For a size mismatch, its message
+    (the tests of the values tell what it means)."""
     dtype = upstream.dtype
     module = contract_module(impl, exercise).double().to(dtype)
     names = load_trusted(module, state)
@@ -1245,13 +1245,15 @@ def contract_run(impl, exercise, state, inputs, masks, upstream, sublayer=None):
                 and output.shape == upstream.shape)  # a wrong shape is the grader's to tell
     grads = (torch.autograd.grad((output * upstream).sum(), list(parameters.values()),
                                  allow_unused=True) if on_graph else [None] * len(parameters))
-    for part in (module, *extra):
-        part.to("meta")
-    moved = call([value.to("meta") for value in inputs.values()], [None] * len(masks))
-    return {"names": names, "output": sent(output),
-            "grads": {name: None if g is None else g.detach()
-                      for name, g in zip(parameters, grads, strict=True)},
-            "device": moved.device.type if isinstance(moved, torch.Tensor) else None}
+    result = {"names": names, "output": sent(output),
+              "grads": {name: None if g is None else g.detach()
+                        for name, g in zip(parameters, grads, strict=True)}}
+    if on_meta:
+        for part in (module, *extra):
+            part.to("meta")
+        moved = call([value.to("meta") for value in inputs.values()], [None] * len(masks))
+        result["device"] = moved.device.type if isinstance(moved, torch.Tensor) else None
+    return result
 
 
 def sent(value):
@@ -1295,7 +1297,7 @@ def contract_case(exercise):
         weights = (layer_weights(["self_attn"], 2) if exercise == "5.4"
                    else stack_weights(["self_attn"], 2, norm_first=True))
         run = replay_layer if exercise == "5.4" else replay_stack
-        return (weights, {"x": memory}, [source], None,
+        return (weights, {"x": torch.randn(2, 5, 16, dtype=f64)}, [source], None,
                 lambda w, i: run(i["x"], w, "", self_mask=source, **replay))
     if exercise in ("5.5", "5.7"):
         weights = (layer_weights(["self_attn", "cross_attn"], 3) if exercise == "5.5"
@@ -1326,7 +1328,7 @@ CONTRACT_CALLS = {"5.2": "PositionwiseFeedForward(8, 32)(x)",
                   "5.8": "EncoderDecoder(11, 11, 16, 4, 32, 2, norm_first=True, "
                          "tie_embeddings=False)(src, tgt, src_mask, tgt_mask)"}
 # Mistakes of these contracts that a variant makes: the device's is named by PyTorch's words
-# for a clash (mistakes.run_naming), the others by their signature (:func:`named_gradient`).
+# for a clash (mistakes.run_naming), the others by their signature (:func:`gradient_mistake`).
 DEVICE_MISTAKES = {"5.2": "5.2/device-not-kept", "5.4": "5.4/device-not-kept",
                    "5.6": "5.6/device-not-kept", "5.8": "5.8/device-not-kept"}
 
@@ -1334,7 +1336,8 @@ DEVICE_MISTAKES = {"5.2": "5.2/device-not-kept", "5.4": "5.4/device-not-kept",
 def check_contract(learner, exercise, dtype):
     """``exercise``'s module in ``dtype``: its output keeps the dtype and is right, its
     gradients (inputs and every parameter) are autograd's of the reference in float64, and
-    on the meta device its output is there."""
+    (float32, the dtype a model trains in: once is enough) on the meta device its output is
+    there."""
     state, inputs, masks, sublayer, reference = contract_case(exercise)
     weights = {name: value.clone().requires_grad_(not name.endswith(".pe"))
                for name, value in {**state, **{f"sublayer.{n}": v for n, v in
@@ -1347,7 +1350,8 @@ def check_contract(learner, exercise, dtype):
                  "inputs": {n: v.to(dtype) if v.is_floating_point() else v
                             for n, v in inputs.items()},
                  "masks": masks, "upstream": upstream.to(dtype),
-                 "sublayer": sublayer and {n: v.to(dtype) for n, v in sublayer.items()}}
+                 "sublayer": sublayer and {n: v.to(dtype) for n, v in sublayer.items()},
+                 "on_meta": dtype == torch.float32}
     if exercise in DEVICE_MISTAKES:
         result = run_naming(learner, contract_run, DEVICE_CLASH, DEVICE_MISTAKES[exercise],
                             **arguments)
@@ -1363,7 +1367,7 @@ def check_contract(learner, exercise, dtype):
     output = assert_tensor(result["output"], what, shape=expected.shape)
     right = torch.allclose(output.double(), expected.detach(), **tolerance)
     assert output.dtype == dtype, (
-        named(f"{exercise}/dtype-changed", dtype=dtype, got=output.dtype)
+        named("5.8/dtype-changed", dtype=dtype, got=output.dtype)
         if right and exercise == "5.8" else
         f"{what} (its weights and inputs in {dtype}) gives {output.dtype}, not {dtype}. "
         f"{KEEP_DTYPE}")
@@ -1382,7 +1386,7 @@ def check_contract(learner, exercise, dtype):
             f"NumPy or torch.no_grad() on the way)?")
         assert_close(got, want, f"the gradient of {what} with respect to {name}",
                      hint=named(mistake) if mistake else "", **tolerance)
-    assert result["device"] == "meta", (
+    assert dtype != torch.float32 or result["device"] == "meta", (
         f"{call} moved to the meta device (a stand-in for a GPU), with its inputs there"
         + (" and no masks," if masks else "") + f" gives its output on {result['device']}: "
         f"make every new tensor on the inputs' device (device=x.device, torch.zeros_like(x)), "
