@@ -138,7 +138,7 @@ class Checker:
     """Reads one parsed file and collects its violations."""
 
     def __init__(self, tree: ast.Module, path: str, forbidden: Mapping[str, Sequence[str]]):
-        self.path, self.found = path, []
+        self.path, self.found = path, list[Violation]()
         self.nodes = list(ast.walk(tree))
         self.parent = {id(c): n for n in self.nodes for c in ast.iter_child_nodes(n)}
         self.forbidden = forbidden
@@ -156,7 +156,7 @@ class Checker:
             f"`{code}` is not allowed in an exercise file: {why}")))
 
     @staticmethod
-    def _is_parts_call(node: ast.AST) -> bool:
+    def _is_parts_call(node: ast.AST | None) -> bool:
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "active_parts" and not node.args and not node.keywords)
 
@@ -169,8 +169,8 @@ class Checker:
         for n in self.nodes:
             parent = self.parent.get(id(n))
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-                plain = isinstance(parent, ast.Assign) and n in parent.targets
-                bound.setdefault(n.id, []).append(parent.value if plain else None)
+                bound.setdefault(n.id, []).append(parent.value if isinstance(
+                    parent, ast.Assign) and n in parent.targets else None)
             elif isinstance(n, (ast.Import, ast.ImportFrom)):
                 for a in n.names:
                     to = (f"{n.module}.{a.name}" if isinstance(n, ast.ImportFrom) else a.name
@@ -187,7 +187,7 @@ class Checker:
         if isinstance(node, ast.Attribute):
             above, _, last = module.rpartition(".")
             return node.attr == last and bool(above) and self._names_module(node.value, above)
-        values = self.bound.get(getattr(node, "id", None), [])
+        values = self.bound.get(getattr(node, "id", ""), [])
         return bool(values) and all(v == module for v in values)
 
     def run(self) -> list[Violation]:
@@ -206,7 +206,8 @@ class Checker:
             elif isinstance(node, ast.MatchClass):
                 for name in node.kwd_attrs:
                     self.check_attribute(node, name, None, f"case {snippet(node.cls)}({name}=...)")
-            elif id(node) in self.annotations and isinstance(getattr(node, "value", 0), str):
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(
+                    node) in self.annotations:
                 self.check_string_annotation(node)
         found = sorted(set(self.found), key=lambda v: (v.line, v.exercise or "", v.message))
         if len(found) > MAX_VIOLATIONS:
@@ -218,7 +219,8 @@ class Checker:
     def check_import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.ImportFrom) and node.level:
             return self.refuse(node, "from . import ...", f"import only {ALLOWED_IMPORTS}")
-        imported = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""])  # a relative import was refused above
         for module in imported:
             root, *parts = module.split(".")
             if module in IMPORTABLE or (isinstance(node, ast.ImportFrom) and module in FROM_ONLY):
@@ -233,7 +235,7 @@ class Checker:
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 code = f"from {node.module} import {alias.name}"
-                allowed = FROM_ONLY.get(node.module)
+                allowed = FROM_ONLY.get(node.module or "")
                 if alias.name == "*" or (allowed is not None and alias.name not in allowed):
                     self.refuse(node, code, f"import only {ALLOWED_IMPORTS}, by name")
                 elif alias.name in ONE_ARGUMENT_ONLY and alias.asname not in (None, alias.name):
