@@ -39,7 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone: a slow test that CI runs with no other beside it: it loads the "
         "machine on purpose, starts parallel work of its own, measures speed or waits on a "
-        "browser (.ci/run runs every slow test one at a time)")
+        "browser (.ci/run runs the other slow tests two at a time)")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
