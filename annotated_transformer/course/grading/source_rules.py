@@ -1,17 +1,10 @@
-"""What an exercise file may name, checked by reading it before any of it is imported.
-
-Only what no layer that watches code run can hold: **imports** (``IMPORTABLE``; from the
-course ``active_parts`` and ``Batch`` only), as any other module reaches the worker's own
-objects (``gc``, ``sys``, ``ctypes``); **names that turn strings into code or names**
-(``eval``, ``getattr``; dunders such as ``f.__globals__``; frames; modules that libraries
-hand out, ``torch.sys``; ``get_type_hints``, ``update_wrapper``, ``deepcopy``'s memo; code
-in a string annotation; special methods run behind the learner's back, a metaclass); the
-libraries' **private names** (``torch._C``; others on ``self`` and ``cls`` only); **files**
-(one the code wrote in ``/tmp`` and loaded, a pickle or a library, would run unread),
-**native code** and PyTorch's compiler; **an exercise's forbidden names** (``FORBIDDEN``),
-the only layer for what the dispatch guard cannot tell from an honest answer (4.2's mask).
-Left to the runtime (``book/instructor.md``): a forbidden keyword (the dispatch guard), the
-random state (seeded every call), the parts' other ways to a chapter (``Confinement``).
+"""What an exercise file may name, read before any of it is imported: only what no layer that
+watches code run can hold. **Imports** (``IMPORTABLE``, ``active_parts``, ``Batch``): any other
+module reaches the worker's own objects (``gc``, ``sys``, ``ctypes``). **Names that turn strings
+into code or names** (``eval``, ``getattr``, dunders, frames, a string annotation, a metaclass,
+special methods run behind the learner's back). Libraries' **private names**, **files**, **native
+code** and the compiler. **An exercise's forbidden names** (``FORBIDDEN``): what the guard
+cannot tell from an honest answer (4.2's mask). The rest is the runtime's (book/instructor.md).
 """
 from __future__ import annotations
 
@@ -26,14 +19,14 @@ from pathlib import Path
 
 from annotated_transformer.layout import CHAPTER_FILE
 
-IMPORTABLE = frozenset({
+IMPORTABLE = frozenset(_IMPORTS := (
     "torch", "torch.nn", "torch.nn.functional", "numpy", "math", "typing", "collections.abc",
     "dataclasses", "functools", "itertools", "numbers", "copy",  # copy: clones of a layer
-})
+))
 FROM_ONLY = {"__future__": {"annotations"}, "annotated_transformer.parts": {"active_parts"},
              "annotated_transformer.batch": {"Batch"}}
-ALLOWED_IMPORTS = ("torch, numpy, math, typing, collections.abc, dataclasses, functools, "
-                   "itertools, numbers, copy, active_parts, Batch")
+ALLOWED_IMPORTS = ", ".join([*(m for m in _IMPORTS if not m.startswith("torch.")),
+                             "active_parts", "Batch"])
 DYNAMIC_BUILTINS = {
     "runs or builds code from a string; write the code itself": "eval exec compile breakpoint",
     "looks names up by strings; write the attribute (x.name) or `self.name = value`":
@@ -41,8 +34,6 @@ DYNAMIC_BUILTINS = {
     "reaches files or raw memory; an exercise computes with tensors only": "open memoryview",
 }
 BANNED_ATTRIBUTES = {
-    # A file the code wrote in the worker's /tmp and loaded (a pickle, a hubconf.py, a library)
-    # would run unread; what a library reaches below Python is out of every layer's sight.
     "writes or loads files (one your code wrote would run unchecked)": "load loads save "
         "from_file fromfile tofile savez savez_compressed savetxt loadtxt genfromtxt fromregex "
         "memmap open_memmap DataSource dump dumps serialization hub model_zoo load_url package "
@@ -59,7 +50,6 @@ BANNED_ATTRIBUTES = {
     "looks names up or sets attributes by strings": "get_type_hints ForwardRef make_dataclass "
         "attrgetter methodcaller update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES "
         "dispatch_table",
-    # Modules PyTorch holds under other names: pickles (reduction), eval (sympy), processes.
     "is a module PyTorch hands out beside its own": "stdlib_re mp python_multiprocessing "
         "reduction reducer typing_extensions sympy mpmath jinja2 networkx",
 }
@@ -96,12 +86,9 @@ def is_dunder(name: str) -> bool:
 
 
 def attribute_problem(name: str, parent: str | None = None) -> str | None:
-    """Why an attribute (or imported) name is refused, whatever it is read on but ``nn.utils``
-    (``parent``: the module it is read on, when known for sure), or None."""
+    """Why an attribute or imported name is refused (``parent``: its module, if sure), or None."""
     if name in BANNED and (name, parent) != ("utils", "torch.nn"):
         return f"it {BANNED[name]}"
-    if is_dunder(name):
-        return "names with double underscores reach the interpreter's internals"
     if name in library_private_names():
         return f"`{name}` is an internal of PyTorch's, numpy's or Python's (it starts with `_`)"
     if name in STDLIB_MODULES:
@@ -112,16 +99,16 @@ def attribute_problem(name: str, parent: str | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class Violation:
-    """One thing a learner's file may not do, at one line."""
+    """One thing a learner's file may not do, at one line (``exercise``: a forbidden name's;
+    ``unreadable``: the file is not Python at all)."""
 
-    path: str  # the file's path as given (check_file) or from the folder's name (check_folder)
+    path: str
     line: int
-    exercise: str | None  # "2.1" for a forbidden name of that exercise, else None
-    message: str  # one line: what is not allowed and what to do instead
-    unreadable: bool = False  # the file cannot be read as Python at all (the learner's error)
+    exercise: str | None
+    message: str
+    unreadable: bool = False
 
-    def told(self) -> str:
-        """What the learner reads: ``file, line N: message``."""
+    def told(self) -> str:  # what the learner reads
         return f"{Path(self.path).name}, line {self.line}: {self.message}"
 
 
@@ -157,12 +144,10 @@ class Checker:
 
     @staticmethod
     def _is_parts_call(node: ast.AST | None) -> bool:
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "active_parts" and not node.args and not node.keywords)
+        return isinstance(node, ast.Call) and ast.unparse(node) == "active_parts()"
 
     def _bindings(self) -> dict[str, list]:
-        """Each name's bindings: the value of ``name = value``, what an import binds it to
-        (``from torch import nn``: "torch.nn"; ``import torch.nn``: "torch"), or None."""
+        """Each name's bindings: an assigned value, what an import binds, or None."""
         bound: dict[str, list] = {}
         binders = (ast.arg, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler,
                    ast.MatchAs, ast.MatchStar, ast.MatchMapping)
@@ -182,8 +167,8 @@ class Checker:
         return bound
 
     def _names_module(self, node: ast.AST, module: str) -> bool:
-        """Whether ``node`` is that module for sure: a name bound only by importing it
-        (``from torch import nn``), or an attribute chain of one (``torch.nn``)."""
+        """Whether ``node`` is that module for sure: a name bound only by importing it, or
+        an attribute chain of one."""
         if isinstance(node, ast.Attribute):
             above, _, last = module.rpartition(".")
             return node.attr == last and bool(above) and self._names_module(node.value, above)
@@ -282,8 +267,7 @@ class Checker:
                 self.refuse(node, code, f"exercise {exercise} asks you to write {name} yourself; "
                             f"call your own or `active_parts().{name}`", exercise)
 
-    def _dunder_allowed(self, node: ast.AST, name: str) -> bool:
-        """``x.__init__(...)`` called; a name read: ``f.__name__``, ``x.__class__.__name__``."""
+    def _dunder_allowed(self, node: ast.AST, name: str) -> bool:  # x.__class__.__name__
         parent, names = self.parent.get(id(node)), ("__name__", "__qualname__")
         return not isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)) and (
             name in names or name == "__class__" and getattr(parent, "attr", None) in names
@@ -313,9 +297,8 @@ class Checker:
         if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr)) for n in ast.walk(inner)):
             return self.refuse(node, one_line(repr(node.value), 40), "an annotation names "
                                "types only")
-        inner_checker = Checker(ast.Module([ast.Expr(inner.body)], []), self.path, {})
-        for found in inner_checker.run():
-            self.found.append(replace(found, line=node.lineno))
+        self.found += [replace(found, line=node.lineno) for found in Checker(
+            ast.Module([ast.Expr(inner.body)], []), self.path, {}).run()]
 
 
 def check_source(source: str | bytes, path: str,
@@ -341,19 +324,16 @@ def check_file(path: Path, forbidden: Mapping[str, Sequence[str]] = {}  # noqa: 
     reference?), a FIFO (it would block) or a huge file is one violation, never read."""
     path = Path(path)
     try:
-        info = path.lstat()
+        mode, size = (info := path.lstat()).st_mode, info.st_size
         why = (f"{path.name} is a symbolic link; put the file itself in the folder"
-               if stat.S_ISLNK(info.st_mode) else f"{path.name} is not a regular file"
-               if not stat.S_ISREG(info.st_mode) else
-               f"{path.name} has {info.st_size:,} bytes; an exercise file must be under "
-               f"{MAX_SOURCE_BYTES:,}" if info.st_size > MAX_SOURCE_BYTES else None)
-        data = path.read_bytes() if why is None else b""
+               if stat.S_ISLNK(mode) else f"{path.name} is not a regular file"
+               if not stat.S_ISREG(mode) else f"{path.name} has {size:,} bytes; an exercise file "
+               f"must be under {MAX_SOURCE_BYTES:,}" if size > MAX_SOURCE_BYTES else None)
+        return ([Violation(str(path), 1, None, why)] if why else
+                check_source(path.read_bytes(), str(path), forbidden))
     except OSError as error:
         return [Violation(str(path), 1, None, one_line(
             f"{path.name} cannot be read: {error.strerror or error}"), unreadable=True)]
-    if why is not None:
-        return [Violation(str(path), 1, None, why)]
-    return check_source(data, str(path), forbidden)
 
 
 def check_folder(folder: Path, forbidden_by_chapter: Mapping[
@@ -362,10 +342,8 @@ def check_folder(folder: Path, forbidden_by_chapter: Mapping[
     its chapter's forbidden names, keyed by chapter; paths read ``exercises/ch02_attention.py``."""
     folder, found = Path(folder), {}
     for path in sorted(folder.glob("ch*.py")):
-        if (match := CHAPTER_FILE.match(path.name)) is not None:
-            chapter = int(match["chapter"])
-            violations = [replace(v, path=f"{folder.name}/{path.name}")
-                          for v in check_file(path, forbidden_by_chapter.get(chapter, {}))]
-            if violations:
-                found[chapter] = violations
+        if (match := CHAPTER_FILE.match(path.name)) and (violations := [
+                replace(v, path=f"{folder.name}/{path.name}") for v in check_file(
+                    path, forbidden_by_chapter.get(int(match["chapter"]), {}))]):
+            found[int(match["chapter"])] = violations
     return found
