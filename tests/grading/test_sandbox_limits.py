@@ -11,6 +11,7 @@ by the pool that saw it, and several tests change the bounds a worker starts wit
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import boundary, limits, supervisor, watch
+from annotated_transformer.course.grading import boundary, limits, protocol, supervisor, watch
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     MachineBusy,
@@ -514,3 +515,28 @@ def test_a_regrade_beside_a_learner_who_attacks_every_bound(tmp_path):
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "every bound held" in done.stdout
+
+
+@pytest.mark.parametrize(("frame", "says"), [
+    (protocol.frame({"exercise": "2.1"}), "something that is not a request"),
+    (protocol.HEADER.pack(5) + b"junk!", "a message that is not plain data"),
+    (protocol.HEADER.pack(protocol.MAX_FRAME + 1), "announced"),
+], ids=["a message that is no request", "bytes that are no message", "a frame too large"])
+def test_a_request_the_worker_cannot_read_ends_it_and_the_next_call_gets_a_new_one(
+        fresh, folder, frame, says):
+    """The door checked from the worker's side, on a live worker: a frame that is not a
+    request (the grader never sends one) ends the worker with its own line on what it read,
+    and never runs as one; the pool starts a new worker for the next call."""
+    assert torch.allclose(learner(fresh, folder).run(call, name="softmax", x=X),
+                          torch.softmax(X, -1))
+    worker = fresh.start(Source.parse(str(folder)))  # the live one, ready
+    os.set_blocking(worker.process.stdin.fileno(), True)
+    os.write(worker.process.stdin.fileno(), frame)
+    assert worker.process.wait(timeout=60) == 2
+    deadline = time.monotonic() + 10  # its stderr is read by a thread of the grader's
+    while "cannot be read" not in worker.output.since(0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "a request that cannot be read" in worker.output.since(0)
+    assert re.search(says, worker.output.since(0))
+    assert torch.allclose(learner(fresh, folder).run(call, name="softmax", x=X),
+                          torch.softmax(X, -1))
