@@ -518,10 +518,13 @@ def test_a_regrade_beside_a_learner_who_attacks_every_bound(tmp_path):
 
 
 @pytest.mark.parametrize(("frame", "says"), [
-    (protocol.frame({"exercise": "2.1"}), "something that is not a request"),
-    (protocol.HEADER.pack(5) + b"junk!", "a message that is not plain data"),
-    (protocol.HEADER.pack(protocol.MAX_FRAME + 1), "announced"),
-], ids=["a message that is no request", "bytes that are no message", "a frame too large"])
+    pytest.param(protocol.frame({"exercise": "2.1"}), "something that is not a request",
+                 id="a message that is no request"),
+    pytest.param(protocol.HEADER.pack(5) + b"junk!", "a message that is not plain data",
+                 id="bytes that are no message", marks=pytest.mark.slow),  # a worker each
+    pytest.param(protocol.HEADER.pack(protocol.MAX_FRAME + 1), "announced",
+                 id="a frame too large", marks=pytest.mark.slow),
+])
 def test_a_request_the_worker_cannot_read_ends_it_and_the_next_call_gets_a_new_one(
         fresh, folder, frame, says):
     """The door checked from the worker's side, on a live worker: a frame that is not a
