@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import CodeType, FrameType
+from types import CodeType, FrameType, FunctionType, ModuleType
 from typing import Any
 
 from annotated_transformer.course.grading.protocol import Reply
@@ -43,7 +43,38 @@ class Observed:
 
     def names(self) -> list[str]:
         """``file:qualified name`` of every function of a chapter file entered, at most the
-        names one reply may carry."""
-        found = {f"{Path(code.co_filename).name}:{code.co_qualname}" for code in self.codes
-                 if CHAPTER_FILE.match(Path(code.co_filename).name)}
+        names one reply may carry. A class or function that its chapter module binds to
+        another name as well (``LayerNorm = MyNorm``) is named by each: ``MyNorm.forward``
+        is also ``LayerNorm.forward``, the name the parts know it by."""
+        bound = bound_names()
+        found = set()
+        for code in self.codes:
+            file, qualified = Path(code.co_filename).name, code.co_qualname
+            if CHAPTER_FILE.match(file):
+                found.add(f"{file}:{qualified}")
+                for (where, own), names in bound.items():
+                    if where == file and (qualified + ".").startswith(own + "."):
+                        found |= {f"{file}:{name}{qualified[len(own):]}" for name in names}
         return sorted(found)[:Reply.NAMES]
+
+
+def bound_names() -> dict[tuple[str, str], set[str]]:
+    """``{(chapter file, the qualified name of a class or function defined there): the
+    names its loaded chapter modules bind it to}``, read from the modules' namespaces
+    without running any code of theirs (types and functions only, their names read through
+    the types' own descriptors)."""
+    bound: dict[tuple[str, str], set[str]] = {}
+    for module in list(sys.modules.values()):
+        if type(module) is not ModuleType:
+            continue
+        namespace = ModuleType.__dict__["__dict__"].__get__(module)
+        path = namespace.get("__file__")
+        if type(path) is not str or not CHAPTER_FILE.match(Path(path).name):
+            continue
+        for name, value in list(namespace.items()):
+            if type(name) is str and (type(value) is type or type(value) is FunctionType):
+                own = (type.__dict__["__qualname__"].__get__(value) if type(value) is type
+                       else FunctionType.__dict__["__qualname__"].__get__(value))
+                if own != name:
+                    bound.setdefault((Path(path).name, own), set()).add(name)
+    return bound

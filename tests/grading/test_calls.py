@@ -1,0 +1,71 @@
+"""Which exercises a probe's code called: the worker's record of the chapter files'
+functions entered (:mod:`annotated_transformer.course.grading.worker.calls`) and the trusted
+side's reading of it (:mod:`annotated_transformer.course.grading.calls`), on a chapter module
+loaded here."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import torch
+
+from annotated_transformer.course.grading import calls
+from annotated_transformer.course.grading.worker.calls import Observed
+
+CHAPTER = '''
+import torch
+from torch import nn
+
+
+class MyNorm(nn.Module):  # bound to LayerNorm below, as a learner may write it
+    def forward(self, x):
+        return helper(x)
+
+
+def helper(x):
+    return x - x.mean(-1, keepdim=True)
+
+
+def make_feed_forward():
+    class Inner(nn.Module):
+        def forward(self, x):
+            return x * 2
+    return Inner
+
+
+LayerNorm = MyNorm
+PositionwiseFeedForward = make_feed_forward()
+'''
+TITLES = {"5.1": "LayerNorm: per-position statistics", "5.2": "PositionwiseFeedForward: two layers",
+          "5.3": "ResidualConnection: a residual"}
+
+
+def test_a_part_bound_under_its_exercise_s_name_is_that_exercise_s(tmp_path):
+    path = tmp_path / "ch05_layers.py"
+    path.write_text(CHAPTER)
+    spec = importlib.util.spec_from_file_location("_test_calls_ch05_layers", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        with Observed() as seen:
+            module.LayerNorm()(torch.ones(2, 3))
+            module.PositionwiseFeedForward()(torch.ones(2, 3))
+        names = seen.names()
+    finally:
+        del sys.modules[spec.name]
+    assert "ch05_layers.py:LayerNorm.forward" in names and "ch05_layers.py:MyNorm.forward" in names
+    assert "ch05_layers.py:PositionwiseFeedForward.forward" in names, names
+    assert calls.exercises(names, TITLES) == {"5.1", "5.2"}  # never 5.3, not called
+
+
+def test_without_the_module_loaded_only_the_names_entered_are_given(tmp_path):
+    path = tmp_path / "ch05_layers.py"
+    path.write_text(CHAPTER)
+    spec = importlib.util.spec_from_file_location("_test_calls_ch05_layers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not in sys.modules: its bindings are not read
+    with Observed() as seen:
+        module.LayerNorm()(torch.ones(2, 3))
+    assert calls.exercises(seen.names(), TITLES) == set()
