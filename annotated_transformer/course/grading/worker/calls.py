@@ -67,14 +67,14 @@ def bound_names() -> dict[tuple[str, str], set[str]]:
     for module in list(sys.modules.values()):
         if type(module) is not ModuleType:
             continue
-        namespace = ModuleType.__dict__["__dict__"].__get__(module)
+        namespace = vars(ModuleType)["__dict__"].__get__(module)
         path = namespace.get("__file__")
         if type(path) is not str or not CHAPTER_FILE.match(Path(path).name):
             continue
         for name, value in list(namespace.items()):
             if type(name) is str and (type(value) is type or type(value) is FunctionType):
-                own = (type.__dict__["__qualname__"].__get__(value) if type(value) is type
-                       else FunctionType.__dict__["__qualname__"].__get__(value))
+                own = (vars(type)["__qualname__"].__get__(value) if type(value) is type
+                       else vars(FunctionType)["__qualname__"].__get__(value))
                 if own != name:
                     bound.setdefault((Path(path).name, own), set()).add(name)
     return bound
