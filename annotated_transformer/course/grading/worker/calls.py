@@ -21,14 +21,24 @@ from annotated_transformer.layout import CHAPTER_FILE
 
 
 class Observed:
-    """A context in which every code object entered is noted (this thread only)."""
+    """A context in which every code object entered is noted (this thread only), and for a
+    method of a chapter file, the class of the object it was called on."""
 
     def __init__(self, active: bool = True) -> None:
         self.codes: set[CodeType] = set()
+        self.methods: set[CodeType] = set()  # of the codes, a chapter file's with a ``self``
+        self.receivers: set[tuple[CodeType, type]] = set()
         self.active = active  # off for an exercise that builds on no other: nothing to blame
 
     def _trace(self, frame: FrameType, event: str, arg: Any) -> None:
-        self.codes.add(frame.f_code)  # the global tracer sees "call" events only
+        code = frame.f_code  # the global tracer sees "call" events only
+        if code not in self.codes:
+            self.codes.add(code)
+            if (code.co_argcount and code.co_varnames[0] == "self"
+                    and CHAPTER_FILE.match(Path(code.co_filename).name)):
+                self.methods.add(code)
+        if code in self.methods:
+            self.receivers.add((code, type(frame.f_locals["self"])))
         return None  # no tracing inside the frame
 
     def __enter__(self) -> Observed:
@@ -43,27 +53,32 @@ class Observed:
 
     def names(self) -> list[str]:
         """``file:qualified name`` of every function of a chapter file entered, at most the
-        names one reply may carry. A class or function that its chapter module binds to
-        another name as well (``LayerNorm = MyNorm``) is named by each: ``MyNorm.forward``
-        is also ``LayerNorm.forward``, the name the parts know it by."""
-        bound = bound_names()
+        names one reply may carry; each also by the names its loaded chapter module binds
+        it to: a function bound to another name (``softmax = my_softmax``), and a method by
+        each name bound to the class of an object it ran on or to one of that class's bases
+        (``LayerNorm = MyNorm``: ``MyNorm.forward``, or a base's ``forward`` run on a
+        ``MyNorm``, is also ``LayerNorm.forward``, the name the parts know it by)."""
+        functions, classes = bindings()
         found = set()
         for code in self.codes:
-            file, qualified = Path(code.co_filename).name, code.co_qualname
+            file = Path(code.co_filename).name
             if CHAPTER_FILE.match(file):
-                found.add(f"{file}:{qualified}")
-                for (where, own), names in bound.items():
-                    if where == file and (qualified + ".").startswith(own + "."):
-                        found |= {f"{file}:{name}{qualified[len(own):]}" for name in names}
+                found.add(f"{file}:{code.co_qualname}")
+                found |= {f"{where}:{name}" for where, name in functions.get(code, ())}
+        for code, receiver in self.receivers:
+            for cls in vars(type)["__mro__"].__get__(receiver):
+                found |= {f"{where}:{name}.{code.co_name}"
+                          for where, name in classes.get(id(cls), ())}
         return sorted(found)[:Reply.NAMES]
 
 
-def bound_names() -> dict[tuple[str, str], set[str]]:
-    """``{(chapter file, the qualified name of a class or function defined there): the
-    names its loaded chapter modules bind it to}``, read from the modules' namespaces
-    without running any code of theirs (types and functions only, their names read through
-    the types' own descriptors)."""
-    bound: dict[tuple[str, str], set[str]] = {}
+def bindings() -> tuple[dict[CodeType, set[tuple[str, str]]], dict[int, set[tuple[str, str]]]]:
+    """What the loaded chapter modules bind their names to: ``({a function's code: {(file,
+    name)}}, {id(class): {(file, name)}})``, read from the modules' namespaces without
+    running any code of theirs (functions and classes of ``type`` only, read through the
+    types' own descriptors)."""
+    functions: dict[CodeType, set[tuple[str, str]]] = {}
+    classes: dict[int, set[tuple[str, str]]] = {}
     for module in list(sys.modules.values()):
         if type(module) is not ModuleType:
             continue
@@ -72,9 +87,11 @@ def bound_names() -> dict[tuple[str, str], set[str]]:
         if type(path) is not str or not CHAPTER_FILE.match(Path(path).name):
             continue
         for name, value in list(namespace.items()):
-            if type(name) is str and (type(value) is type or type(value) is FunctionType):
-                own = (vars(type)["__qualname__"].__get__(value) if type(value) is type
-                       else vars(FunctionType)["__qualname__"].__get__(value))
-                if own != name:
-                    bound.setdefault((Path(path).name, own), set()).add(name)
-    return bound
+            if type(name) is not str:
+                continue
+            if type(value) is FunctionType:
+                code = vars(FunctionType)["__code__"].__get__(value)
+                functions.setdefault(code, set()).add((Path(path).name, name))
+            elif type(value) is type:
+                classes.setdefault(id(value), set()).add((Path(path).name, name))
+    return functions, classes
