@@ -107,8 +107,6 @@ def constants(tree: ast.Module) -> dict[str, Any]:
 
 
 def _literal(node: ast.AST, names: dict[str, object]) -> object:
-    if isinstance(node, ast.Constant):
-        return node.value
     if isinstance(node, ast.Name) and node.id in names:
         return names[node.id]
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -123,7 +121,7 @@ def _literal(node: ast.AST, names: dict[str, object]) -> object:
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {_literal(k, names): _literal(v, names)  # type: ignore[arg-type]
                 for k, v in zip(node.keys, node.values, strict=True)}
-    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+    return ast.literal_eval(node)  # a constant, else a ValueError
 
 
 def points_offered(files: Mapping[int, Path] | None = None) -> dict[str, float]:
@@ -163,9 +161,10 @@ def read(files: Mapping[int, Path] | None = None) -> Declared:
 def failing_roots(exercise: str, right: Mapping[str, bool | None],
                   called: Mapping[str, set[str]]) -> list[str]:
     """The exercises ``exercise`` called (``called``: observed while its tests ran,
-    :mod:`.calls`) whose values are wrong (``right``: the tests of their values failed) and
-    that call no other such exercise themselves: the ones to fix first. A part whose values
-    are right, or that was never called, is never blamed, whatever its other tests say."""
+    :meth:`Declared.called`) whose values are wrong (``right``: the tests of their values
+    failed) and that call no other such exercise themselves: the ones to fix first. A part
+    whose values are right, or that was never called, is never blamed, whatever its other
+    tests say."""
     failing = {p for p in called.get(exercise, set()) - {exercise} if right.get(p) is False}
     return sorted((p for p in failing if not (called.get(p, set()) - {p}) & failing),
                   key=order)

@@ -1,22 +1,14 @@
 """Tamper evidence: the sha256 hashes of the files that decide a grade.
 
     python -m annotated_transformer grade --write-manifest tests/graded/grading_manifest.json
-    python -m annotated_transformer grade --verify-manifest tests/graded/grading_manifest.json \\
-        --submission-root ../alice --parts ../alice/exercises
 
-The manifest holds the hash of every file that decides a grade (:func:`graded_files`, the
-one list of them, which the capstone's cache keys on too): the graded tests' folder
-(``tests/graded/``, taken whole: the tests, their ``conftest.py`` and helpers), the
-grader's modules (``annotated_transformer/course/grading/``), and every module of the
-package that these import or the worker loads before a learner's code (its ``PRELOADED``),
-followed through their imports (at the top of a file or inside a function), so the parts,
-the model and the capstone's training (``train``, ``model``, ``data/``, ...) are in it;
-and the pytest settings in ``pyproject.toml``. Verifying a repository against it
-names each of those files that differs (``changed``), is gone (``missing``), or was added
-(``added``: another file in the graded folder, or a ``conftest.py`` or pytest
-configuration file where pytest would read it). Line endings do not count, so a checkout
-on Windows verifies. Course maintainers rewrite the manifest after changing any of these
-files; ``tests/grading/test_grading.py`` fails on a stale one.
+The manifest holds the hash of each of :func:`graded_files` (the one list of them, which
+the capstone's cache keys on too) and of the pytest settings in ``pyproject.toml``.
+Verifying a repository against it names each of those files that differs (``changed``), is
+gone (``missing``), or was added (``added``: another file in the graded folder, or a
+``conftest.py`` or pytest configuration file where pytest would read it). Line endings do
+not count, so a checkout on Windows verifies. Course maintainers rewrite the manifest after
+changing any of these files; ``tests/grading/test_grading.py`` fails on a stale one.
 """
 
 from __future__ import annotations
@@ -191,9 +183,8 @@ def verify(manifest: dict[str, Any], root: Path) -> dict[str, str]:
     """``{path: "changed" | "missing" | "added"}`` for ``root`` against ``manifest``."""
     expected: dict[str, str] = manifest["files"]
     actual = compute(root)["files"]
-    changes = {path: "missing" for path in expected if path not in actual}
-    changes |= {path: "changed" for path in expected
-                if path in actual and actual[path] != expected[path]}
+    changes = {path: "changed" if path in actual else "missing"
+               for path in expected if actual.get(path) != expected[path]}
     changes |= {path: "added" for path in actual if path not in expected}
     changes |= {path: "added" for path in unexpected_files(root)}
     return dict(sorted(changes.items()))
