@@ -48,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the parts to grade: exercises (default), solutions, or a folder "
                         "of chNN_*.py files")
     # The earlier name, which workflows in learners' copies still pass.
-    parser.add_argument("--impl", dest="parts", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--impl", dest="parts", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--junit", type=Path, metavar="PATH",
                         help="also write JUnit XML, one test case per graded test")
@@ -60,8 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs (default: a fresh one each "
                         "run, printed with the report)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_CPU_SECONDS,
-                        metavar="CPU_SECONDS",
+    parser.add_argument("--timeout", type=float, default=DEFAULT_CPU_SECONDS, metavar="CPU_SECONDS",
                         help=f"CPU seconds one call of your code may use in a test (default "
                         f"{DEFAULT_CPU_SECONDS:g}; once one call of an exercise ran out of "
                         f"them, its later calls get {AFTER_TIMEOUT_CPU_SECONDS:g}; "
