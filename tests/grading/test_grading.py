@@ -19,7 +19,6 @@ from grading_run import grade_run
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import (
     cache,
-    calls,
     dependencies,
     engine,
     grade,
@@ -507,7 +506,7 @@ def test_each_capstone_builds_on_what_it_calls(tmp_path):
     run = grade_run(None, str(tmp_path), exercises=sorted(declared.integration))
     for capstone in sorted(declared.integration):
         names = [n for r in run.records if r.exercise == capstone for n in r.calls]
-        entered = {e for e in calls.exercises(names, declared.titles)
+        entered = {e for e in declared.called(names)
                    if declared.chapter_of(e) <= declared.chapter_of(capstone)} - {capstone}
         assert entered == set(declared.closure(capstone)), (
             f"{capstone} calls {sorted(entered - set(declared.closure(capstone)))} beyond "

@@ -1,17 +1,15 @@
-"""What each exercise builds on, read from the graded test files, and what it means for a report.
+"""What each exercise builds on: declared next to its tests, observed while they run, and
+what that means for a report.
 
-Each graded test file declares, next to its tests, ``BUILDS_ON = {"5.4": ("3.3", "5.1", ...)}``:
-the learner's earlier exercises whose code an exercise's code uses (directly; what those use
-counts too). The files are read, never imported, as the grader reads ``FORBIDDEN``.
-
-An exercise is graded with the grader's stand-ins for the earlier exercises it builds on
-that have one (:mod:`.standins`, which ``BUILDS_ON`` chooses), and on the learner's own for
-the others, so a later exercise can still fail because of one of those. When an exercise
-does not pass, called such an earlier one while its tests ran (observed, :mod:`.calls`),
-and that one was graded in the same run with wrong values, its message says so: "8.3 uses
-your split_heads (3.1), which does not pass yet: fix 3.1 first.", after the learner's own
-named mistake when the exercise's tests name one. A failed check of an error message or of
-a structure blocks nothing.
+Each graded test file declares ``BUILDS_ON = {"5.4": ("3.3", "5.1", ...)}``: the earlier
+exercises whose code an exercise's code uses directly (what those use counts too), read,
+never imported. While an exercise's tests run, the earlier ones it builds on that have a
+stand-in are the grader's (:meth:`Declared.stand_ins`), so its points are its own code's;
+the capstones run on the learner's parts alone. A failing exercise is blamed on an earlier
+one only when its code called it (:meth:`Declared.called`, from what the worker observed)
+and that one's values are wrong (:func:`failing_roots`): what the learner's code does to
+that record can add or remove a note, never a point. The instructor page
+(``book/instructor.md``, "Grading a submission") shows the notes.
 """
 
 from __future__ import annotations
@@ -22,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading.exercise_id import ExerciseId
-from annotated_transformer.layout import chapter_test_files
+from annotated_transformer.course.grading.exercise_id import ExerciseId, order
+from annotated_transformer.course.grading.protocol import STAND_IN, STAND_INS
+from annotated_transformer.layout import CHAPTER_FILE, chapter_test_files
 
 SHOWN = 3  # the most parts a message names
 
@@ -61,10 +60,36 @@ class Declared:
         """The part's name in the syllabus: its title up to the colon (``MultiHeadAttention``)."""
         return self.titles.get(exercise, exercise).split(":")[0].strip()
 
+    def stand_ins(self, exercise: str | None) -> tuple[str, ...]:
+        """The earlier exercises that ``exercise``'s tests run on the grader's stand-ins
+        (:data:`~.protocol.STAND_INS`, built by :mod:`.worker.standins`): every one it builds
+        on that has one; none for a capstone, whose question is whether the learner's own
+        parts work together."""
+        if exercise is None or exercise in self.integration:
+            return ()
+        return tuple(e for e in self.closure(exercise) if e in STAND_INS)
 
-def order(exercise: str) -> tuple[int, int]:
-    """Course order: 2.10 after 2.9."""
-    return ExerciseId(exercise).order
+    def called(self, names: Iterable[object]) -> set[str]:
+        """The exercises whose code the worker observed a probe's code enter (``names``, from
+        :mod:`.worker.calls`): ``file:qualified name`` of a chapter file whose qualified name
+        starts with the exercise's name (``MultiHeadAttention.forward`` is 3.3's), or its
+        stand-in's ``stand-in:3.3``. Anything else the reply holds is ignored."""
+        by_name = {(self.chapter_of(e), self.name(e)): e for e in self.titles}
+        found = set()
+        for name in names:
+            if not isinstance(name, str) or ":" not in name:
+                continue
+            file, qualified = name.split(":", 1)  # a stand-in's: "stand-in", "3.3"
+            chapter = CHAPTER_FILE.match(file)
+            if name.startswith(STAND_IN):
+                exercise = qualified
+            elif chapter is not None:
+                exercise = by_name.get((int(chapter[1]), qualified.split(".")[0]), "")
+            else:
+                continue
+            if exercise in self.titles:
+                found.add(exercise)
+        return found
 
 
 def constants(tree: ast.Module) -> dict[str, Any]:
@@ -82,8 +107,6 @@ def constants(tree: ast.Module) -> dict[str, Any]:
 
 
 def _literal(node: ast.AST, names: dict[str, object]) -> object:
-    if isinstance(node, ast.Constant):
-        return node.value
     if isinstance(node, ast.Name) and node.id in names:
         return names[node.id]
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -98,7 +121,7 @@ def _literal(node: ast.AST, names: dict[str, object]) -> object:
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {_literal(k, names): _literal(v, names)  # type: ignore[arg-type]
                 for k, v in zip(node.keys, node.values, strict=True)}
-    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+    return ast.literal_eval(node)  # a constant, else a ValueError
 
 
 def points_offered(files: Mapping[int, Path] | None = None) -> dict[str, float]:
@@ -138,9 +161,10 @@ def read(files: Mapping[int, Path] | None = None) -> Declared:
 def failing_roots(exercise: str, right: Mapping[str, bool | None],
                   called: Mapping[str, set[str]]) -> list[str]:
     """The exercises ``exercise`` called (``called``: observed while its tests ran,
-    :mod:`.calls`) whose values are wrong (``right``: the tests of their values failed) and
-    that call no other such exercise themselves: the ones to fix first. A part whose values
-    are right, or that was never called, is never blamed, whatever its other tests say."""
+    :meth:`Declared.called`) whose values are wrong (``right``: the tests of their values
+    failed) and that call no other such exercise themselves: the ones to fix first. A part
+    whose values are right, or that was never called, is never blamed, whatever its other
+    tests say."""
     failing = {p for p in called.get(exercise, set()) - {exercise} if right.get(p) is False}
     return sorted((p for p in failing if not (called.get(p, set()) - {p}) & failing),
                   key=order)

@@ -316,9 +316,7 @@ def _declared():
 
 def calls_of(records: list[TestRecord], declared) -> dict[str, set[str]]:
     """``{exercise: the exercises its code called while its tests ran}`` (observed)."""
-    from annotated_transformer.course.grading import calls
-
-    return {e: calls.exercises((n for r in tests for n in r.calls), declared.titles)
+    return {e: declared.called(n for r in tests for n in r.calls)
             for e, tests in _by_exercise(records).items()}
 
 
@@ -357,17 +355,17 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
                called: dict[str, set[str]], declared,
                unsure: dict[str, str] | None = None) -> ExerciseResult:
     """``row``, with what its earlier parts mean for it. Its tests ran with the grader's
-    stand-ins for the earlier exercises that have one (:mod:`.standins`), so its points and
+    stand-ins for the earlier exercises that have one (:mod:`.dependencies`), so its points and
     its named mistake are its own; where it passes, called a stand-in, and the learner's own
     version of that part is wrong, it says that a model of the learner's parts will not work
     yet. For an earlier part without a stand-in that it called and whose values are wrong,
     the message names that part (first, or after the learner's own mistake when its tests
     name one), and a mistake that some of its tests of values do not name is dropped there
     (the wrong part may explain it)."""
-    from annotated_transformer.course.grading import dependencies, standins
+    from annotated_transformer.course.grading import dependencies
 
     # The stand-ins its code called (a part it never calls is none of its business).
-    offered = standins.stand_ins_for(row.id, declared)
+    offered = declared.stand_ins(row.id)
     stood = [p for p in offered if p in called.get(row.id, ())]
     wrong = [p for p in stood if right.get(p) is False]  # each graded on its own: all of them
     unknown = [p for p in stood if p not in right]  # not graded in this run (--exercise)

@@ -1,34 +1,14 @@
-"""Grade the exercises: run the graded tests and report points per exercise.
+"""The ``grade`` command: run the graded tests on a learner's parts and report points per
+exercise (:func:`.engine.grade` grades), or list the points on offer, read back an earlier
+report, or write the grading manifest.
 
-    python -m annotated_transformer grade                  # every chapter, your exercises/
-    python -m annotated_transformer grade --chapter 1      # one chapter (repeat for more)
-    python -m annotated_transformer grade --exercise 6.2   # only that exercise's tests
-    python -m annotated_transformer grade --parts solutions --json report.json
-    python -m annotated_transformer grade --points         # the points on offer, nothing run
+    python -m annotated_transformer grade --chapter 1 --exercise 6.2 --parts solutions
     python -m annotated_transformer grade --verify-manifest tests/graded/grading_manifest.json
     python -m annotated_transformer grade --from-report report.json --exercise 2.1 --fail-under 100
 
-An exercise's points are the points of its tests that passed (partial credit);
-its status is ``passed`` (every test passed), ``not implemented`` (a stub still
-raises ``NotImplementedError``), ``failed`` (a test's check failed), ``error``
-(your code raised), ``timeout``, or ``forbidden`` (it calls the PyTorch op the exercise
-asks you to write). Passing tests is evidence, not a proof, that
-the work is correct. The tests' random inputs come from a fresh seed each run, named in
-the report (``--seed N`` repeats a run), so that an answer hard-coded for some inputs
-fails. With ``--verify-manifest``, every report also names the files that
-decide the grade (tests, grader, pytest settings) that differ from the course's
-(see :mod:`annotated_transformer.course.grading.manifest`); grading runs all the same. With
-``--submission-root``, every report also says which of the submission's workflow files
-differ from the course's (``WORKFLOW CHANGED``): GitHub runs the learner's copy, so a
-learner's CI grade is advisory. Your code runs in a separate process inside bubblewrap where
-it can start (the report names the boundary; ``--sandbox none`` grades without it), limited
-in CPU seconds (``--timeout``), so a busy machine costs it nothing. Every message
-in a report is cut to ``MESSAGE_LIMIT`` characters, with a marker saying how much went.
-
-An exercise that does not pass and builds on an earlier one that does not pass either (its
-test file's ``BUILDS_ON``) says so first, naming the part to fix; the capstone runs only
-when asked for or with its chapter, and on a learner's machine its result is reused while
-its files are unchanged (``--no-cache`` turns that off; CI passes it).
+Each option says what it does in ``--help``; what a grade means and what its report says
+(statuses, seeds, the sandbox, stand-ins and blame, the capstone's cache, tamper evidence)
+is the instructor page's "Grading a submission" and "Tampering" (``book/instructor.md``).
 """
 
 from __future__ import annotations
@@ -36,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 
 from annotated_transformer.course.grading import boundary, cache, engine, manifest
@@ -69,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the parts to grade: exercises (default), solutions, or a folder "
                         "of chNN_*.py files")
     # The earlier name, which workflows in learners' copies still pass.
-    parser.add_argument("--impl", dest="parts", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--impl", dest="parts", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--junit", type=Path, metavar="PATH",
                         help="also write JUnit XML, one test case per graded test")
@@ -81,8 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, metavar="N",
                         help="the seed of the tests' random inputs (default: a fresh one each "
                         "run, printed with the report)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_CPU_SECONDS,
-                        metavar="CPU_SECONDS",
+    parser.add_argument("--timeout", type=float, default=DEFAULT_CPU_SECONDS, metavar="CPU_SECONDS",
                         help=f"CPU seconds one call of your code may use in a test (default "
                         f"{DEFAULT_CPU_SECONDS:g}; once one call of an exercise ran out of "
                         f"them, its later calls get {AFTER_TIMEOUT_CPU_SECONDS:g}; "
@@ -131,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.points:
         return _list_points(args, chapters, parser)
-    found = (_read_report(args, parser) if args.from_report
-             else _run(args, chapters, parser))
+    found = _read_report(args, parser) if args.from_report else _run(args, chapters, parser)
     return _write(found, args)
 
 
@@ -140,10 +116,6 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
     """Refuse options that do not go together or make no sense; the chapters to grade."""
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under must be a percentage from 0 to 100, got {args.fail_under}")
-    if args.exercise:
-        bad = [e for e in args.exercise if not re.fullmatch(r"\d+\.\d+", e)]
-        if bad:
-            parser.error(f"an exercise is named by its number, like 2.1; got {bad}")
     if args.write_manifest:
         return None
     if args.submission_root and not args.verify_manifest:
@@ -153,8 +125,7 @@ def _checked(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[
         parser.error("--points lists the points on offer; it takes --chapter, --exercise "
                      "and --json only")
     if args.from_report and args.verify_manifest:
-        parser.error("--verify-manifest goes with the grading run; its report keeps the "
-                     "result")
+        parser.error("--verify-manifest goes with the grading run; its report keeps the result")
     if args.from_report and args.junit:
         parser.error("--junit needs the graded tests; a report read with --from-report "
                      "has only the exercises")
@@ -216,18 +187,15 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
          parser: argparse.ArgumentParser) -> Report:
     """Grade now: the graded tests' records and the rows, with the checks asked for."""
     try:
-        integrity = (manifest.integrity(args.verify_manifest, args.submission_root or ROOT)
-                     if args.verify_manifest else None)
+        sandbox = boundary.decide(args.sandbox)
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"--sandbox {args.sandbox}: {error}")
     workflow = (WorkflowCheck(str(args.submission_root / relative(WORKFLOWS_DIR)),
                               manifest.workflow_changes(args.submission_root))
                 if args.submission_root else None)
     try:
-        sandbox = boundary.decide(args.sandbox)
-    except ValueError as error:
-        parser.error(f"--sandbox {args.sandbox}: {error}")
-    try:
+        integrity = (manifest.integrity(args.verify_manifest, args.submission_root or ROOT)
+                     if args.verify_manifest else None)
         exercises = (_asked(args, engine.exercise_points(args.chapter))
                      if args.chapter and args.exercise else args.exercise)
         spec = RunSpec.new(args.parts, seed=args.seed, cpu_seconds=args.timeout,

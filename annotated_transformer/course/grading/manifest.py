@@ -1,22 +1,14 @@
 """Tamper evidence: the sha256 hashes of the files that decide a grade.
 
     python -m annotated_transformer grade --write-manifest tests/graded/grading_manifest.json
-    python -m annotated_transformer grade --verify-manifest tests/graded/grading_manifest.json \\
-        --submission-root ../alice --parts ../alice/exercises
 
-The manifest holds the hash of every file that decides a grade (:func:`graded_files`, the
-one list of them, which the capstone's cache keys on too): the graded tests' folder
-(``tests/graded/``, taken whole: the tests, their ``conftest.py`` and helpers), the
-grader's modules (``annotated_transformer/course/grading/``), and every module of the
-package that these import or the worker loads before a learner's code (its ``PRELOADED``),
-followed through their imports (at the top of a file or inside a function), so the parts,
-the model and the capstone's training (``train``, ``model``, ``data/``, ...) are in it;
-and the pytest settings in ``pyproject.toml``. Verifying a repository against it
-names each of those files that differs (``changed``), is gone (``missing``), or was added
-(``added``: another file in the graded folder, or a ``conftest.py`` or pytest
-configuration file where pytest would read it). Line endings do not count, so a checkout
-on Windows verifies. Course maintainers rewrite the manifest after changing any of these
-files; ``tests/grading/test_grading.py`` fails on a stale one.
+The manifest holds the hash of each of :func:`graded_files` (the one list of them, which
+the capstone's cache keys on too) and of the pytest settings in ``pyproject.toml``.
+Verifying a repository against it names each of those files that differs (``changed``), is
+gone (``missing``), or was added (``added``: another file in the graded folder, or a
+``conftest.py`` or pytest configuration file where pytest would read it). Line endings do
+not count, so a checkout on Windows verifies. Course maintainers rewrite the manifest after
+changing any of these files; ``tests/grading/test_grading.py`` fails on a stale one.
 """
 
 from __future__ import annotations
@@ -67,21 +59,16 @@ def pytest_settings(root: Path) -> bytes | None:
     return match.group(0).strip().encode() if match else None
 
 
-def _in(root: Path, folder: Path) -> Path:
-    """``folder`` of the course, in the copy at ``root``."""
-    return root / relative(folder)
-
-
 def graded_files(root: Path) -> list[str]:
     """The files of ``root`` that decide a grade (paths relative to it, with ``/``): the
     graded tests' folder whole (the manifest and caches aside), the grader, and the
     package's modules that either imports or the worker preloads, followed through their
     imports. The fast parts are left out: they hold answers, which a release leaves out,
     and a learner's grade never runs them."""
-    graded = _in(root, GRADED_DIR)
-    manifest = _in(root, MANIFEST)
+    graded = root / relative(GRADED_DIR)
+    manifest = root / relative(MANIFEST)
     paths = [p for p in graded.rglob("*") if p != manifest and "__pycache__" not in p.parts]
-    grader = sorted(_in(root, COURSE_TOOLS_DIR / "grading").rglob("*.py"))
+    grader = sorted((root / relative(COURSE_TOOLS_DIR) / "grading").rglob("*.py"))
     seeds = [*grader, *(p for p in paths if p.suffix == ".py")]
     preloaded = {m for m in preloaded_modules() if m.split(".")[0] == PACKAGE_DIR.name}
     paths += imported_modules(root, seeds, preloaded)
@@ -105,8 +92,8 @@ def imported_modules(root: Path, files: list[Path], names: set[str]) -> list[Pat
     import, with the ones those import in turn (and each package's ``__init__.py`` on the
     way), read from the source, not run; the other implementations of the chapters (the
     fast parts) aside."""
-    package = _in(root, PACKAGE_DIR)
-    aside = [_in(root, folder) for folder in PARTS_PACKAGES.values()]
+    package = root / relative(PACKAGE_DIR)
+    aside = [root / relative(folder) for folder in PARTS_PACKAGES.values()]
     found: set[Path] = set()
     todo = list(files) + [p for name in names for p in _module_files(package, name)]
     while todo:
@@ -160,8 +147,8 @@ def unexpected_files(root: Path) -> list[str]:
     the graded folder's own (the package's tests' ``tests/conftest.py`` sits above the
     grader's ``--confcutdir``, which never reads it), and pytest settings anywhere but
     ``pyproject.toml``'s section."""
-    tests = _in(root, TESTS_DIR)
-    allowed = {_in(root, GRADED_DIR) / "conftest.py", tests / "conftest.py",
+    tests = root / relative(TESTS_DIR)
+    allowed = {root / relative(GRADED_DIR) / "conftest.py", tests / "conftest.py",
                root / "pyproject.toml"}
     candidates = [root / "conftest.py", *tests.rglob("conftest.py")]
     for name in CONFIG_FILES:
@@ -191,9 +178,8 @@ def verify(manifest: dict[str, Any], root: Path) -> dict[str, str]:
     """``{path: "changed" | "missing" | "added"}`` for ``root`` against ``manifest``."""
     expected: dict[str, str] = manifest["files"]
     actual = compute(root)["files"]
-    changes = {path: "missing" for path in expected if path not in actual}
-    changes |= {path: "changed" for path in expected
-                if path in actual and actual[path] != expected[path]}
+    changes = {path: "changed" if path in actual else "missing"
+               for path in expected if actual.get(path) != expected[path]}
     changes |= {path: "added" for path in actual if path not in expected}
     changes |= {path: "added" for path in unexpected_files(root)}
     return dict(sorted(changes.items()))

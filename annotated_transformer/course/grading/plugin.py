@@ -221,7 +221,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
     # Which earlier exercises its code calls is observed where it may call some (BUILDS_ON
     # says which exercises to watch; what they call is what the worker sees).
     handle.observe = bool(getattr(request.module, "BUILDS_ON", {}).get(exercise))
-    handle.standins = stand_ins_for(exercise)
+    handle.standins = _declared().stand_ins(exercise)
     return handle
 
 
@@ -230,13 +230,6 @@ def _declared():
     from annotated_transformer.course.grading import dependencies
 
     return dependencies.read()
-
-
-def stand_ins_for(exercise: str | None) -> tuple[str, ...]:
-    """The earlier exercises that ``exercise``'s tests run on the grader's stand-ins."""
-    from annotated_transformer.course.grading import standins
-
-    return standins.stand_ins_for(exercise, _declared())
 
 
 @pytest.fixture(autouse=True)

@@ -55,7 +55,7 @@ def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
 
 
 # The exercises whose stand-ins a request may ask for (its ``standins``: the grader's own
-# versions of earlier exercises, :mod:`.standins`), and the name each replaces in the chapter
+# versions of earlier exercises, :mod:`.worker.standins`), and the name each replaces in the chapter
 # module under test.
 STAND_INS = {
     "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax",
@@ -65,7 +65,7 @@ STAND_INS = {
     "5.5": "DecoderLayer", "5.6": "Encoder", "5.7": "Decoder", "6.2": "LabelSmoothingLoss",
 }
 # A reply's ``called`` names a stand-in that ran as this prefix and its exercise
-# (``stand-in:3.3``): what a note about an earlier part may name (:mod:`.calls`).
+# (``stand-in:3.3``): what a note about an earlier part may name (:mod:`.dependencies`).
 STAND_IN = "stand-in:"
 
 
