@@ -1,7 +1,6 @@
 """Which exercises a probe's code called: the worker's record of the chapter files'
-functions entered (:mod:`annotated_transformer.course.grading.worker.calls`) and the trusted
-side's reading of it (:mod:`annotated_transformer.course.grading.calls`), on a chapter module
-loaded here."""
+functions entered (``worker.calls``) and the trusted side's reading of it
+(``dependencies.Declared.called``), on a chapter module loaded here."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import sys
 
 import torch
 
-from annotated_transformer.course.grading import calls
+from annotated_transformer.course.grading.dependencies import Declared
 from annotated_transformer.course.grading.worker.calls import Observed
 
 CHAPTER = '''
@@ -75,7 +74,7 @@ def test_a_part_bound_under_its_exercise_s_name_is_that_exercise_s(tmp_path):
     assert "ch05_layers.py:LayerNorm.forward" in names and "ch05_layers.py:Base.forward" in names
     assert "ch05_layers.py:PositionwiseFeedForward.forward" in names, names
     # ResidualConnection shares Base's forward but was never called: never named
-    assert calls.exercises(names, TITLES) == {"5.1", "5.2", "5.9"}, names
+    assert Declared(TITLES).called(names) == {"5.1", "5.2", "5.9"}, names
 
 
 def test_without_the_module_loaded_only_the_names_entered_are_given(tmp_path):
@@ -86,4 +85,4 @@ def test_without_the_module_loaded_only_the_names_entered_are_given(tmp_path):
     spec.loader.exec_module(module)  # not in sys.modules: its bindings are not read
     with Observed() as seen:
         module.LayerNorm()(torch.ones(2, 3))
-    assert calls.exercises(seen.names(), TITLES) == set()
+    assert Declared(TITLES).called(seen.names()) == set()

@@ -5,7 +5,7 @@ A later exercise is blamed on an earlier one only when it actually called it
 notes every function of a chapter file that was entered (``sys.settrace``, call events only: a
 frame's lines are never traced), and sends ``file:qualified name`` back with its reply
 (``ch02_attention.py:scaled_dot_product_attention``); the trusted side maps those names to
-exercises (:mod:`annotated_transformer.course.grading.worker.calls`). What the learner's code does
+exercises (``dependencies.Declared.called``). What the learner's code does
 to this record can only add or remove a "fix ... first" hint, never a point.
 """
 
