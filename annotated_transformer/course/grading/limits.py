@@ -7,8 +7,9 @@ group also counts the CPU time of all its processes, which the grader's CPU budg
 child reaped without a wait leaves no trace in ``/proc``. It is made under the grader's own
 group (cgroup v2 with the memory and pids controllers delegated to it, else v1's
 hierarchies) or at the top of cgroup v2, which a grader running as root may do. Where none
-can be made, :func:`why` says why, and the worker's address space (``RLIMIT_AS``) and the
-grader's count of its processes (:mod:`.watch`) hold instead.
+can be made, :func:`why` says why, and what holds instead is each process's address space
+(``RLIMIT_AS``, set by the worker) and a bounded number of its processes (counted by the
+grader at each look, :mod:`.watch`, and ``RLIMIT_NPROC`` of the worker's user).
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 A graded test hands a *probe* (a small function of its own file that calls the learner's
 code) and its inputs to :meth:`CodeUnderTest.run`; the probe runs in the worker
-(:mod:`.worker.process`) and its result comes back as plain data, which the test checks in
-this process, where no learner's code is ever imported. Whatever that code does in the
-worker, it cannot reach the verdict: the worker is its own process (its own session,
-killed at the end), its replies are parsed as data only, its printed output is bounded,
-each call has deadlines (:mod:`.watch`), and its memory and processes are bounded together
-(:mod:`.limits`).
+(:mod:`.worker.process`) and its result comes back as plain data, which the test checks,
+in this process that never imports a learner's code, against what it computes itself with
+PyTorch's own ops. Whatever that code does in the worker, it cannot reach the verdict: the
+worker is its own process (its own session, killed at the end), its replies are parsed as
+data only, its printed output is bounded, each call has deadlines (:mod:`.watch`), and its
+memory and processes are bounded together (:mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -335,10 +335,9 @@ class WorkerPool:
     crash or a timeout. ``blocked_for(source)`` gives the chapters a learner's folder may
     not import (decided by the trusted static checks).
 
-    ``probes``: the folder of the probes' files (the graded tests).
-    ``sandboxed``: inside bubblewrap's boundary (:mod:`~annotated_transformer.course.grading.
-    boundary`). ``user``: the user the worker becomes before any learner code runs; a
-    grader running as root always makes it ``nobody`` at least."""
+    ``probes``: the folder of the probes' files (the graded tests). ``sandboxed``: inside
+    bubblewrap's boundary (:mod:`.boundary`). ``user``: the user the worker becomes before
+    any learner code runs; a grader running as root always makes it ``nobody`` at least."""
 
     def __init__(self, learner_dir_for: Callable[[Source], Path | None],
                  blocked_for: Callable[[Source], Mapping[int, Violation]], user: str | None = None,

@@ -34,10 +34,8 @@ class StopReason(str, Enum):
 
     CPU = "cpu"  # its processes used more CPU seconds than the call allows
     WAITED = "waited"  # it waited WAIT_SECONDS of wall time without computing
-    # A reply begun and not complete, or the request not all read, REPLY_SECONDS after it
-    # began: bytes dripped a page at a time keep a call from waiting, so these count as waited.
-    REPLY = "reply"
-    REQUEST = "request"
+    REPLY = "reply"  # a reply begun was not complete REPLY_SECONDS later (counted as waited)
+    REQUEST = "request"  # the request was not all read REPLY_SECONDS in (counted as waited)
     PROCESSES = "processes"  # more processes than TASKS, where no cgroup bounds them
     BUSY = "busy"  # the wall-clock backstop ran out within the CPU budget: the machine's fault
 
