@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from annotated_transformer.course.grading import boundary, engine
+from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
 from annotated_transformer.course.grading.runspec import RunSpec
-from annotated_transformer.course.grading.supervisor import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import ROOT
 
 

@@ -365,9 +365,6 @@ class FakeMeter:
     def __init__(self, cpu: float, runnable: bool) -> None:
         self.total, self.cpu, self.runnable = 0.0, cpu, runnable
 
-    def seconds(self) -> float:
-        return self.total
-
     def sample(self) -> boundary.Sample:
         self.total += self.cpu
         return boundary.Sample(self.total, self.runnable, 3)

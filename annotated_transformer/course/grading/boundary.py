@@ -1,23 +1,13 @@
 """The operating-system boundary around the grading worker: bubblewrap, and a CPU meter.
 
 The worker runs the learner's code, which may do anything a process can. What holds no
-matter what it does is decided here, outside it, by the kernel:
-
-* **Its own PID namespace** (``bwrap --unshare-pid --die-with-parent``): everything it
-  starts, a ``setsid`` daemon included, dies with it; it cannot see or signal the grader.
-* **No network** (``--unshare-net``), its own IPC and host name.
-* **A filesystem that shows only what it needs, read-only**: the Python installation and
-  its packages, the course package without its fast parts, the graded tests' folder (the
-  probes), the learner's exercise files and the worker's configuration. Nothing else of
-  the disk exists in it: not the course's ``.git`` or ``solutions/``, not the grader's
-  temporary files, not the report folder, not ``/etc`` beyond what the dynamic linker
-  reads. Its only writable place is a small private ``/tmp`` (a size-limited tmpfs).
-* **Time in CPU seconds**: :class:`CpuMeter` adds up the CPU time of every process of the
-  sandbox (read from ``/proc`` by the grader), so a busy machine slows the learner's code
-  without costing it its budget.
-
-Where bubblewrap is missing or cannot start (macOS, a container without user namespaces)
-:func:`unavailable` says why; the caller decides whether to grade without the boundary.
+matter what it does is decided here, outside it, by the kernel: its own PID namespace
+(everything it starts, a ``setsid`` daemon included, dies with it), no network, its own
+IPC and host name, and a filesystem that shows only what it needs, read-only, with a small
+private ``/tmp`` as its only writable place; and :class:`CpuMeter` counts its time in CPU
+seconds of all its processes, so a busy machine costs it no budget. ``book/instructor.md``
+(layer 1) says what each stops and names the test that shows it. Where bubblewrap cannot
+start, :func:`unavailable` says why; the caller decides whether to grade without it.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -114,24 +104,22 @@ def _namespaces() -> list[str]:
     return [*command, "--unshare-user"]
 
 
-def python_paths() -> list[Path]:
-    """The folders this interpreter and its installed packages live in."""
-    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
-    paths |= {Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
-    return sorted(paths)
-
-
-def command(argv: list[str], *, read_only: Iterable[Path], hidden: Iterable[Path] = (),
+def command(argv: list[str], learner_dir: Path | None, probes: Path,
             env: Mapping[str, str]) -> list[str]:
-    """``argv`` run inside the boundary.
-
-    ``read_only``: folders and files shown at their own path, read-only, besides the
-    system's and Python's (:func:`python_paths`); ``hidden``: folders inside them replaced
-    by an empty read-only folder (the fast parts inside the package); ``env``: the whole
-    environment.
-    """
-    shown = sorted({Path(p).resolve() for p in [*python_paths(), *read_only]}
-                   | {Path(sys.executable).resolve().parent}, key=lambda p: len(p.parts))
+    """``argv`` run inside the boundary, ``env`` its whole environment. It reads, read-only,
+    the system's folders, this interpreter's and its packages', the package and the probes'
+    folder (the graded tests), and the learner's folder, the fast parts inside the package
+    replaced by an empty folder; or, for the course's own code (``learner_dir`` None), the
+    reference and the variants, the fast parts shown."""
+    if learner_dir is not None:
+        own, hidden = [learner_dir], [d for d in PARTS_PACKAGES.values() if d.is_dir()]
+    else:
+        own, hidden = [d for d in (SOLUTIONS_DIR, VARIANTS_DIR) if d.is_dir()], []
+    python = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix),
+              Path(sys.executable).resolve().parent}
+    python |= {Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
+    shown = sorted({p.resolve() for p in [*python, PACKAGE_DIR, probes, *own]},
+                   key=lambda p: len(p.parts))
     binds: list[str] = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -145,22 +133,18 @@ def command(argv: list[str], *, read_only: Iterable[Path], hidden: Iterable[Path
     made: set[Path] = {Path("/"), Path("/tmp")}
     for folder in shown:
         for parent in reversed(folder.parents):  # bwrap makes missing folders 0700: say 0755
-            if parent not in made and not _under_system(parent):
+            if parent not in made and not any(parent.is_relative_to(s) for s in SYSTEM_DIRS):
                 binds += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         binds += ["--ro-bind", str(folder), str(folder)]
         made.add(folder)
     for empty in hidden:
-        binds += ["--perms", "0555", "--tmpfs", str(Path(empty).resolve())]
+        binds += ["--perms", "0555", "--tmpfs", str(empty.resolve())]
     environment = ["--clearenv"]
     for key, value in env.items():
         environment += ["--setenv", key, value]
     return [*_namespaces(), *binds, "--ro-bind-try", CPU_INFO, CPU_INFO,
             "--proc", "/proc", "--dev", "/dev", *environment, "--chdir", "/tmp", *argv]
-
-
-def _under_system(path: Path) -> bool:
-    return any(path == Path(s) or Path(s) in path.parents for s in SYSTEM_DIRS)
 
 
 class CpuMeter:
@@ -196,9 +180,6 @@ class CpuMeter:
             tree.append(pid)
             todo += children.get(pid, [])
         return tree, used
-
-    def seconds(self) -> float:
-        return self.sample().seconds
 
     def sample(self) -> Sample:
         """The tree's CPU seconds, whether one of its threads is runnable now (running or
@@ -236,17 +217,3 @@ def _runnable(pid: int) -> bool:
         if stat[stat.rfind(b")") + 2:][:1] == b"R":
             return True
     return False
-
-
-def shown(learner_dir: Path | None, probes: Path) -> list[Path]:
-    """What a worker may read: the package, the probes' folder (the graded tests), the
-    learner's folder; for the course's own code, the reference and variants too."""
-    seen = [PACKAGE_DIR, probes]
-    if learner_dir is not None:
-        return [*seen, learner_dir]
-    return [*seen, *(d for d in (SOLUTIONS_DIR, VARIANTS_DIR) if d.is_dir())]
-
-
-def hidden(learner_dir: Path | None) -> list[Path]:
-    """What a learner's worker must not see inside what it is shown (the fast parts)."""
-    return [d for d in PARTS_PACKAGES.values() if d.is_dir() and learner_dir is not None]

@@ -1,19 +1,13 @@
 """Memory and processes of one worker, bounded for all its processes together: a cgroup.
 
-Each worker gets a control group of its own, made by the grader before the worker starts
-and entered by the worker's first process before it runs anything else, so that everything
-it ever starts is inside: at most :data:`MEMORY_BYTES` of memory (no swap) and
-:data:`TASKS` processes and threads together. Past the memory, the kernel stops the
-worker (the grader tells the learner so); past the tasks, a new process or thread fails
-inside the learner's code. The group also counts the CPU time of all its processes
-(v2's ``cpu.stat``; in v1 a group of the ``cpuacct`` hierarchy beside it), which the
-grader's CPU budget reads: a child reaped without a wait leaves no trace in ``/proc``.
-
-The group is made under the grader's own (cgroup v2 where its memory and pids controllers
-are delegated to it, else v1's memory and pids hierarchies), or at the top of cgroup v2;
-this needs the right to write there, which a grader running as root has on most Linux
-machines (GitHub's runners, a container's root). Where no group can be made,
-:func:`cgroup` says why, and what holds instead is each process's address space
+Each worker gets a control group of its own, made by the grader and entered by the worker's
+first process before it runs anything else, so that everything it ever starts is inside: at
+most :data:`MEMORY_BYTES` of memory (no swap) and :data:`TASKS` processes and threads. The
+group also counts the CPU time of all its processes, which the grader's CPU budget reads: a
+child reaped without a wait leaves no trace in ``/proc``. It is made under the grader's own
+group (cgroup v2 with the memory and pids controllers delegated to it, else v1's
+hierarchies) or at the top of cgroup v2, which a grader running as root may do. Where none
+can be made, :func:`why` says why, and what holds instead is each process's address space
 (``RLIMIT_AS``, set by the worker) and a bounded number of its processes (counted by the
 grader at each look, :mod:`.watch`, and ``RLIMIT_NPROC`` of the worker's user).
 """
@@ -34,6 +28,7 @@ DEFAULT_CPU_SECONDS = 10.0  # CPU seconds a call may use (the reference's larges
 AFTER_TIMEOUT_CPU_SECONDS = 1.0
 MEMORY_BYTES = 4 * 2**30  # all the worker's processes together (the reference's: 0.3 GiB)
 TASKS = 128  # processes and threads of a worker together (the reference's worker: 4)
+V1_CONTROLLERS = {"memory", "pids", "cpuacct"}  # the cgroup v1 hierarchies a group uses
 _names = itertools.count()
 
 
@@ -42,14 +37,10 @@ class Cgroup:
     cgroup v2, one per hierarchy in v1), and, in v1, ``cpu`` its folder in the ``cpuacct``
     hierarchy where one can be made (None otherwise), which counts its CPU time."""
 
-    def __init__(self, memory: Path, pids: Path, cpu: Path | None = None) -> None:
+    def __init__(self, memory: Path, pids: Path) -> None:
         self.memory, self.pids = memory, pids
         self.v2 = memory == pids
-        self.cpu = None if self.v2 else cpu
-
-    def folders(self) -> list[Path]:
-        """Its folders, each once."""
-        return list(dict.fromkeys([self.memory, self.pids, *([self.cpu] if self.cpu else [])]))
+        self.cpu: Path | None = None
 
     @classmethod
     def make(cls) -> Cgroup | None:
@@ -131,7 +122,7 @@ class Cgroup:
 
     def close(self) -> None:
         """Stop whatever is left in the group, then remove it."""
-        for folder in self.folders():
+        for folder in dict.fromkeys([self.memory, self.pids, *([self.cpu] if self.cpu else [])]):
             for _ in range(50):
                 try:
                     pids = (folder / "cgroup.procs").read_text().split()
@@ -169,18 +160,18 @@ def _remove(folder: Path) -> bool:
 @cache
 def _bases() -> tuple[Path, Path] | None:
     """Where this process may make groups with memory and pids bounds: (memory, pids)."""
-    mounts, own = _mounts(), _own()
-    if "v2" in mounts:
-        for base in (mounts["v2"] / own.get("v2", "/").lstrip("/"), mounts["v2"]):
+    found = _hierarchies()
+    if "v2" in found:
+        top, own = found["v2"]
+        for base in (own, top):
             try:
                 enabled = (base / "cgroup.subtree_control").read_text().split()
             except OSError:
                 continue
             if {"memory", "pids"} <= set(enabled) and os.access(base, os.W_OK):
                 return base, base
-    if "memory" in mounts and "pids" in mounts:
-        memory = mounts["memory"] / own.get("memory", "/").lstrip("/")
-        pids = mounts["pids"] / own.get("pids", "/").lstrip("/")
+    if "memory" in found and "pids" in found:
+        memory, pids = found["memory"][1], found["pids"][1]
         if all(os.access(p, os.W_OK) for p in (memory, pids)):
             return memory, pids
     return None
@@ -189,50 +180,42 @@ def _bases() -> tuple[Path, Path] | None:
 @cache
 def _cpu_base() -> Path | None:
     """Where this process may make v1 groups that count CPU time (``cpuacct``), if anywhere."""
-    mounts, own = _mounts(), _own()
-    if "cpuacct" not in mounts:
+    if "cpuacct" not in (found := _hierarchies()):
         return None
-    base = mounts["cpuacct"] / own.get("cpuacct", "/").lstrip("/")
-    return base if os.access(base, os.W_OK) else None
+    return found["cpuacct"][1] if os.access(found["cpuacct"][1], os.W_OK) else None
 
 
-def _mounts() -> dict[str, Path]:
-    """The cgroup v2 mount (``v2``) and v1's ``memory``, ``pids`` and ``cpuacct``
-    hierarchies."""
-    found: dict[str, Path] = {}
+def _hierarchies() -> dict[str, tuple[Path, Path]]:
+    """The cgroup v2 hierarchy (``v2``) and v1's ``memory``, ``pids`` and ``cpuacct``, each
+    as (where it is mounted, this process's group in it)."""
+    mounts: dict[str, Path] = {}
+    own: dict[str, str] = {}
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
-        return found
+        return {}
     for line in lines:
         left, _, right = line.partition(" - ")
         fields, filesystem = left.split(), right.split()  # type, source, options
         if len(fields) < 5 or len(filesystem) < 3:
             continue
         if filesystem[0] == "cgroup2":
-            found.setdefault("v2", Path(fields[4]))
+            mounts.setdefault("v2", Path(fields[4]))
         elif filesystem[0] == "cgroup":
-            for controller in ("memory", "pids", "cpuacct"):
-                if controller in filesystem[2].split(","):
-                    found.setdefault(controller, Path(fields[4]))
-    return found
-
-
-def _own() -> dict[str, str]:
-    """This process's group in each hierarchy (``v2``, ``memory``, ``pids``, ``cpuacct``)."""
-    own: dict[str, str] = {}
+            for controller in V1_CONTROLLERS & set(filesystem[2].split(",")):
+                mounts.setdefault(controller, Path(fields[4]))
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return own
+        lines = []
     for line in lines:
         number, controllers, path = line.split(":", 2)
         if number == "0" and not controllers:
             own["v2"] = path
-        for controller in ("memory", "pids", "cpuacct"):
-            if controller in controllers.split(","):
-                own[controller] = path
-    return own
+        for controller in V1_CONTROLLERS & set(controllers.split(",")):
+            own[controller] = path
+    return {name: (mount, mount / own.get(name, "/").lstrip("/"))
+            for name, mount in mounts.items()}
 
 
 def why() -> str | None:

@@ -1,14 +1,13 @@
 """The trusted side of grading: start a worker for the code under test and talk to it.
 
-The graded tests run in the trusted process and never import a learner's code. A test
-hands a *probe* (a small function of its own file, the part that calls the learner's
+A graded test hands a *probe* (a small function of its own file that calls the learner's
 code) and its inputs to :meth:`CodeUnderTest.run`; the probe runs in the worker
-(:mod:`annotated_transformer.course.grading.worker.process`) and what it returns comes back as plain
-data, which the test then checks against what it computes itself with PyTorch's own
-ops. Whatever the learner's code does in the worker, it cannot reach the verdict: the
-worker is its own process (its own session, killed at the end), its replies are parsed
-as data only, its printed output is bounded, each call has deadlines (:mod:`.watch`), and
-its memory and processes are bounded together (:mod:`.limits`).
+(:mod:`.worker.process`) and its result comes back as plain data, which the test checks,
+in this process that never imports a learner's code, against what it computes itself with
+PyTorch's own ops. Whatever that code does in the worker, it cannot reach the verdict: the
+worker is its own process (its own session, killed at the end), its replies are parsed as
+data only, its printed output is bounded, each call has deadlines (:mod:`.watch`), and its
+memory and processes are bounded together (:mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from annotated_transformer.course.grading import boundary, limits, outcomes, protocol, watch
-from annotated_transformer.course.grading.limits import (  # noqa: F401 - grade's names
-    AFTER_TIMEOUT_CPU_SECONDS,
-    DEFAULT_CPU_SECONDS,
-)
 from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the tests' names
     ForbiddenCall,
     GraderFault,
@@ -46,11 +41,7 @@ from annotated_transformer.course.grading.output import PrintedOutput
 from annotated_transformer.course.grading.protocol import Ended, Reply, Request, WorkerConfig
 from annotated_transformer.course.grading.runspec import is_trusted
 from annotated_transformer.course.grading.watch import StopReason
-from annotated_transformer.layout import (
-    GRADED_DIR,
-    ROOT,
-    VARIANTS_DIR,
-)
+from annotated_transformer.layout import GRADED_DIR, ROOT, VARIANTS_DIR
 from annotated_transformer.sources import Source
 
 if TYPE_CHECKING:
@@ -74,9 +65,7 @@ class WorkerProcess:
     started at once and waited for at its first call (it imports PyTorch meanwhile)."""
 
     def __init__(self, source: str, learner_dir: Path | None, blocked: Mapping[int, Violation],
-                 user: str | None = None, memory_bytes: int = DEFAULT_MEMORY,
-                 sandboxed: bool = True, probes: Path = GRADED_DIR,
-                 new_tasks: bool = False) -> None:
+                 user: str | None, sandboxed: bool, probes: Path, new_tasks: bool) -> None:
         self.home: tempfile.TemporaryDirectory[str] | None = None
         self.staged, self.renamed = None, None  # a private copy, and (its path, the folder's own)
         if sandboxed and learner_dir is not None:
@@ -87,14 +76,13 @@ class WorkerProcess:
         # file that does not parse (a violation marked unreadable) is the learner's error.
         self.unreadable = frozenset(v.told() for v in blocked.values() if v.unreadable)
         config = WorkerConfig(source, learner_dir, probes, VARIANTS_DIR.parent,
-                              {c: v.told() for c, v in blocked.items()}, user, memory_bytes,
+                              {c: v.told() for c, v in blocked.items()}, user, DEFAULT_MEMORY,
                               new_tasks)
         argv = [sys.executable, "-I", "-B", "-c", WORKER_BOOT, str(ROOT), config.to_wire()]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TORCH_HOME": "/tmp"}
         if sandboxed:
-            argv = boundary.command(argv, read_only=boundary.shown(learner_dir, probes),
-                                    hidden=boundary.hidden(learner_dir), env=env)
+            argv = boundary.command(argv, learner_dir, probes, env)
             cwd = None
         else:  # no boundary: a private folder of the disk stands in for /tmp
             self.home = tempfile.TemporaryDirectory(prefix="grading-worker-")
@@ -140,9 +128,11 @@ class WorkerProcess:
             said = f"it answered {error}" if isinstance(error, protocol.ProtocolError) else error
             raise WorkerCrashed(self._ended(str(said))) from None
         except watch.Stop as stop:
-            raise self._stopped(stop, cpu_seconds, locate) from None
+            where = self._running_line() if locate and stop.reason is not StopReason.BUSY else ""
+            self.close()
+            raise watch.stopped(stop, cpu_seconds, where, self._at_import()) from None
         finally:  # (CPU seconds, seconds waited) of this call; a stopped worker's last look
-            self.spent = (max(self.meter.seconds(), calls.cpu_last) - calls.cpu_start,
+            self.spent = (max(self.meter.sample().seconds, calls.cpu_last) - calls.cpu_start,
                           calls.waited)
         if self.renamed:  # as the learner named it
             reply = dataclasses.replace(reply, message=reply.message.replace(*self.renamed))
@@ -209,12 +199,6 @@ class WorkerProcess:
                     except protocol.ProtocolError as error:
                         raise EOFError(f"it answered {error}") from None
             look(moved, reader.started, bool(left))
-
-    def _stopped(self, stop: watch.Stop, cpu_seconds: float, locate: bool) -> Exception:
-        """The exception that tells what stopped a call (the worker is stopped too)."""
-        where = self._running_line() if locate and stop.reason is not StopReason.BUSY else ""
-        self.close()
-        return watch.stopped(stop, cpu_seconds, where, self._at_import())
 
     def _running_line(self) -> str:
         """The learner's ``file:line`` the worker is running: asked for with SIGUSR1 (the
@@ -288,9 +272,6 @@ class WorkerProcess:
                 folder.cleanup()
 
 
-# ---------------------------------------------------------------- the tests' handle on it
-
-
 class CodeUnderTest:
     """The code under test, as the graded tests see it: probes run in a worker.
 
@@ -306,6 +287,7 @@ class CodeUnderTest:
         self.called: set[str] = set()  # the chapters' functions it entered (grading.worker.calls)
         self.observe = False  # whether the worker notes them (an exercise that builds on others)
         self.standins: tuple[str, ...] = ()  # earlier exercises on the grader's stand-ins
+
     def run(self, probe: Callable[..., Any], /, **kwargs: Any) -> Any:
         """``probe(chapter_module, **kwargs)`` run in the worker; its result, as plain data.
 
@@ -353,10 +335,9 @@ class WorkerPool:
     crash or a timeout. ``blocked_for(source)`` gives the chapters a learner's folder may
     not import (decided by the trusted static checks).
 
-    ``probes``: the folder of the probes' files (the graded tests).
-    ``sandboxed``: inside bubblewrap's boundary (:mod:`~annotated_transformer.course.grading.
-    boundary`). ``user``: the user the worker becomes before any learner code runs; a
-    grader running as root always makes it ``nobody`` at least."""
+    ``probes``: the folder of the probes' files (the graded tests). ``sandboxed``: inside
+    bubblewrap's boundary (:mod:`.boundary`). ``user``: the user the worker becomes before
+    any learner code runs; a grader running as root always makes it ``nobody`` at least."""
 
     def __init__(self, learner_dir_for: Callable[[Source], Path | None],
                  blocked_for: Callable[[Source], Mapping[int, Violation]], user: str | None = None,
@@ -407,15 +388,13 @@ class WorkerPool:
     def call(self, source: Source, request: Request, cpu_seconds: float) -> Reply:
         """``request`` (made for ``source``) answered by ``source``'s worker."""
         key, chapter, exercise = self._key(source), request.chapter, request.exercise
+        self.last_printed.pop(key, None)  # a call refused at once prints nothing
         if key in self.unstartable:
-            self.last_printed[key] = ""
             raise GraderFault(self.unstartable[key])
         if (refused := self.allowance.refusal(key, totals=key != "trusted")) is not None:
-            self.last_printed[key] = ""
             raise refused
         for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
-                self.last_printed[key] = ""
                 raise self.blocks[blocked]()
         worker = self.start(source)
         spent = (key, exercise) in self.timed_out
@@ -424,31 +403,28 @@ class WorkerPool:
             if (key, chapter) in self.crashed and (key, chapter) not in self.imports:
                 self._check_import(worker, key, request, cpu_seconds, waits)
             # after a timeout of the exercise (whose line was named), the same loop, likely
-            budget = min(cpu_seconds, AFTER_TIMEOUT_CPU_SECONDS) if spent else cpu_seconds
+            budget = min(cpu_seconds, limits.AFTER_TIMEOUT_CPU_SECONDS) if spent else cpu_seconds
             return worker.call(request, budget, locate=not spent, wait_seconds=waits)
-        except WorkerTimeout as stopped:
-            if stopped.reason is StopReason.CPU:
+        except (WorkerTimeout, WorkerCrashed, MachineBusy, GraderFault) as error:
+            if isinstance(error, WorkerTimeout) and error.reason is StopReason.CPU:
                 self.timed_out.add((key, exercise))
-            else:
+            elif isinstance(error, WorkerTimeout):
                 self.waited.add((key, chapter))
-                what = "Importing your chapter file" if stopped.at_import else "Your exercise"
+                what = "Importing your chapter file" if error.at_import else "Your exercise"
                 how = {StopReason.WAITED: "waited",
                        StopReason.REQUEST: "did not read the grader's request"}.get(
-                    StopReason(stopped.reason), "did not finish its answer")  # REPLY: half
-                message = (f"{stopped} {what} {how}: its other tests are not run (fix it, "
+                    StopReason(error.reason), "did not finish its answer")  # REPLY: half
+                message = (f"{error} {what} {how}: its other tests are not run (fix it, "
                            f"then grade again).")
-                self.blocks[(key, chapter) if stopped.at_import else (key, exercise)] = (
-                    functools.partial(WorkerTimeout, message, reason=stopped.reason,
-                                      at_import=stopped.at_import))
-            worker.close()
-            del self.workers[key]
-            raise
-        except (WorkerCrashed, MachineBusy, GraderFault) as error:
-            if isinstance(error, WorkerCrashed):
+                self.blocks[(key, chapter) if error.at_import else (key, exercise)] = (
+                    functools.partial(WorkerTimeout, message, reason=error.reason,
+                                      at_import=error.at_import))
+            elif isinstance(error, WorkerCrashed):
                 self.crashed.add((key, chapter))
-            if isinstance(error, GraderFault):
+            elif isinstance(error, GraderFault):
                 self.unstartable[key] = str(error)
-            self.allowance.count(key, error)
+            else:  # a busy machine: BUSY_LIMIT of them end the worker's other calls at once
+                self.allowance.busy[key] += 1
             worker.close()
             del self.workers[key]
             raise

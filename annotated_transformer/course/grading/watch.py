@@ -1,27 +1,17 @@
 """How long one call of the worker may take: the trusted side's deadlines, from what it sees.
 
-A call ends with the worker's reply or with one of these verdicts (:class:`Stop`):
-
-* ``cpu``: the worker's processes used more CPU seconds than the call allows;
-* ``waited``: the call spent :data:`WAIT_SECONDS` of wall time waiting without computing:
-  between two looks, no byte of the request or the reply moved, no thread of the worker was
-  runnable (running, or ready to run and waiting for a core), and it used under half the
-  time in CPU (a ``time.sleep``, a lock, a ``Future().wait()``, a pipe never written, half a
-  reply). A call slowed by a busy machine is runnable all along, so a loaded machine never
-  counts as waiting;
-* ``reply``: a reply began and was not complete :data:`REPLY_SECONDS` later (that time
-  counts as waited: bytes dripped slowly keep a call from waiting, not the grader);
-* ``request``: the worker had not read the whole request :data:`REPLY_SECONDS` after the
-  call began (counted as waited too: a request read a page at a time moves bytes);
-* ``processes``: the worker had more than its number of processes (where no cgroup bounds
-  them, :mod:`.limits`);
-* ``busy``: the wall-clock backstop ran out while the worker was within its CPU budget and
-  kept wanting the machine: the machine was too busy, no fault of the code under test.
+A call ends with the worker's reply, or is stopped (:class:`Stop`) for a :class:`StopReason`.
+It waits only while, between two looks, no byte of the request or the reply moved, no
+thread of the worker was runnable (running, or ready to run and waiting for a core) and it
+used under half the time in CPU: a call slowed by a busy machine is runnable all along, so
+a loaded machine never counts as waiting. ``book/instructor.md`` (*What one learner can
+cost a regrade*) says what each bound is for.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from enum import Enum
 
@@ -40,23 +30,21 @@ BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its 
 
 
 class StopReason(str, Enum):
-    """Why a call was stopped: the module's verdicts (its docstring says each)."""
+    """Why a call was stopped: every reason but ``busy`` is the code under test's doing."""
 
-    CPU = "cpu"
-    WAITED = "waited"
-    REPLY = "reply"
-    REQUEST = "request"
-    PROCESSES = "processes"
-    BUSY = "busy"
+    CPU = "cpu"  # its processes used more CPU seconds than the call allows
+    WAITED = "waited"  # it waited WAIT_SECONDS of wall time without computing
+    REPLY = "reply"  # a reply begun was not complete REPLY_SECONDS later (counted as waited)
+    REQUEST = "request"  # the request was not all read REPLY_SECONDS in (counted as waited)
+    PROCESSES = "processes"  # more processes than TASKS, where no cgroup bounds them
+    BUSY = "busy"  # the wall-clock backstop ran out within the CPU budget: the machine's fault
 
 
 class Stop(Exception):
     """A call stopped before its reply, for ``reason``."""
 
-    def __init__(self, reason: StopReason, used: float, waited: float, wall: float,
-                 may_wait: float) -> None:
-        self.reason, self.used, self.waited, self.wall = reason, used, waited, wall
-        self.may_wait = may_wait
+    def __init__(self, reason: StopReason, used: float, wall: float, may_wait: float) -> None:
+        self.reason, self.used, self.wall, self.may_wait = reason, used, wall, may_wait
         super().__init__(reason)
 
 
@@ -69,7 +57,7 @@ class CallWatch:
         self.meter, self.cpu_seconds, self.wait_seconds = meter, cpu_seconds, wait_seconds
         self.processes, self.clock = processes, clock
         self.start = self.last = self.sampled = clock()
-        self.cpu_start = self.cpu_last = meter.seconds()
+        self.cpu_start = self.cpu_last = meter.sample().seconds
         self.backstop = max(BUSY_FLOOR, BUSY_FACTOR * cpu_seconds)
         self.waited, self.reply_start = 0.0, None  # type: float, float | None
 
@@ -109,7 +97,7 @@ class CallWatch:
         elif wall > self.backstop:
             reason = StopReason.BUSY
         if reason is not None:
-            raise Stop(reason, used, self.waited, wall, self.wait_seconds)
+            raise Stop(reason, used, wall, self.wait_seconds)
 
 
 BUSY_LIMIT = 2  # calls of one worker stopped for a busy machine, before its others end at once
@@ -126,30 +114,26 @@ class Allowance:
     key) in a grading run, and the end of its calls once one is spent (:meth:`refusal`)."""
 
     def __init__(self) -> None:
-        self.used: dict[str, float] = {}
-        self.waited: dict[str, float] = {}
-        self.busy: dict[str, int] = {}
+        self.used: defaultdict[str, float] = defaultdict(float)
+        self.waited: defaultdict[str, float] = defaultdict(float)
+        self.busy: defaultdict[str, int] = defaultdict(int)  # calls stopped for a busy machine
 
     def spend(self, key: str, used: float, waited: float) -> None:
-        self.used[key] = self.used.get(key, 0.0) + max(used, 0.0)
-        self.waited[key] = self.waited.get(key, 0.0) + max(waited, 0.0)
-
-    def count(self, key: str, error: Exception) -> None:
-        """Note how a call ended (a busy machine counts towards :data:`BUSY_LIMIT`)."""
-        self.busy[key] = self.busy.get(key, 0) + isinstance(error, MachineBusy)
+        self.used[key] += max(used, 0.0)
+        self.waited[key] += max(waited, 0.0)
 
     def refusal(self, key: str, totals: bool = True) -> Exception | None:
         """What ``key``'s next call ends with at once, or None when it may run; ``totals``:
         whether the totals apply (not to the course's own code, which the tests run at
         length)."""
-        if self.busy.get(key, 0) >= BUSY_LIMIT:  # each would wait out the backstop again
+        if self.busy[key] >= BUSY_LIMIT:  # each would wait out the backstop again
             return MachineBusy(f"the machine was too busy for {BUSY_LIMIT} tests of this code "
                                f"(each ran out of wall time within its CPU budget), so its other "
                                f"tests were not run. Not your code's fault: grade again when "
                                f"the machine is quieter")
         if not totals:
             return None
-        used, waited = self.used.get(key, 0.0), self.waited.get(key, 0.0)
+        used, waited = self.used[key], self.waited[key]
         if used > TOTAL_CPU_SECONDS:
             return WorkerTimeout(f"Timeout: your code has used {used:.0f} CPU seconds over its "
                                  f"tests, more than the {TOTAL_CPU_SECONDS:g} that a grading run "
