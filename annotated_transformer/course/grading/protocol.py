@@ -249,6 +249,8 @@ def encode(message: Any) -> bytes:
 
 
 def decode(data: bytes) -> Any:
+    """The message ``data`` holds; a :class:`ProtocolError` when it is not plain data, its
+    parts are compressed or it stands for too much once read (the checks below)."""
     import torch
 
     _check_stored(data)
