@@ -146,7 +146,7 @@ def test_the_outcomes_are_ordered_by_priority_and_each_exception_carries_its_own
 
 
 def test_an_exercise_id_is_read_once_and_orders_the_course():
-    assert ExerciseId("5.10").chapter == 5 and ExerciseId("5.10").number == 10
+    assert ExerciseId("5.10").chapter == 5 and ExerciseId("5.10").order == (5, 10)
     assert sorted(["5.10", "5.9", "10.1"], key=lambda e: ExerciseId(e).order) == [
         "5.9", "5.10", "10.1"]
     for bad in ("5", "5.x", " 5.1", "5.1.2", ""):

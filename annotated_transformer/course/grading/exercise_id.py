@@ -9,8 +9,8 @@ _FORM = re.compile(r"(\d+)\.(\d+)")
 
 class ExerciseId(str):
     """An exercise's id, ``"5.3"``: chapter 5's third exercise. It is the text it was made
-    from (a key of JSON and of dicts, as written); :attr:`chapter`, :attr:`number` and
-    :attr:`order` read it. Anything but ``CHAPTER.NUMBER`` is a ``ValueError``."""
+    from (a key of JSON and of dicts, as written); :attr:`chapter` and :attr:`order` read
+    it. Anything but ``CHAPTER.NUMBER`` is a ``ValueError``."""
 
     __slots__ = ()
 
@@ -23,16 +23,13 @@ class ExerciseId(str):
 
     @property
     def chapter(self) -> int:
-        return int(self.partition(".")[0])
-
-    @property
-    def number(self) -> int:
-        return int(self.partition(".")[2])
+        return self.order[0]
 
     @property
     def order(self) -> tuple[int, int]:
-        """Its place in the course: ``5.10`` comes after ``5.9``."""
-        return self.chapter, self.number
+        """``(chapter, number)``, its place in the course: ``5.10`` comes after ``5.9``."""
+        chapter, number = self.split(".")
+        return int(chapter), int(number)
 
 
 def order(exercise: str) -> tuple[int, int]:

@@ -50,18 +50,13 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u2028\u2029\u200e\u200f"
                      "\u202a-\u202e\u2066-\u2069]")
 
 
-def visible(text: str) -> str:
-    """``text`` on one line with every control character (a carriage return, an escape
-    sequence, a line break) shown as its escape, so that it cannot move or restyle what a
-    reader sees."""
-    text = str(text).replace("\n", "\\n")
-    return CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
-
-
 def markdown_code(text: str, table: bool = False) -> str:
     """``text`` as a Markdown code span (nothing in it is a heading, a link, HTML or
-    emphasis), on one line; ``table``: inside a table's cell (its ``|`` escaped)."""
-    text = visible(text)
+    emphasis), on one line, every control character (a carriage return, an escape sequence,
+    a line break) shown as its escape, so that it cannot move or restyle what a reader sees;
+    ``table``: inside a table's cell (its ``|`` escaped)."""
+    text = CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"),
+                       str(text).replace("\n", "\\n"))
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
@@ -72,7 +67,7 @@ def markdown_code(text: str, table: bool = False) -> str:
 # PyTorch's errors that a learner's code meets most, and what each means for an exercise:
 # (PyTorch's words, what to do; ``{0}``, ``{1}``: the pattern's groups). The first that
 # matches is said after PyTorch's own message (:func:`learner_error`).
-WAYS_FORWARD = (
+WAYS_FORWARD = tuple((re.compile(pattern), advice) for pattern, advice in (
     (r"does not require grad and does not have a grad_fn",
      "this result is not connected to autograd's graph: did a step leave PyTorch (NumPy, "
      ".item(), .detach(), torch.tensor(...) of computed values)? Build it from torch "
@@ -117,8 +112,7 @@ WAYS_FORWARD = (
      "an in-place operation (x += ..., x[...] = ..., masked_fill_, a method ending in _) changed "
      "a tensor that autograd needs: use the form that returns a new tensor (x = x + ..., "
      "masked_fill, torch.where)."),
-)
-_WAYS_FORWARD = tuple((re.compile(pattern), advice) for pattern, advice in WAYS_FORWARD)
+))
 # The worker's words for a result it cannot send back (worker.process), and NumPy's type names.
 _NOT_SENT = re.compile(r"^the result could not be sent back to the grader: a (\w+) is not plain "
                        r"data \(")
@@ -142,7 +136,7 @@ def learner_error(types: list[str], message: str, where: str = "") -> str:
                 f"torch operations (torch.from_numpy would convert the array, but outside "
                 f"autograd's graph, so no gradient would flow through it).")
     if _SEALED_TAG.search(message) is None:
-        for pattern, advice in _WAYS_FORWARD:
+        for pattern, advice in WAYS_FORWARD:
             found = pattern.search(message)
             if found is not None:
                 said = f"{raised}: {message}{at}"

@@ -17,15 +17,12 @@ class PrintedOutput(threading.Thread):
         self.fd, self.limit, self.tail, self.total = fd, limit, b"", 0
 
     def run(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.tail = (self.tail + chunk)[-self.limit:]
-            self.total += len(chunk)
+        try:
+            while chunk := os.read(self.fd, 65536):  # until the worker closes its end
+                self.tail = (self.tail + chunk)[-self.limit:]
+                self.total += len(chunk)
+        except OSError:  # the descriptor was closed under it
+            return
 
     def text(self) -> str:
         return self.tail.decode("utf-8", errors="replace")

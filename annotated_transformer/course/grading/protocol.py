@@ -1,19 +1,14 @@
-"""The messages between the trusted grader and the worker that runs a learner's code: the
-door between the two rooms, the one module of the grader that both the worker's side
-(:mod:`.worker`) and the trusted side import.
+"""The door between the grader's two rooms: the messages between the trusted grader and
+the worker that runs a learner's code, the one module of the grader that both import.
 
-A message is a length-prefixed frame holding ``torch.save`` of plain data: tensors,
-numbers, strings, ``None``, lists, tuples and dicts of them, dtypes and sizes. Both
-sides read frames with ``torch.load(weights_only=True)``, which builds only those types,
-so a frame from a hostile worker can carry wrong numbers but never run code in the
-grader. A frame larger than :data:`MAX_FRAME` is refused, and so is one whose parts are
-compressed (before ``torch.load`` inflates them) or that stands for more than
-:data:`MAX_ITEMS` items or :data:`MAX_FRAME` bytes once the parts it shares are counted
-each time they appear. What crosses is typed, and checked where it arrives: the worker's
-:class:`WorkerConfig` (its last argument), each :class:`Request` and each :class:`Reply`;
-a frame that is not one is a :class:`ProtocolError`. What both sides must agree on besides
-the frames is here too: how long a message may be (:func:`cut`) and which stand-ins a
-request may ask for (:data:`STAND_INS`).
+A message is a length-prefixed frame of plain data (tensors, numbers, strings, ``None``,
+lists, tuples and dicts of them, dtypes and sizes), written by ``torch.save`` and read with
+``torch.load(weights_only=True)``, which builds only those types: a hostile worker's frame
+can carry wrong numbers but never run code in the grader. Every frame is bounded
+(:func:`decode`); what crosses is typed and checked where it arrives (:class:`WorkerConfig`,
+:class:`Request`, :class:`Reply`; else a :class:`ProtocolError`). Both sides also agree here
+on how long a message may be (:func:`cut`) and which stand-ins a request may ask for
+(:data:`STAND_INS`).
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ import zipfile
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
+from types import NoneType
 from typing import Any, BinaryIO
 
 # Bytes a frame may hold. The largest of the reference's whole course is 2.6 MB (a model's
@@ -88,15 +84,12 @@ class Ended(str, Enum):
 
 @dataclass(frozen=True)
 class Reply:
-    """The worker's answer to one call, the one shape both sides use: the worker builds it
-    and sends :meth:`to_wire`; the grader reads what arrived with :meth:`from_wire`, which
-    trusts nothing (a wrong type is a :class:`ProtocolError`; text is cut to its limits).
-
-    ``value``: the probe's result (plain data) when ``ended`` is None; else ``message``,
-    and for :attr:`Ended.RAISED` the exception's ``types`` (most derived first), ``where``
-    (the learner's ``file:line``) and ``stub`` (an untouched stub's ``NotImplementedError``,
-    exactly the built-in: ``worker.process.is_stub``).
-    ``called``: the chapters' functions its code entered (:mod:`.worker.calls`)."""
+    """The worker's answer to one call: ``value``, the probe's result (plain data), when
+    ``ended`` is None; else ``message``, and for :attr:`Ended.RAISED` the exception's
+    ``types`` (most derived first), ``where`` (the learner's ``file:line``) and ``stub``
+    (an untouched stub's ``NotImplementedError``, exactly the built-in:
+    ``worker.process.is_stub``). ``called``: the chapters' functions its code entered
+    (:mod:`.worker.calls`)."""
 
     ended: Ended | None = None
     value: Any = None
@@ -116,7 +109,8 @@ class Reply:
 
     @classmethod
     def from_wire(cls, data: Any) -> Reply:
-        """The reply a frame holds."""
+        """The reply a frame holds, trusting nothing: a wrong type is a
+        :class:`ProtocolError`, text is cut to its limits."""
         if not isinstance(data, dict) or set(data) != set(cls().to_wire()):
             raise ProtocolError("something that is not a reply")
         try:
@@ -131,9 +125,6 @@ class Reply:
                    data["message"][:cls.MESSAGE], tuple(data["types"][:20]),
                    data["where"][:cls.NAMES], data["stub"],
                    tuple(name[:cls.NAMES] for name in data["called"][:cls.NAMES]))
-
-
-NONE = type(None)
 
 
 def _check(message: Any, allowed: dict[str, tuple[type, ...]], what: str) -> None:
@@ -153,16 +144,14 @@ def _wire(message: Any) -> dict[str, Any]:
     return {f.name: getattr(message, f.name) for f in fields(message)}
 
 
-def _fields(data: Any, cls: type, what: str, tuples: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``data`` (a dict of exactly the fields of ``cls``) with its lists named in ``tuples``
-    made tuples; else a :class:`ProtocolError`."""
+def _fields(data: Any, cls: type, what: str) -> dict[str, Any]:
+    """``data``, a dict of exactly the fields of ``cls``; else a :class:`ProtocolError`."""
     names = {f.name for f in fields(cls)}
     if not isinstance(data, dict) or set(data) != names:
         keys = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
         raise ProtocolError(f"something that is not {what}: {str(keys)[:200]} (expected the "
                             f"keys {sorted(names)})")
-    return {**data, **{name: tuple(data[name]) for name in tuples
-                       if isinstance(data[name], list)}}
+    return data
 
 
 @dataclass(frozen=True)
@@ -173,10 +162,7 @@ class Request:
     data). ``exercise``: the exercise under test (None: none, the import alone);
     ``forbid_ops``: the ops refused while it runs; ``seed``: the random state it starts
     from; ``observe``: note the chapters' functions it enters; ``standins``: the earlier
-    exercises (keys of :data:`STAND_INS`) to run on the grader's stand-ins.
-
-    The grader builds it and sends :meth:`to_wire`; the worker reads it with
-    :meth:`from_wire`, which refuses a frame that is not one (a :class:`ProtocolError`)."""
+    exercises (keys of :data:`STAND_INS`) to run on the grader's stand-ins."""
 
     file: str
     function: str
@@ -191,7 +177,7 @@ class Request:
 
     def __post_init__(self) -> None:
         _check(self, {"file": (str,), "function": (str,), "chapter": (int,), "source": (str,),
-                      "exercise": (str, NONE), "kwargs": (dict,), "forbid_ops": (tuple,),
+                      "exercise": (str, NoneType), "kwargs": (dict,), "forbid_ops": (tuple,),
                       "seed": (int,), "observe": (bool,), "standins": (tuple,)}, "a request")
         if any(type(name) is not str for name in self.kwargs):
             raise ProtocolError("a request's kwargs are named by something else than strings")
@@ -199,13 +185,12 @@ class Request:
             raise ProtocolError(f"a request for stand-ins that do not exist: {unknown[:5]}")
 
     def to_wire(self) -> dict[str, Any]:
-        return {**_wire(self), "forbid_ops": list(self.forbid_ops),
-                "standins": list(self.standins)}
+        return _wire(self)
 
     @classmethod
     def from_wire(cls, data: Any) -> Request:
-        """The request a frame holds."""
-        return cls(**_fields(data, cls, "a request", ("forbid_ops", "standins")))
+        """The request a frame holds (a :class:`ProtocolError` for what is none)."""
+        return cls(**_fields(data, cls, "a request"))
 
 
 @dataclass(frozen=True)
@@ -216,11 +201,8 @@ class WorkerConfig:
     of that folder (``{chapter: why}``, never imported), where the probes' files are
     (``tests_dir``) and the folder that holds ``variants`` (``variants_dir``), the ``user``
     it becomes (None: it stays who it is), its address space (``memory_bytes``) and whether
-    it may start threads and processes (``new_tasks``: the boundary's own tests only).
-
-    It travels as the worker's last argument: :meth:`to_wire` is that JSON text (paths as
-    text, chapters as digits), and :meth:`from_wire` reads it back, refusing text that is
-    not one (a :class:`ProtocolError`)."""
+    it may start threads and processes (``new_tasks``: the boundary's own tests only). It
+    travels as the worker's last argument, JSON text (:meth:`to_wire`)."""
 
     source: str
     learner_dir: Path | None
@@ -231,28 +213,24 @@ class WorkerConfig:
     memory_bytes: int = 0
     new_tasks: bool = False
 
-    PATHS = ("learner_dir", "tests_dir", "variants_dir")
-
     def __post_init__(self) -> None:
-        _check(self, {"source": (str,), "learner_dir": (str, Path, NONE),
+        _check(self, {"source": (str,), "learner_dir": (str, Path, NoneType),
                       "tests_dir": (str, Path), "variants_dir": (str, Path), "blocked": (dict,),
-                      "user": (str, NONE), "memory_bytes": (int,), "new_tasks": (bool,)},
+                      "user": (str, NoneType), "memory_bytes": (int,), "new_tasks": (bool,)},
                "a worker's configuration")
-        for name in self.PATHS:
+        for name in ("learner_dir", "tests_dir", "variants_dir"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         if any(type(c) is not int or type(why) is not str for c, why in self.blocked.items()):
             raise ProtocolError("a worker's blocked chapters are {chapter: why}")
 
     def to_wire(self) -> str:
-        paths = {name: None if getattr(self, name) is None else str(getattr(self, name))
-                 for name in self.PATHS}
-        return json.dumps({**_wire(self), **paths, "blocked": {
-            str(c): why for c, why in self.blocked.items()}})
+        return json.dumps(_wire(self), default=str)  # paths as text, chapters as digits
 
     @classmethod
     def from_wire(cls, text: str) -> WorkerConfig:
-        """The configuration the JSON ``text`` holds."""
+        """The configuration the JSON ``text`` holds (a :class:`ProtocolError` for what is
+        none)."""
         try:
             data = _fields(json.loads(text), cls, "a worker's configuration")
             blocked = {int(c): why for c, why in data["blocked"].items()}
@@ -271,6 +249,8 @@ def encode(message: Any) -> bytes:
 
 
 def decode(data: bytes) -> Any:
+    """The message ``data`` holds; a :class:`ProtocolError` when it is not plain data, its
+    parts are compressed or it stands for too much once read (the checks below)."""
     import torch
 
     _check_stored(data)
@@ -346,13 +326,18 @@ def _read_exactly(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def _announced(header: bytes | bytearray) -> int:
+    """The size a frame's header announces (a :class:`ProtocolError` over :data:`MAX_FRAME`)."""
+    (size,) = HEADER.unpack_from(header)
+    if size > MAX_FRAME:
+        raise ProtocolError(f"a message of {size:,} bytes announced (at most {MAX_FRAME:,})")
+    return size
+
+
 def read_frame(fd: int) -> Any:
     """One message from the file descriptor ``fd`` (blocking: the worker's side only; the
     grader reads with :class:`FrameReader` and a deadline)."""
-    (size,) = HEADER.unpack(_read_exactly(fd, HEADER.size))
-    if size > MAX_FRAME:
-        raise ProtocolError(f"a message of {size:,} bytes announced (at most {MAX_FRAME:,})")
-    return decode(_read_exactly(fd, size))
+    return decode(_read_exactly(fd, _announced(_read_exactly(fd, HEADER.size))))
 
 
 class FrameReader:
@@ -363,22 +348,18 @@ class FrameReader:
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
-        if len(self.buffer) >= HEADER.size and self._size() > MAX_FRAME:
-            raise ProtocolError(f"a message of {self._size():,} bytes announced (at most "
-                                f"{MAX_FRAME:,})")
-
-    def _size(self) -> int:
-        return HEADER.unpack_from(self.buffer)[0]
+        self.complete()  # refuses a header that announces too much as soon as it arrives
 
     @property
     def started(self) -> bool:
         return bool(self.buffer)
 
     def complete(self) -> bool:
-        return len(self.buffer) >= HEADER.size and len(self.buffer) >= HEADER.size + self._size()
+        return (len(self.buffer) >= HEADER.size
+                and len(self.buffer) >= HEADER.size + _announced(self.buffer))
 
     def message(self) -> Any:
         """The message of the complete frame (any bytes after it are refused)."""
-        if len(self.buffer) != HEADER.size + self._size():
+        if len(self.buffer) != HEADER.size + _announced(self.buffer):
             raise ProtocolError("more bytes than the message announced")
         return decode(bytes(self.buffer[HEADER.size:]))

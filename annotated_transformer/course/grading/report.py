@@ -1,12 +1,6 @@
-"""A grading run's report, and every format it is written in.
-
-A :class:`Report` holds what one run found (one :class:`~.results.ExerciseResult` an
-exercise, the graded tests' records when the tests ran here, the seed, and what was checked
-about the submission: :class:`Integrity` of its grading files, the :class:`WorkflowCheck` of the CI
-file that ran) and writes it as the terminal's table, one line of score, JSON (which
-:meth:`Report.from_json` reads back), Markdown for a CI job summary, and JUnit XML; a
-report of nothing graded (``parts`` None) lists the points on offer (:meth:`Report.offer`).
-"""
+"""A grading run's :class:`Report` and every format it is written in: the terminal's table,
+one line of score, JSON (read back by :meth:`Report.from_json`), Markdown for a CI job
+summary, JUnit XML, and for a report of nothing graded the points on offer."""
 
 from __future__ import annotations
 
@@ -35,10 +29,6 @@ class Integrity:
     changes: dict[str, str]  # {path: "changed" | "missing" | "added"}
     used: bool  # True: those files graded this run (the grader ran from the submission)
 
-    @property
-    def tampered(self) -> list[str]:
-        return sorted(self.changes)
-
     def lines(self) -> list[str]:
         if not self.changes:
             return [f"Grading files: as in the course's manifest ({self.manifest})."]
@@ -59,10 +49,6 @@ class WorkflowCheck:
 
     folder: str  # the submission's .github/workflows
     changes: dict[str, str]  # {file name: "changed" | "added"}
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.changes)
 
     def lines(self) -> list[str]:
         """What every report says about it."""
@@ -98,12 +84,6 @@ def _folder(parts: str) -> str:
     return str(learner_folder(sources[0]) or "") if len(sources) == 1 else ""
 
 
-def _last_lines(text: str, count: int = 5) -> list[str]:
-    """The last ``count`` lines of what was printed, each cut and without control codes."""
-    lines = [CONTROL.sub("\ufffd", line[:200]) for line in text.rstrip().splitlines()]
-    return lines[-count:]
-
-
 def _points(value: float) -> str:
     return f"{round(value, 2):g}"
 
@@ -137,10 +117,7 @@ class Report:
     def alarm(self) -> bool:
         """Whether a reader must not miss something: tampering, a changed workflow."""
         return bool((self.integrity and self.integrity.changes)
-                    or (self.workflow and self.workflow.changed))
-
-    def _passed(self) -> str:
-        return f"{self.passed_count()}/{len(self.rows)} exercises with all tests passed"
+                    or (self.workflow and self.workflow.changes))
 
     def passed_count(self) -> int:
         """How many exercises passed every test."""
@@ -149,15 +126,11 @@ class Report:
     def _graded(self, markdown: bool = False) -> str:
         if self.parts is None:
             return "Nothing graded: the points on offer"
-        folder = _folder(self.parts)
-        where = f"`--parts {self.parts}`" if markdown else f"--parts {self.parts}"
-        where += f" ({folder})" if folder else ""
-        if self.seed is None:
-            graded = f"Graded: {where}"
-        else:
-            option = f"`--seed {self.seed}`" if markdown else f"--seed {self.seed}"
-            graded = (f"Graded: {where}, random inputs from seed {self.seed} (the same again: "
-                      f"{option})")
+        code, folder = "`" if markdown else "", _folder(self.parts)
+        graded = f"Graded: {code}--parts {self.parts}{code}" + (f" ({folder})" if folder else "")
+        if self.seed is not None:
+            graded += (f", random inputs from seed {self.seed} (the same again: "
+                       f"{code}--seed {self.seed}{code})")
         return graded + (f"\nSandbox: {self.sandbox}" if self.sandbox else "")
 
     def table(self) -> str:
@@ -172,10 +145,11 @@ class Report:
                 named = f" [mistake {row.mistake}]" if row.mistake else ""
                 lines.append(f"{'':<5} -> {_first_line(row.message)}{named}")
             if row.printed and (row.status != Outcome.PASSED or self.show_output):
-                lines += [f"{'':<5}    your code printed: {line}"
-                          for line in _last_lines(row.printed)]
+                printed = row.printed.rstrip().splitlines()[-5:]  # its last lines, each cut
+                lines += [f"{'':<5}    your code printed: " + CONTROL.sub("\ufffd", line[:200])
+                          for line in printed]
         lines += ["", f"Total: {_points(self.points)}/{_points(self.max_points)} points "
-                  f"({self._passed()})"]
+                  f"({self.passed_count()}/{len(self.rows)} exercises with all tests passed)"]
         if self.integrity is not None:
             lines += ["", *self.integrity.lines()]
         if self.workflow is not None:
@@ -199,8 +173,8 @@ class Report:
         score = (f"{_points(self.points)}/{_points(self.max_points)} points from passed tests "
                  f"({self.passed_count()}/{len(self.rows)} exercises with every test passed)")
         if self.integrity and self.integrity.changes:
-            score += f"; TAMPERED: {cut(', '.join(self.integrity.tampered))}"
-        if self.workflow and self.workflow.changed:
+            score += f"; TAMPERED: {cut(', '.join(sorted(self.integrity.changes)))}"
+        if self.workflow and self.workflow.changes:
             score += f"; WORKFLOW CHANGED: {cut(', '.join(self.workflow.changes))}"
         return score
 
@@ -209,9 +183,9 @@ class Report:
         files that differ from the course's manifest and the workflow file the CI job ran."""
         rows = self.rows
         return {
-            "tampered": self.integrity.tampered if self.integrity else None,
+            "tampered": sorted(self.integrity.changes) if self.integrity else None,
             "integrity": asdict(self.integrity) if self.integrity else None,
-            "workflow": ({**asdict(self.workflow), "changed": self.workflow.changed}
+            "workflow": ({**asdict(self.workflow), "changed": bool(self.workflow.changes)}
                          if self.workflow else None),
             "parts": self.parts,
             "seed": self.seed,
@@ -230,7 +204,7 @@ class Report:
     def from_json(cls, data: dict[str, Any]) -> Report:
         """The report that :meth:`to_json` wrote (its rows, not the tests' records)."""
         rows = [ExerciseResult.from_json(row) for row in data["exercises"]]
-        return cls(rows, data.get("parts", data.get("impl")),
+        return cls(rows, data.get("parts"),
                    Integrity(**data["integrity"]) if data.get("integrity") else None,
                    data.get("seed"),
                    WorkflowCheck(data["workflow"]["folder"], data["workflow"]["changes"])
@@ -248,11 +222,10 @@ class Report:
             lines.append(f"| {row.id} | {row.title} | {_points(row.points)}/"
                          f"{_points(row.max_points)} | {row.status} | {message} | "
                          f"{f'`{row.mistake}`' if row.mistake else ''} |")
-        for check, bad in ((self.integrity, self.integrity and self.integrity.changes),
-                           (self.workflow, self.workflow and self.workflow.changed)):
+        for check in (self.integrity, self.workflow):
             if check is not None:  # it names the submission's files: data, not markup
                 warning = markdown_code(" ".join(check.lines()))
-                lines += ["", f"> **{warning}**" if bad else warning]
+                lines += ["", f"> **{warning}**" if check.changes else warning]
         return "\n".join(lines) + "\n"
 
     def junit(self) -> str:
@@ -281,10 +254,9 @@ class Report:
                 ET.SubElement(case, "system-out").text = _NOT_XML.sub("\ufffd", record.printed)
             if record.outcome == Outcome.SKIPPED:
                 ET.SubElement(case, "skipped", message=message)
-            elif record.outcome == Outcome.ERROR:
-                ET.SubElement(case, "error", message=message, type=record.outcome.value)
             elif record.outcome != Outcome.PASSED:
-                ET.SubElement(case, "failure", message=message, type=record.outcome.value)
+                ended = "error" if record.outcome == Outcome.ERROR else "failure"
+                ET.SubElement(case, ended, message=message, type=record.outcome.value)
         integrity, workflow = self.integrity, self.workflow
         if integrity is not None or workflow is not None:
             suite = suites["integrity"] = ET.SubElement(root, "testsuite", name="integrity")
@@ -297,15 +269,14 @@ class Report:
         if workflow is not None:
             case = ET.SubElement(suite, "testcase", name="the workflows are the course's",
                                  classname=workflow.folder)
-            if workflow.changed:
+            if workflow.changes:
                 ET.SubElement(case, "failure", message=" ".join(workflow.lines()),
                               type="workflow-changed")
         for suite in suites.values():
-            cases = list(suite)
-            suite.set("tests", str(len(cases)))
-            suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
-            suite.set("errors", str(sum(c.find("error") is not None for c in cases)))
-            suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+            suite.set("tests", str(len(suite)))
+            suite.set("failures", str(sum(c.find("failure") is not None for c in suite)))
+            suite.set("errors", str(sum(c.find("error") is not None for c in suite)))
+            suite.set("skipped", str(sum(c.find("skipped") is not None for c in suite)))
             if self.seed is not None:
                 properties = ET.Element("properties")
                 ET.SubElement(properties, "property", name="seed", value=str(self.seed))

@@ -1,11 +1,7 @@
-"""A graded test's record and an exercise's result, each with its formats read back by its
-pair. :class:`TestRecord`: what the grading plugin (:mod:`.plugin`) writes of one test and
-the engine (:mod:`.engine`) reads back (JSON). :class:`ExerciseResult`: what the engine makes
-of an exercise's records, the one shape the report (:mod:`.report`), the class's gradebook
-and its summary (:mod:`annotated_transformer.course.instructor`) share; its JSON is the
-report's row (the gradebook's line and CSV: :mod:`~annotated_transformer.course.instructor.
-spreadsheet`).
-"""
+"""A graded test's record (:class:`TestRecord`: the plugin writes it, the engine reads it
+back) and an exercise's result (:class:`ExerciseResult`: the one shape the report, the
+gradebook and the class's summary share), each with the JSON that reads back what it wrote
+(the gradebook's line and CSV: :mod:`annotated_transformer.course.instructor.spreadsheet`)."""
 
 from __future__ import annotations
 
