@@ -56,7 +56,7 @@ EXERCISES = {
 }
 # What each exercise's code uses of the learner's earlier exercises (what those use counts
 # too): a failure there is named first (annotated_transformer.course.grading.dependencies).
-BUILDS_ON = {"8.2": ("8.1",), "8.3": ("2.2", "3.1", "3.2", "3.3"), "8.4": ("6.2",),
+BUILDS_ON = {"8.1": ("2.1",), "8.2": ("8.1",), "8.3": ("2.2", "3.1", "3.2", "3.3"), "8.4": ("6.2",),
              "8.5": ("1.2", "1.3", "5.6"),
              "8.6": ("1.2", "1.3", "4.3", "5.1", "5.4", "5.6", "8.4", "8.5")}
 # Graded by a whole-course test rather than one solution region (see test_grading.py).

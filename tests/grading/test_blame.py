@@ -14,6 +14,7 @@ from grading_run import grade_run
 from annotated_transformer.course.authoring import stubs
 from annotated_transformer.course.grading import engine
 from annotated_transformer.course.grading.results import TestRecord
+from annotated_transformer.course.grading.runspec import RunSpec
 
 
 def learner(tmp_path, chapters, edits):
@@ -141,3 +142,29 @@ def test_a_folder_without_the_chapter_s_file_is_named_as_given(tmp_path):
     row = rows_of(parts, ["5.1"])["5.1"]
     assert f"{str(tmp_path)!r} has no file for chapter 5" in row.message, row.message
     assert "grading-learner-" not in row.message
+
+
+def test_a_contract_fault_inherited_from_a_called_part_is_that_part_s():
+    """A right 8.2 that calls a 8.1 leaving the device (8.1 has no stand-in: it would be its
+    answer) fails its device test as 8.1 does: it is told to fix 8.1, and no mistake of its
+    own is named; an 8.2 named for another contract than 8.1's keeps its name."""
+    def record(exercise, mistake, calls=()):
+        return TestRecord("t", exercise, 8, "", 1, "failed", f"{exercise}: on the CPU",
+                          mistake=mistake, calls=calls)
+
+    def rows(*records):
+        graded = engine.Graded(RunSpec.new("solutions"), list(records))
+        return {r.id: r for r in graded.rows()}
+
+    calls_8_1 = ("ch08_generation.py:next_token_distribution",)
+    inherited = rows(record("8.1", "8.1/device-not-kept"),
+                     record("8.2", "8.2/device-not-kept", calls_8_1))["8.2"]
+    assert inherited.mistake == "" and inherited.blocked_by == "8.1"
+    assert inherited.message.startswith("8.2 uses your next_token_distribution (8.1), which "
+                                        "does not pass yet: fix 8.1 first."), inherited.message
+    own = rows(record("8.1", "8.1/device-not-kept"),
+               record("8.2", "8.2/not-int64", calls_8_1))["8.2"]
+    assert own.mistake == "8.2/not-int64" and own.message.startswith("8.2: on the CPU")
+    uncalled = rows(record("8.1", "8.1/device-not-kept"),
+                    record("8.2", "8.2/device-not-kept"))["8.2"]
+    assert uncalled.mistake == "8.2/device-not-kept"

@@ -171,7 +171,7 @@ def failing_roots(exercise: str, right: Mapping[str, bool | None],
 
 
 def blame(exercise: str, roots: list[str], declared: Declared) -> str:
-    """``"8.3 uses your split_heads (3.1), which does not pass yet: fix 3.1 first."``"""
+    """``"6.6 uses your MultiHeadAttention (3.3), which does not pass yet: fix 3.3 first."``"""
     named = [f"{declared.name(p)} ({p})" for p in roots[:SHOWN]]
     named += [f"{len(roots) - SHOWN} more"] if len(roots) > SHOWN else []
     if len(roots) == 1:

@@ -270,7 +270,19 @@ class Graded:
         # name it exports) never orders more tests.
         right, called = values_right(mine), calls_of(mine, declared)
         unsure = unsure_names(mine)
-        return [_explained(r, right, called, declared, unsure) for r in summarize(mine)]
+        rows = summarize(mine)
+        faults = {r.id: fault for r in rows if (fault := contract_fault(r.mistake))}
+        return [_explained(r, right, called, declared, unsure, faults) for r in rows]
+
+
+CONTRACT_FAULTS = ("device-not-kept", "dtype-changed", "detached")
+
+
+def contract_fault(mistake: str) -> str | None:
+    """The contract a named mistake breaks (``"3.1/detached"``: ``"detached"``), or None: a
+    fault that an exercise inherits from a part it calls, whose own name would then be false."""
+    fault = mistake.partition("/")[2]
+    return fault if fault in CONTRACT_FAULTS else None
 
 
 def grade(spec: RunSpec, chapters: list[int] | None = None,
@@ -353,7 +365,8 @@ def _cache_store(cache_dir: Path, exercise: str, entry: str,
 
 def _explained(row: ExerciseResult, right: dict[str, bool | None],
                called: dict[str, set[str]], declared,
-               unsure: dict[str, str] | None = None) -> ExerciseResult:
+               unsure: dict[str, str] | None = None,
+               faults: dict[str, str] | None = None) -> ExerciseResult:
     """``row``, with what its earlier parts mean for it. Its tests ran with the grader's
     stand-ins for the earlier exercises that have one (:mod:`.dependencies`), so its points and
     its named mistake are its own; where it passes, called a stand-in, and the learner's own
@@ -361,7 +374,10 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     yet. For an earlier part without a stand-in that it called and whose values are wrong,
     the message names that part (first, or after the learner's own mistake when its tests
     name one), and a mistake that some of its tests of values do not name is dropped there
-    (the wrong part may explain it)."""
+    (the wrong part may explain it). A contract's mistake (``device-not-kept``, ...) named
+    for it while a part it called without a stand-in is named for the same one is that
+    part's: the name is dropped and the message names the part (``faults``: the contract
+    fault each exercise was named for)."""
     from annotated_transformer.course.grading import dependencies
 
     # The stand-ins its code called (a part it never calls is none of its business).
@@ -377,6 +393,14 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     # A stub's own message already names the exercise that is not written yet.
     if row.status in (Outcome.PASSED, Outcome.FORBIDDEN, Outcome.NOT_IMPLEMENTED):
         return row
+    fault = contract_fault(row.mistake)
+    inherited = sorted((p for p in called.get(row.id, set()) - {row.id}
+                        if p not in offered and fault and (faults or {}).get(p) == fault),
+                       key=order)
+    if inherited:
+        blame = dependencies.blame(row.id, inherited, declared)
+        return replace(row, mistake="", message=cut(f"{blame} {row.message}"),
+                       blocked_by=",".join(inherited))
     roots = [p for p in dependencies.failing_roots(row.id, right, called) if p not in offered]
     if not roots:
         return row

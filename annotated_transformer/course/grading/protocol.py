@@ -55,7 +55,8 @@ def cut(text: Any, limit: int = MESSAGE_LIMIT) -> str:
 # module under test.
 STAND_INS = {
     "1.2": "PositionalEncoding", "1.3": "TokenEmbedding", "2.1": "softmax",
-    "2.2": "scaled_dot_product_attention", "3.3": "MultiHeadAttention", "4.1": "padding_mask",
+    "2.2": "scaled_dot_product_attention", "3.1": "split_heads", "3.2": "merge_heads",
+    "3.3": "MultiHeadAttention", "4.1": "padding_mask",
     "4.2": "causal_mask", "4.3": "target_mask", "5.1": "LayerNorm",
     "5.2": "PositionwiseFeedForward", "5.3": "ResidualConnection", "5.4": "EncoderLayer",
     "5.5": "DecoderLayer", "5.6": "Encoder", "5.7": "Decoder", "6.2": "LabelSmoothingLoss",

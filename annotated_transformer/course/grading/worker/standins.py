@@ -201,6 +201,16 @@ def build(computed: Mapping[str, Callable[..., Any]], ran: Callable[[str], None]
             weights = dropout(weights)
         return weights @ value, weights
 
+    def split_heads(x: Tensor, num_heads: int) -> Tensor:  # [B, L, D] -> [B, H, L, D/H]
+        batch, length, d_model = x.shape
+        if num_heads <= 0 or d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        return x.reshape(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
+
+    def merge_heads(x: Tensor) -> Tensor:  # [B, H, L, d_k] -> [B, L, H*d_k]
+        batch, heads, length, d_k = x.shape
+        return x.transpose(1, 2).reshape(batch, length, heads * d_k)
+
     def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         return (tokens != pad_id)[:, None, None, :]
 
@@ -409,8 +419,9 @@ def build(computed: Mapping[str, Callable[..., Any]], ran: Callable[[str], None]
             return computed["6.2"](loss_alive, logits, target, ignore, self.smoothing)
 
     found: dict[str, Any] = {}
-    functions = {"2.1": softmax, "2.2": scaled_dot_product_attention, "4.1": padding_mask,
-                 "4.2": causal_mask, "4.3": target_mask}
+    functions = {"2.1": softmax, "2.2": scaled_dot_product_attention, "3.1": split_heads,
+                 "3.2": merge_heads, "4.1": padding_mask, "4.2": causal_mask,
+                 "4.3": target_mask}
     found.update({e: noted(e, f) for e, f in functions.items()})  # type: ignore[arg-type]
     found.update({"1.2": PositionalEncoding, "1.3": TokenEmbedding, "3.3": MultiHeadAttention,
                   "5.1": LayerNorm, "5.2": PositionwiseFeedForward, "5.3": ResidualConnection,
