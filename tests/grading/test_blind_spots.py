@@ -1,12 +1,13 @@
 """Where the guard looks away, no code of the learner's runs: attacked in the worker.
 
 The dispatch guard (grading/worker/allowed_ops.py) looks away in two places: inside its own
-handlers, where PyTorch pops its mode, and under the exemption where the grader's stand-ins
-compute (grading/worker/standins.py). As in tests/grading/test_allowed_ops.py, the static rules are
-skipped: the worker is handed a chapter file that registers every callback PyTorch offers
-and makes each compute what the exercise may not call (F.cross_entropy with a label
-smoothing, for 6.2; F.layer_norm, for 5.3), and one that keeps the stand-ins it is handed
-for later tests. Each road must be refused, or its callback never run.
+handlers, where PyTorch pops its mode, and at the ops the grader's stand-ins call, known by
+the code objects that call them (grading/worker/standins.py). As in
+tests/grading/test_allowed_ops.py, the static rules are skipped: the worker is handed a
+chapter file that registers every callback PyTorch offers and makes each compute what the
+exercise may not call (F.cross_entropy with a label smoothing, for 6.2; F.layer_norm, for
+5.3), and one that keeps the stand-ins it is handed for later tests. Each road must be
+refused, or its callback never run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from annotated_transformer.course.grading.supervisor import (
     LearnerRaised,
     WorkerPool,
 )
-from annotated_transformer.course.grading.worker import allowed_ops
+from annotated_transformer.course.grading.worker import allowed_ops, standins
 from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
@@ -368,11 +369,12 @@ def test_no_code_of_the_learner_s_runs_inside_the_dispatch_handler(pool, folder,
 
 def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
     """The garbage collector runs finalizers (``__del__``) at any allocation, wherever the
-    code is: inside the guard's handlers and under the exemption, too. Under the exemption
-    and inside the dispatch handler it waits; inside the torch-function handler, before the
+    code is: inside the guard's handlers and while a stand-in computes, too. There and
+    inside the dispatch handler it waits; inside the torch-function handler, before the
     guard's mode is back, every op is refused. So no finalizer computes what the exercise
     may not call."""
-    guard = allowed_ops.guard_factory()
+    stand_in, entries, inner = standins.computations()
+    guard = allowed_ops.guard_factory(entries, inner)
     mode, _ = guard(SMOOTHING, "6.2")
     ran, computed = [], []  # the finalizers run while the guard was on; those that computed
     inside = [False]
@@ -399,10 +401,9 @@ def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
             for _ in range(300):
                 Cycle()
                 X.exp().sum()
-            with guard.exempt():
-                for _ in range(300):
-                    Cycle()
-                    X.exp().sum()
+            for _ in range(300):
+                Cycle()
+                stand_in["2.1"](lambda: None, X, -1)
             inside[0] = False
     finally:
         gc.set_threshold(*threshold)
@@ -412,6 +413,39 @@ def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
 
 
 # ---------------------------------------------------------------- the grader's stand-ins
+
+
+def test_code_that_reaches_a_stand_in_s_computation_gets_no_exemption_for_its_own_ops():
+    """The guard exempts an op by the code object of the frame that called it: a stand-in's
+    ``Call.forward`` or ``Call.backward``, or its computation called from there. Code of
+    the learner's that reached the computation (with the source rules off: through a
+    stand-in's ``__closure__``) and calls it with an ``alive`` of its own that computes
+    softmax, or calls its inner ``softmax_of`` itself, is checked as its own: its frame is
+    not trusted code. The stand-in still computes, forward and backward, exempt."""
+    computed, entries, inner = standins.computations()
+    guard = allowed_ops.guard_factory(entries, inner)
+
+    def cells(function):
+        return dict(zip(function.__code__.co_freevars,
+                        (cell.cell_contents for cell in function.__closure__), strict=True))
+
+    softmax_of = cells(cells(computed["2.1"])["Call"].forward)["function"]
+    assert softmax_of.__name__ == "softmax_of"
+    x = X.clone().requires_grad_(True)
+    for attack in (lambda: computed["2.1"](lambda: torch.softmax(X, -1), X, -1),
+                   lambda: softmax_of(X, -1)):
+        mode, hits = guard(SOFTMAX, "2.1")
+        with mode, pytest.raises(allowed_ops.ForbiddenOpUsed, match="aten._softmax"):
+            attack()
+        assert hits == ["aten._softmax"]
+    mode, hits = guard(SOFTMAX, "2.1")
+    with mode:
+        out = computed["2.1"](lambda: None, x, -1)
+        (out * torch.arange(5.0, dtype=X.dtype)).sum().backward()
+    assert not hits
+    expected = X.clone().requires_grad_(True)
+    (torch.softmax(expected, -1) * torch.arange(5.0, dtype=X.dtype)).sum().backward()
+    assert torch.allclose(out, torch.softmax(X, -1)) and torch.allclose(x.grad, expected.grad)
 
 
 def test_a_stand_in_runs_no_saved_tensor_hook_of_the_learner_s(pool, folder):
