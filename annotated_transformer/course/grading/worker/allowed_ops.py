@@ -227,6 +227,9 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
                 for tensor_type in types:
                     if tensor_type is not plain and tensor_type is not parameter:
                         refuse("__torch_dispatch__ of a tensor subclass")
+                # The Python frame that called the op's C++ function (PyTorch calls this
+                # handler from C++, unwrapped: _should_skip_dynamo): the stand-ins' code
+                # (grading.worker.standins.computations) is exempt, no other.
                 caller = calling_frame(1)
                 while caller is not None and caller.f_code in inner:
                     caller = caller.f_back

@@ -1,7 +1,7 @@
 """Stand-ins, the worker's half: the grader's own versions of earlier exercises, built and revoked.
 
 Which exercises a test runs on stand-ins, and why, is the trusted side's
-(:mod:`annotated_transformer.course.grading.worker.standins`); a request names them (its
+(:mod:`annotated_transformer.course.grading.standins`); a request names them (its
 ``standins``, of :data:`~annotated_transformer.course.grading.protocol.STAND_INS`), and here
 they are made: PyTorch's own op where PyTorch has one (``torch.softmax``, ``F.layer_norm``,
 ``F.multi_head_attention_forward``, ``F.cross_entropy``), else the formula the exercise's
@@ -16,13 +16,9 @@ it. So a stand-in kept at module level serves no later test: not the capstones (
 the learner's own parts together, no stand-in), not an exercise that has none.
 
 Where a stand-in uses an op the exercise under test may not (a softmax in 5.4's attention),
-the guard exempts it, its backward too, by the code objects of :func:`computations`, made
-once when the worker starts, before any learner code: they call only PyTorch's C++
-functions taken then (a learner's file that replaces ``torch.where`` or
-``Tensor.transpose`` changes nothing they call), on detached copies the worker made (the
-dropout a caller passes to attention runs outside). Each stand-in notes that it ran: an
-exercise whose own stand-in ran while its tests ran is refused (``forbidden``), so a
-stand-in is never an answer.
+it computes through :func:`computations`, whose ops the guard exempts. Each stand-in notes
+that it ran: an exercise whose own stand-in ran while its tests ran is refused
+(``forbidden``), so a stand-in is never an answer.
 """
 
 from __future__ import annotations
@@ -54,8 +50,9 @@ def computations() -> tuple[dict[str, Callable[..., Any]], frozenset[CodeType],
     runs: every function they call is a C++ one taken now. A computation takes first a
     function ``alive()``, which raises when its stand-in's request has ended (called before
     the forward and the backward, before anything is switched off), then tensors of exactly
-    ``Tensor`` or ``Parameter`` and plain numbers. (PyTorch is imported here, when the worker
-    starts.)
+    ``Tensor`` or ``Parameter`` and plain numbers (a learner's file that replaces
+    ``torch.where`` changes nothing they call; the dropout a caller passes to attention runs
+    outside). (PyTorch is imported here, when the worker starts.)
 
     Why no op of the learner's is ever exempt: the frame that calls an op is the frame of
     the code that called PyTorch's C++ function. The trusted code calls only C++ functions
