@@ -12,6 +12,7 @@ to this record can only add or remove a "fix ... first" hint, never a point.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -23,9 +24,11 @@ from annotated_transformer.layout import CHAPTER_FILE
 class Observed:
     """A context in which every code object entered is noted (this thread only)."""
 
-    def __init__(self, active: bool = True) -> None:
+    def __init__(self, active: bool = True, settrace: Callable[[Any], None] = sys.settrace
+                 ) -> None:
         self.codes: set[CodeType] = set()
         self.active = active  # off for an exercise that builds on no other: nothing to blame
+        self.settrace = settrace  # the worker's, which its audit hook lets through
 
     def _trace(self, frame: FrameType, event: str, arg: Any) -> None:
         self.codes.add(frame.f_code)  # the global tracer sees "call" events only
@@ -34,12 +37,12 @@ class Observed:
     def __enter__(self) -> Observed:
         if self.active:
             self.previous = sys.gettrace()
-            sys.settrace(self._trace)
+            self.settrace(self._trace)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.active:
-            sys.settrace(self.previous)
+            self.settrace(self.previous)
 
     def names(self) -> list[str]:
         """``file:qualified name`` of every function of a chapter file entered, at most the

@@ -111,13 +111,14 @@ REFUSED_EVENTS = {
 
 
 def audit_hook_factory():
-    """A PEP 578 audit hook that refuses, from the moment it is installed (after the
-    grader's own imports, before any learner code), the events no honest exercise raises:
+    """``(hook, settrace)``: a PEP 578 audit hook, and the one ``sys.settrace`` it lets
+    through (the worker's own, :mod:`.calls`). Installed after the grader's own set-up,
+    before any learner code, the hook refuses the events no honest exercise raises:
     :data:`REFUSED_EVENTS`, every ``ctypes.*`` event (``ctypes`` reads and writes any
     memory) and a function's ``__code__`` set (``f.__code__ = g.__code__``). A refusal is a
     ``RuntimeError`` with a one-line reason, raised where the learner's code made the call:
     the learner reads it as an error of the exercise. (No grader code of the worker raises
-    one of them: measured over the whole course and its right variants.)
+    one of them past its set-up: measured over the whole course and its right variants.)
 
     Its limits: it cannot be removed, but it stops nothing that raises no event (a cell's
     ``cell_contents`` set, ``__closure__``, ``f_back`` and ``f_locals`` read, code that
@@ -128,10 +129,13 @@ def audit_hook_factory():
     op; ``typing`` and ``namedtuple`` call it), and ``object.__getattr__`` (the guard reads
     a frame's ``f_code``, the worker a traceback's ``tb_frame``). Those roads rest on the
     source rules (no ``sys``, no names with double underscores)."""
-    refused, error, text = dict(REFUSED_EVENTS), RuntimeError, str
+    refused, error, text, set_trace = dict(REFUSED_EVENTS), RuntimeError, str, sys.settrace
+    tracing = [False]  # while the worker's own settrace runs
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event in refused:
+            if event == "sys.settrace" and tracing[0]:
+                return
             raise error(f"the grading worker refuses {event}: {refused[event]}")
         if event[:7] == "ctypes.":
             raise error(f"the grading worker refuses {event}: ctypes reads and writes the "
@@ -140,7 +144,14 @@ def audit_hook_factory():
             raise error("the grading worker refuses setting a function's __code__: it would "
                         "run another's code with your names")
 
-    return hook
+    def settrace(function: Any) -> None:
+        tracing[0] = True
+        try:
+            set_trace(function)
+        finally:
+            tracing[0] = False
+
+    return hook, settrace
 
 
 # ---------------------------------------------------------------- running a probe
@@ -185,6 +196,8 @@ class Worker:
         switches.seal(self.attempts)
         self._plain = plain_factory()  # the reply's conversion, bound before learner code too
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
+        # Installed by main() once the worker's set-up is done (it makes no grader call fail).
+        self.audit_hook, self._settrace = audit_hook_factory()
 
         from annotated_transformer import parts
         from annotated_transformer.course.grading.worker import confinement
@@ -237,7 +250,7 @@ class Worker:
         from annotated_transformer.parts import use_parts
 
         probe = self.probe(request.file, request.function)
-        seen = calls.Observed(request.observe)  # the chapters' functions it entered
+        seen = calls.Observed(request.observe, self._settrace)  # the chapters' functions
         # (grading.worker.calls), for an exercise that builds on others
         guarded = self._guard(request.forbid_ops, request.exercise) if (
             request.forbid_ops) else None
@@ -447,7 +460,7 @@ def main() -> int:
     if refused is not None:
         print(f"grading worker: {refused}; threads are not refused", file=sys.stderr)
     handle = worker.handle  # bound now: a learner's change to the class changes nothing
-    sys.addaudithook(audit_hook_factory())  # the last of the grader's set-up: no learner code yet
+    sys.addaudithook(worker.audit_hook)  # the last of the grader's set-up: no learner code yet
     protocol.write_frame(replies, protocol.READY)
     while True:
         try:
