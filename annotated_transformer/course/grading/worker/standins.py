@@ -64,8 +64,9 @@ def computations() -> tuple[dict[str, Callable[..., Any]], frozenset[CodeType],
     rebuilt around a trusted code object (``types.FunctionType``, ``f.__code__ = ...``) is
     refused by the worker's audit hook (:mod:`.process`). What this does not stop: code that
     reaches these functions (a stand-in's ``__closure__``, the worker's frames: both refused
-    by the source rules) can call a computation with arguments of its own, or rebind its
-    cells, and compute a stand-in's result unnoted."""
+    by the source rules) can call a computation, or its ``Call.forward`` and
+    ``Call.backward``, with arguments of its own, or rebind its cells: compute a stand-in's
+    result unnoted, or a backward pass of its own graph unchecked."""
     import gc
 
     import torch
