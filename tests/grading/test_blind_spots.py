@@ -303,6 +303,45 @@ def kept_quietly(x):
     except Exception:
         exp = (x - x.amax(-1, keepdim=True)).exp()
         return exp / exp.sum(-1, keepdim=True)
+
+
+def steals_the_computation(x):
+    """In a test handed the stand-in for 2.1: keeps the class of its computation, handed to
+    ``torch.autograd.Function.apply`` (replaced a while), and the node it made."""
+    apply = torch.autograd.Function.apply
+
+    def spy(cls, *args):
+        STOLEN.append(cls)
+        return apply.__func__(cls, *args)
+
+    torch.autograd.Function.apply = classmethod(spy)
+    try:
+        out = active_parts().softmax(x.clone().requires_grad_(True), -1)
+    finally:
+        torch.autograd.Function.apply = classmethod(apply.__func__)
+    STOLEN.append(out.grad_fn)
+    return out.detach()
+
+
+class Context:
+    needs_input_grad = (False, False, False)
+
+
+def stolen_forward(x):
+    """Softmax by the stand-in's own forward, called with a context and an alive() of its own."""
+    return STOLEN[0].forward(Context(), lambda: None, x, -1)
+
+
+def stolen_backward(x):
+    """Its own graph's backward pass by the stand-in's own backward, the node's alive(),
+    inputs and outputs replaced."""
+    leaf = x.clone().requires_grad_(True)
+    node = STOLEN[1]
+    node.alive, node.inputs, node.outputs = (lambda: None), [leaf], ((leaf * leaf).sum(),)
+    return STOLEN[0].backward(node, torch.ones((), dtype=x.dtype))[1]
+
+
+STOLEN = []
 '''
 
 
@@ -471,6 +510,24 @@ def test_a_hook_on_a_stand_in_module_is_the_learner_s_code(pool, folder):
     with pytest.raises(ForbiddenCall, match="aten.native_layer_norm"):
         learner(pool, folder, NORMS, "5.3", ("5.1",)).run(
             call, name="stand_in_module_hook", x=X.float())
+
+
+def test_a_stand_in_s_computation_taken_whole_computes_nothing_later(pool, folder):
+    """The class of a stand-in's computation reaches code that replaces
+    ``torch.autograd.Function.apply`` (no double underscore needed: the source rules allow
+    it), and its node is an output's ``grad_fn``. Called later, its forward (softmax, in a
+    test of 2.1) computes nothing: it computes only while the stand-in applies it; and its
+    backward computes only what its forward saved, out of the node's reach (a test of 2.3,
+    which may not run a backward pass): the node's own request has ended, so it is
+    refused, as a kept stand-in is."""
+    kept = learner(pool, folder, (), "5.4", ("2.1",)).run(
+        call, name="steals_the_computation", x=X)
+    assert torch.allclose(kept, torch.softmax(X, -1))
+    with pytest.raises(LearnerRaised, match="computes only when the stand-in itself is called"):
+        learner(pool, folder, SOFTMAX, "2.1").run(call, name="stolen_forward", x=X)
+    with pytest.raises(ForbiddenCall, match=r"stand-in for exercise 2\.1 \(\w+\), which a "
+                                            r"test of exercise 5\.4 was handed"):
+        learner(pool, folder, ("autograd",), "2.3").run(call, name="stolen_backward", x=X)
 
 
 @pytest.mark.parametrize(("name", "exercise"), [

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ from annotated_transformer.course.grading.protocol import STAND_INS
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+
+NOT_CALLED = "the grader's stand-in computes only when the stand-in itself is called"
 
 
 class StandInRevoked(RuntimeError):
@@ -91,6 +95,10 @@ def computations() -> tuple[dict[str, Callable[..., Any]], frozenset[CodeType],
     hooks_off = autograd._saved_tensors_hooks_disable
     hooks_on = autograd._saved_tensors_hooks_enable
     collecting, stop_collecting, collect = gc.isenabled, gc.disable, gc.enable
+    # Python's own functions too: a name looked up when the code runs is looked up in this
+    # module's namespace first, which a learner's file can assign to.
+    type_of, tupled, zipped, numbered, length = type, tuple, zip, enumerate, len
+    error = RuntimeError
 
     @contextlib.contextmanager
     def alone() -> Iterator[None]:
@@ -115,40 +123,50 @@ def computations() -> tuple[dict[str, Callable[..., Any]], frozenset[CodeType],
 
     def trusted(function: Callable[..., Any]) -> Callable[..., Any]:
         """``function`` (of tensors and numbers) computed alone, forward and backward, as
-        one autograd node, on detached copies of its inputs."""
+        one autograd node, on detached copies of its inputs. ``Call`` is within reach of
+        a learner's code that replaces ``torch.autograd.Function.apply``, and its node is
+        a stand-in's output's ``grad_fn``: its forward computes only while ``call`` applies
+        it, and its backward only what that forward saved, here, out of the node's reach."""
+        applying = [0]  # > 0 while call() applies Call
+        saved: MutableMapping[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
         class Call(torch.autograd.Function):  # (made now, before any learner code)
             @staticmethod
             def forward(ctx, alive, *args):
+                if not applying[0]:
+                    raise error(NOT_CALLED)
                 alive()
                 wanted = ctx.needs_input_grad[1:]
                 was = grad_enabled()
                 with alone():
                     set_grad_enabled(True)
                     try:
-                        inputs = [requires_grad_(detach(a), need) if type(a) in tensor_types
-                                  else a for a, need in zip(args, wanted, strict=True)]
+                        inputs = [requires_grad_(detach(a), need) if type_of(a) in tensor_types
+                                  else a for a, need in zipped(args, wanted, strict=True)]
                         out = function(*inputs)
                     finally:
                         set_grad_enabled(was)
-                outputs = out if type(out) is tuple else (out,)
-                ctx.alive, ctx.inputs, ctx.outputs = alive, inputs, outputs
-                return tuple(detach(o) for o in outputs) if type(out) is tuple else detach(out)
+                outputs = out if type_of(out) is tupled else (out,)
+                saved[ctx] = (alive, inputs, outputs)
+                return tupled(detach(o) for o in outputs) if type_of(out) is tupled else detach(out)
 
             @staticmethod
             def backward(ctx, *grads):
-                ctx.alive()
-                wanted = [i for i, a in enumerate(ctx.inputs)
-                          if type(a) in tensor_types and a.requires_grad]
-                pairs = [(o, g) for o, g in zip(ctx.outputs, grads, strict=True)
+                if ctx not in saved:
+                    raise error(NOT_CALLED)
+                alive, inputs, outputs = saved[ctx]
+                alive()
+                wanted = [i for i, a in numbered(inputs)
+                          if type_of(a) in tensor_types and a.requires_grad]
+                pairs = [(o, g) for o, g in zipped(outputs, grads, strict=True)
                          if g is not None and o.requires_grad]
-                found: list[Tensor | None] = [None] * len(ctx.inputs)
+                found: list[Tensor | None] = [None] * length(inputs)
                 if wanted and pairs:
                     with alone():
                         computed = run_backward(
-                            tuple(o for o, _ in pairs), tuple(g for _, g in pairs), False,
-                            False, tuple(ctx.inputs[i] for i in wanted), True, False)
-                    for i, grad in zip(wanted, computed, strict=True):
+                            tupled(o for o, _ in pairs), tupled(g for _, g in pairs), False,
+                            False, tupled(inputs[i] for i in wanted), True, False)
+                    for i, grad in zipped(wanted, computed, strict=True):
                         found[i] = grad
                 return (None, *found)
 
@@ -159,10 +177,14 @@ def computations() -> tuple[dict[str, Callable[..., Any]], frozenset[CodeType],
             # Only what runs no code of its own is computed alone: tensors of exactly
             # Tensor or Parameter (a subclass's methods would run exempt), plain numbers.
             for arg in args:
-                if not (type(arg) in tensor_types or arg is None or type(arg) in numbers):
+                if not (type_of(arg) in tensor_types or arg is None or type_of(arg) in numbers):
                     raise TypeError(f"the grader's stand-in takes tensors and numbers, got a "
-                                    f"{type(arg).__name__}")
-            return Call.apply(alive, *args)
+                                    f"{type_of(arg).__name__}")
+            applying[0] += 1
+            try:
+                return Call.apply(alive, *args)
+            finally:
+                applying[0] -= 1
 
         return call
 
