@@ -7,15 +7,15 @@ what came out (tensors, numbers, state dicts) or what went wrong. It never decid
 verdict and never writes a report: the trusted grader compares what it receives with
 what it computes itself.
 
-Before any learner code is imported the worker lowers its own limits (no file may grow,
-no core dump, a ceiling on memory), can drop to an unprivileged user and confines the
-parts registry to the learner's folder. While a probe of an exercise that asks the learner
-to write an op runs (the chapter's import included), only elementary aten ops are allowed
-at PyTorch's dispatch level, whatever name reached them (:mod:`.allowed_ops`): a first
-line, for the learner's message. Nothing here is a guarantee: the learner's
-code can undo anything in this process, which is why the boundary around it
-(:mod:`~annotated_transformer.course.grading.boundary`) and the verdict outside it are what
-the grade rests on.
+Before any learner code is imported the worker lowers its own limits (no file may grow, no
+core dump, a ceiling on memory), can drop to an unprivileged user, confines the parts
+registry to the learner's folder and installs an audit hook (:func:`audit_hook_factory`).
+While a probe of an exercise that asks the learner to write an op runs (the chapter's
+import included), only elementary aten ops are allowed at PyTorch's dispatch level,
+whatever name reached them (:mod:`.allowed_ops`): a first line, for the learner's message.
+Nothing here is a guarantee: the learner's code can undo anything in this process, which is
+why the boundary around it (:mod:`~annotated_transformer.course.grading.boundary`) and the
+verdict outside it are what the grade rests on.
 
 Usage (by the supervisor): ``python -I -B -c BOOT ROOT CONFIG`` (``supervisor.WORKER_BOOT``)
 where CONFIG is a :class:`~.protocol.WorkerConfig` (its JSON); :class:`~.protocol.Request`
@@ -159,11 +159,8 @@ def audit_hook_factory():
 
 class Worker:
     def __init__(self, config: WorkerConfig) -> None:
-        self.config = config
-        self.source = config.source
         self.learner_dir = config.learner_dir.resolve() if config.learner_dir else None
-        self.tests_dir = config.tests_dir
-        sys.path.insert(0, str(self.tests_dir))  # checks.py, the probes' modules
+        sys.path.insert(0, str(config.tests_dir))  # checks.py, the probes' modules
         if self.learner_dir is None:  # the course's own variants/ (not in a release)
             sys.path.append(str(config.variants_dir))
         self.test_modules: dict[str, ModuleType] = {}
