@@ -106,7 +106,7 @@ REFUSED_EVENTS = {
     "sys.setprofile": "a profile function runs inside the grader's code",
     "sys.addaudithook": "the grader's audit hook is the only one",
     "function.__new__": "a function rebuilt from another's code would run it with your names",
-    "code.__new__": "code built from bytes is not written in an exercise file",
+    "code.__new__": "it makes or changes code at run time, which no exercise needs",
 }
 
 
