@@ -68,9 +68,10 @@ def computations() -> tuple[dict[str, Callable[..., Any]], frozenset[CodeType],
     rebuilt around a trusted code object (``types.FunctionType``, ``f.__code__ = ...``) is
     refused by the worker's audit hook (:mod:`.process`). What this does not stop: code that
     reaches these functions (a stand-in's ``__closure__``, the worker's frames: both refused
-    by the source rules) can call a computation, or its ``Call.forward`` and
-    ``Call.backward``, with arguments of its own, or rebind its cells: compute a stand-in's
-    result unnoted, or a backward pass of its own graph unchecked."""
+    by the source rules) can call a computation with arguments of its own, or rebind its
+    cells (``applying``, ``saved``, ``function``): compute a stand-in's result unnoted, or a
+    backward pass of its own graph unchecked. Python's builtins the trusted code calls are
+    bound here too."""
     import gc
 
     import torch
