@@ -18,7 +18,12 @@ import torch
 from grading_run import grade_run
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading.supervisor import CodeUnderTest, ForbiddenCall, WorkerPool
+from annotated_transformer.course.grading.supervisor import (
+    CodeUnderTest,
+    ForbiddenCall,
+    LearnerRaised,
+    WorkerPool,
+)
 from annotated_transformer.course.grading.worker import allowed_ops
 from annotated_transformer.sources import Source
 
@@ -98,7 +103,8 @@ REPLACED = replaces_the_guard
 
 
 def enters_the_exemption(x):
-    """The guard's exemption, found among the garbage collector's objects, then softmax."""
+    """The guard's exemption (before: a function ``exempt``), sought among the garbage
+    collector's objects, then softmax."""
     import gc
     import types
 
@@ -109,6 +115,37 @@ def enters_the_exemption(x):
                 with manager:
                     return torch.softmax(x, -1)
     raise LookupError("no exemption found")
+
+
+def audited_events(x):
+    """Each event the worker's audit hook refuses, raised from here: what each one said."""
+    import ctypes
+    import gc
+    import types
+
+    def blank():
+        pass
+
+    def set_code():
+        blank.__code__ = softmax.__code__
+
+    said = []
+    for attempt in (gc.get_objects, lambda: gc.get_referrers(x), lambda: gc.get_referents(x),
+                    sys._current_frames, lambda: sys.settrace(None),
+                    lambda: sys.setprofile(None), lambda: ctypes.string_at(id(x), 8),
+                    lambda: types.FunctionType(softmax.__code__, {}),
+                    lambda: softmax.__code__.replace(co_name="mine"), set_code):
+        try:
+            attempt()
+            said.append("not refused")
+        except RuntimeError as error:
+            said.append(str(error))
+    sys.addaudithook(lambda event, args: said.append(f"a second hook saw {event}"))
+    try:
+        gc.get_objects()
+    except RuntimeError:
+        pass
+    return said
 '''
 
 
@@ -179,14 +216,57 @@ def _replaced(pool, folder):
         learner(pool, folder, SOFTMAX).run(call, name="REPLACED", x=X)
 
 
-def test_code_that_reaches_the_worker_s_own_objects_turns_the_guard_off(pool, folder):
-    """What the guard cannot hold: it lives in the process it watches. With the source rules
-    off, code that finds the guard's exemption among the garbage collector's objects computes
-    2.1's softmax with ``torch.softmax``, unrefused; only the rules (``import gc``, a
-    stand-in's ``__closure__``, ctypes: tests/grading/test_source_rules.py) stand in its way.
-    Should this ever be refused, book/instructor.md's limit changes with it."""
-    found = learner(pool, folder, SOFTMAX).run(call, name="enters_the_exemption", x=X)
-    assert torch.allclose(found, torch.softmax(X, -1))
+def test_code_that_walks_the_collector_s_objects_finds_no_way_past_the_guard(pool, folder):
+    """With the source rules off, the old attack (the guard's exemption found among the
+    garbage collector's objects, then ``torch.softmax``: 2.1 earned full marks) is refused
+    in the worker itself: its audit hook refuses ``gc.get_objects``, and the learner reads
+    why as the error of the exercise. Past the hook, there is no exemption to find
+    (:func:`test_no_object_of_the_worker_s_turns_the_guard_off`)."""
+    with pytest.raises(LearnerRaised, match=r"the grading worker refuses gc\.get_objects: it "
+                                            r"lists every object"):
+        learner(pool, folder, SOFTMAX).run(call, name="enters_the_exemption", x=X)
+
+
+def test_no_object_of_the_worker_s_turns_the_guard_off():
+    """The guard exempts the stand-ins' ops by the code objects that call them: there is no
+    switch among the worker's objects. Every context manager that the worker's modules
+    made (found as the old attack found ``exempt``, among the collector's objects, here in
+    the test's own process, where no audit hook is) is entered around ``torch.softmax``:
+    refused inside each (the stand-ins' ``alone()`` turns the guard's mode off with the
+    rest, so every op there is refused)."""
+    import gc
+    import types
+
+    from annotated_transformer.course.grading.worker import standins
+
+    computed, entries, inner = standins.computations()
+    guard = allowed_ops.guard_factory(entries, inner)
+    worker = "annotated_transformer.course.grading.worker"
+    managers = [found for found in gc.get_objects()
+                if type(found) is types.FunctionType
+                and (found.__module__ or "").startswith(worker) and hasattr(found, "__wrapped__")]
+    assert managers, "no context manager of the worker's found: this proves nothing"
+    for manager in managers:
+        mode, hits = guard(SOFTMAX, "2.1")
+        with mode, pytest.raises(allowed_ops.ForbiddenOpUsed), manager():
+            torch.softmax(X, -1)
+        assert hits, manager
+
+
+def test_the_worker_s_audit_hook_refuses_each_road_to_its_own_objects(pool, folder):
+    """Events no honest exercise raises, each refused with its name and a reason; a second
+    audit hook of the learner's is not added (silently: Python's rule). The worker's own
+    trace function (which notes the chapters' functions a probe entered) is let through."""
+    handle = learner(pool, folder, SOFTMAX)
+    handle.observe = True
+    said = handle.run(call, name="audited_events", x=X)
+    events = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+              "sys.settrace", "sys.setprofile", "ctypes.", "function.__new__", "code.__new__",
+              "setting a function's __code__")
+    assert len(said) == len(events), said
+    for event, message in zip(events, said, strict=True):
+        assert message.startswith(f"the grading worker refuses {event}"), (event, message)
+    assert not [m for m in said if "second hook" in m]
 
 
 def test_a_plain_cross_entropy_is_allowed_where_the_smoothing_is_not(pool, folder):

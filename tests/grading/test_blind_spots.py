@@ -1,12 +1,13 @@
 """Where the guard looks away, no code of the learner's runs: attacked in the worker.
 
 The dispatch guard (grading/worker/allowed_ops.py) looks away in two places: inside its own
-handlers, where PyTorch pops its mode, and under the exemption where the grader's stand-ins
-compute (grading/worker/standins.py). As in tests/grading/test_allowed_ops.py, the static rules are
-skipped: the worker is handed a chapter file that registers every callback PyTorch offers
-and makes each compute what the exercise may not call (F.cross_entropy with a label
-smoothing, for 6.2; F.layer_norm, for 5.3), and one that keeps the stand-ins it is handed
-for later tests. Each road must be refused, or its callback never run.
+handlers, where PyTorch pops its mode, and at the ops the grader's stand-ins call, known by
+the code objects that call them (grading/worker/standins.py). As in
+tests/grading/test_allowed_ops.py, the static rules are skipped: the worker is handed a
+chapter file that registers every callback PyTorch offers and makes each compute what the
+exercise may not call (F.cross_entropy with a label smoothing, for 6.2; F.layer_norm, for
+5.3), and one that keeps the stand-ins it is handed for later tests. Each road must be
+refused, or its callback never run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from annotated_transformer.course.grading.supervisor import (
     LearnerRaised,
     WorkerPool,
 )
-from annotated_transformer.course.grading.worker import allowed_ops
+from annotated_transformer.course.grading.worker import allowed_ops, standins
 from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
@@ -302,6 +303,45 @@ def kept_quietly(x):
     except Exception:
         exp = (x - x.amax(-1, keepdim=True)).exp()
         return exp / exp.sum(-1, keepdim=True)
+
+
+def steals_the_computation(x):
+    """In a test handed the stand-in for 2.1: keeps the class of its computation, handed to
+    ``torch.autograd.Function.apply`` (replaced a while), and the node it made."""
+    apply = torch.autograd.Function.apply
+
+    def spy(cls, *args):
+        STOLEN.append(cls)
+        return apply.__func__(cls, *args)
+
+    torch.autograd.Function.apply = classmethod(spy)
+    try:
+        out = active_parts().softmax(x.clone().requires_grad_(True), -1)
+    finally:
+        torch.autograd.Function.apply = classmethod(apply.__func__)
+    STOLEN.append(out.grad_fn)
+    return out.detach()
+
+
+class Context:
+    needs_input_grad = (False, False, False)
+
+
+def stolen_forward(x):
+    """Softmax by the stand-in's own forward, called with a context and an alive() of its own."""
+    return STOLEN[0].forward(Context(), lambda: None, x, -1)
+
+
+def stolen_backward(x):
+    """Its own graph's backward pass by the stand-in's own backward, the node's alive(),
+    inputs and outputs replaced."""
+    leaf = x.clone().requires_grad_(True)
+    node = STOLEN[1]
+    node.alive, node.inputs, node.outputs = (lambda: None), [leaf], ((leaf * leaf).sum(),)
+    return STOLEN[0].backward(node, torch.ones((), dtype=x.dtype))[1]
+
+
+STOLEN = []
 '''
 
 
@@ -368,11 +408,12 @@ def test_no_code_of_the_learner_s_runs_inside_the_dispatch_handler(pool, folder,
 
 def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
     """The garbage collector runs finalizers (``__del__``) at any allocation, wherever the
-    code is: inside the guard's handlers and under the exemption, too. Under the exemption
-    and inside the dispatch handler it waits; inside the torch-function handler, before the
+    code is: inside the guard's handlers and while a stand-in computes, too. There and
+    inside the dispatch handler it waits; inside the torch-function handler, before the
     guard's mode is back, every op is refused. So no finalizer computes what the exercise
     may not call."""
-    guard = allowed_ops.guard_factory()
+    stand_in, entries, inner = standins.computations()
+    guard = allowed_ops.guard_factory(entries, inner)
     mode, _ = guard(SMOOTHING, "6.2")
     ran, computed = [], []  # the finalizers run while the guard was on; those that computed
     inside = [False]
@@ -399,10 +440,9 @@ def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
             for _ in range(300):
                 Cycle()
                 X.exp().sum()
-            with guard.exempt():
-                for _ in range(300):
-                    Cycle()
-                    X.exp().sum()
+            for _ in range(300):
+                Cycle()
+                stand_in["2.1"](lambda: None, X, -1)
             inside[0] = False
     finally:
         gc.set_threshold(*threshold)
@@ -412,6 +452,39 @@ def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
 
 
 # ---------------------------------------------------------------- the grader's stand-ins
+
+
+def test_code_that_reaches_a_stand_in_s_computation_gets_no_exemption_for_its_own_ops():
+    """The guard exempts an op by the code object of the frame that called it: a stand-in's
+    ``Call.forward`` or ``Call.backward``, or its computation called from there. Code of
+    the learner's that reached the computation (with the source rules off: through a
+    stand-in's ``__closure__``) and calls it with an ``alive`` of its own that computes
+    softmax, or calls its inner ``softmax_of`` itself, is checked as its own: its frame is
+    not trusted code. The stand-in still computes, forward and backward, exempt."""
+    computed, entries, inner = standins.computations()
+    guard = allowed_ops.guard_factory(entries, inner)
+
+    def cells(function):
+        return dict(zip(function.__code__.co_freevars,
+                        (cell.cell_contents for cell in function.__closure__), strict=True))
+
+    softmax_of = cells(cells(computed["2.1"])["Call"].forward)["function"]
+    assert softmax_of.__name__ == "softmax_of"
+    x = X.clone().requires_grad_(True)
+    for attack in (lambda: computed["2.1"](lambda: torch.softmax(X, -1), X, -1),
+                   lambda: softmax_of(X, -1)):
+        mode, hits = guard(SOFTMAX, "2.1")
+        with mode, pytest.raises(allowed_ops.ForbiddenOpUsed, match="aten._softmax"):
+            attack()
+        assert hits == ["aten._softmax"]
+    mode, hits = guard(SOFTMAX, "2.1")
+    with mode:
+        out = computed["2.1"](lambda: None, x, -1)
+        (out * torch.arange(5.0, dtype=X.dtype)).sum().backward()
+    assert not hits
+    expected = X.clone().requires_grad_(True)
+    (torch.softmax(expected, -1) * torch.arange(5.0, dtype=X.dtype)).sum().backward()
+    assert torch.allclose(out, torch.softmax(X, -1)) and torch.allclose(x.grad, expected.grad)
 
 
 def test_a_stand_in_runs_no_saved_tensor_hook_of_the_learner_s(pool, folder):
@@ -437,6 +510,24 @@ def test_a_hook_on_a_stand_in_module_is_the_learner_s_code(pool, folder):
     with pytest.raises(ForbiddenCall, match="aten.native_layer_norm"):
         learner(pool, folder, NORMS, "5.3", ("5.1",)).run(
             call, name="stand_in_module_hook", x=X.float())
+
+
+def test_a_stand_in_s_computation_taken_whole_computes_nothing_later(pool, folder):
+    """The class of a stand-in's computation reaches code that replaces
+    ``torch.autograd.Function.apply`` (no double underscore needed: the source rules allow
+    it), and its node is an output's ``grad_fn``. Called later, its forward (softmax, in a
+    test of 2.1) computes nothing: it computes only while the stand-in applies it; and its
+    backward computes only what its forward saved, out of the node's reach (a test of 2.3,
+    which may not run a backward pass): the node's own request has ended, so it is
+    refused, as a kept stand-in is."""
+    kept = learner(pool, folder, (), "5.4", ("2.1",)).run(
+        call, name="steals_the_computation", x=X)
+    assert torch.allclose(kept, torch.softmax(X, -1))
+    with pytest.raises(LearnerRaised, match="computes only when the stand-in itself is called"):
+        learner(pool, folder, SOFTMAX, "2.1").run(call, name="stolen_forward", x=X)
+    with pytest.raises(ForbiddenCall, match=r"stand-in for exercise 2\.1 \(\w+\), which a "
+                                            r"test of exercise 5\.4 was handed"):
+        learner(pool, folder, ("autograd",), "2.3").run(call, name="stolen_backward", x=X)
 
 
 @pytest.mark.parametrize(("name", "exercise"), [

@@ -115,9 +115,9 @@ CHEATS = {
     "pin the seed": (with_softmax("torch.manual_seed(0)\nreturn x"), "failed", "softmax"),
     "a file written and read back": (with_softmax(
         'return torch.load("answers.pt")'), "forbidden", "load"),
-    # The guard's own exemption, found among the collector's objects and entered for good:
-    # refused before it runs (with the source rules off, the guard lets it compute:
-    # tests/grading/test_allowed_ops.py, book/instructor.md's "what it cannot stop").
+    # The guard's exemption (there is none now), sought among the collector's objects and
+    # entered for good: refused before it runs (with the source rules off, the worker's
+    # audit hook refuses gc.get_objects: tests/grading/test_allowed_ops.py).
     "the guard's exemption found by gc": (with_softmax("""\
 import gc
 import types

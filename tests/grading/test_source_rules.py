@@ -61,8 +61,9 @@ def real_forbidden() -> dict[int, dict[str, tuple[str, ...]]]:
 
 # (rule: the attack it stops, code, line, exercise, a fragment of the message)
 REFUSED = [
-    # The import allow-list: the collector's list of objects holds the guard's own exemption
-    # (book/instructor.md, "what it cannot stop"); sys, importlib, ctypes are as near.
+    # The import allow-list: the collector's list of objects holds the worker's own objects
+    # (the worker's audit hook refuses it too; book/instructor.md, "what it cannot stop");
+    # sys, importlib, ctypes are as near.
     ("imports: gc finds the guard's exemption", "import gc\nfound = gc.get_objects()\n", 1,
      None, "`import gc` is not allowed"),
     ("imports: an internal submodule of torch", "from torch._C import _set_dispatch_mode\n", 1,

@@ -32,15 +32,18 @@ The guard looks away in two places only, and no code of the learner's runs in ei
   again. The dispatch handler cannot (its mode would see its own call again), so it runs
   nothing of the learner's: no tensor subclass reaches it, no kernel of the learner's is
   registered (:mod:`.switches`), no collection of garbage runs meanwhile.
-- **Under the exemption** (``exempt()``), where the grader's stand-ins compute
-  (:mod:`.standins`): on tensors the worker made, with every torch function override off,
-  saved-tensor hooks refused and no collection of garbage.
+- **At an op that the grader's stand-ins call** (:mod:`.standins`): one whose calling
+  Python frame runs one of the code objects the guard was built with (those of
+  ``standins.computations``; no switch, nothing to enter). They compute on tensors the
+  worker made, with every torch function override off, saved-tensor hooks refused and no
+  collection of garbage; why no op of the learner's has such a frame:
+  :func:`.standins.computations`.
 
 Every callback PyTorch lets code register, and what keeps it from running unguarded:
 
 - ``torch.autograd.graph.saved_tensors_hooks`` (and ``save_on_cpu``): pack hooks run while
   an op saves its inputs, unpack hooks in the backward pass; both inside a torch function's
-  call, which the guard's mode now sees; under the exemption, saved-tensor hooks are off
+  call, which the guard's mode now sees; while a stand-in computes, saved-tensor hooks are off
   (an op that would run one raises).
 - ``Tensor.register_hook``, ``register_post_accumulate_grad_hook``, ``retain_grad``, a
   node's ``register_hook`` and ``register_prehook``, ``torch.autograd.graph.
@@ -52,28 +55,28 @@ Every callback PyTorch lets code register, and what keeps it from running unguar
   results and computes on detached copies: no hook of the learner's is on its graph.
 - ``nn.Module`` hooks (forward, forward pre, backward, full backward, state-dict and
   load-state-dict hooks, their global ``register_module_*`` forms) and parametrizations:
-  they run where the module is called, in the learner's code; a stand-in calls no module
-  under the exemption.
+  they run where the module is called, in the learner's code; a stand-in's computation
+  calls no module.
 - ``__torch_function__`` of a tensor subclass or any argument, and a
   ``TorchFunctionMode`` of the learner's: the guard's mode comes first and skips them;
-  under the exemption every torch function override is off; a stand-in takes tensors of
+  while a stand-in computes every torch function override is off; it takes tensors of
   exactly ``Tensor`` and ``Parameter`` only.
 - ``__torch_dispatch__`` of a tensor subclass: refused wherever it meets the dispatch
   guard; a ``TorchDispatchMode`` of the learner's cannot be pushed (:mod:`.switches`).
 - ``torch.library`` kernels, fallbacks and definitions (an aten op's CPU kernel replaced
   by a Python function would run inside the dispatch handler): refused (:mod:`.switches`).
 - Python's own: a finalizer (``__del__``, ``weakref.finalize``) run by the garbage
-  collector is held off inside the dispatch handler and under the exemption. Trace and
-  profile functions, signal handlers, audit hooks and ``warnings.showwarning`` need
-  ``sys``, ``signal`` or ``warnings``, which the source rules refuse, and reach the
-  process's own objects as ``gc.get_objects`` does: the limit stated in
-  ``book/instructor.md``.
+  collector is held off inside the dispatch handler and while a stand-in computes. Trace
+  and profile functions and audit hooks are refused by the worker's audit hook
+  (:mod:`.process`); signal handlers and ``warnings.showwarning`` need ``signal`` or
+  ``warnings``, which the source rules refuse: the limit stated in ``book/instructor.md``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import sys
 from collections.abc import Iterable
+from types import CodeType
 from typing import Any
 
 _GROUPS = {
@@ -140,15 +143,17 @@ class ForbiddenOpUsed(RuntimeError):
     """The learner's code reached an op the exercise does not allow."""
 
 
-def guard_factory():
+def guard_factory(entries: frozenset[CodeType] = frozenset(),
+                  inner: frozenset[CodeType] = frozenset()):
     """A function ``guard(ops, exercise)`` that makes the guard of one probe, a context
-    manager, and the list of what it refused; its attribute ``exempt()`` is a context
-    manager inside which no op is checked (the grader's stand-ins compute there). It
-    refuses every aten op outside ``ELEMENTARY`` (and the ``+op`` of ``ops``) and the other
-    ops of ``ops``; an entry ``F.name:argument`` refuses ``torch.nn.functional.name``
-    called with that argument other than its default, by keyword or by position (a module
-    that calls it so, too); ``torch:name`` any function of PyTorch's named ``name``;
-    ``autograd`` any op while a backward pass runs.
+    manager, and the list of what it refused. It checks no aten op called from a Python
+    frame that runs a code object of ``entries`` (the stand-ins' ``Call.forward`` and
+    ``Call.backward``), or of ``inner`` called from there (their computations), and
+    otherwise refuses every aten op outside ``ELEMENTARY`` (and the ``+op`` of ``ops``)
+    and the other ops of ``ops``; an entry ``F.name:argument`` refuses
+    ``torch.nn.functional.name`` called with that argument other than its default, by
+    keyword or by position (a module that calls it so, too); ``torch:name`` any function of
+    PyTorch's named ``name``; ``autograd`` any op while a backward pass runs.
     Every refusal is recorded (a learner's ``try``/``except`` around the call cannot hide
     it) in a list that only the guard and its caller hold. Everything it needs is bound
     here, once, before any learner code runs, so that nothing an exercise file can later
@@ -177,38 +182,9 @@ def guard_factory():
     skip_one_hop = stacks._skip_one_hop_torch_function  # runs a call, its check skipped
     set_skip = stacks._set_skip_next_torch_function  # (False: what a call left unconsumed)
     tensor_base = stacks.TensorBase
-    no_torch_function = stacks.DisableTorchFunction  # every override off, modes too
-    autograd = stacks._autograd
-    hooks_message = autograd._saved_tensors_hooks_get_disabled_error_message
-    hooks_off = autograd._saved_tensors_hooks_disable
-    hooks_on = autograd._saved_tensors_hooks_enable
+    calling_frame = sys._getframe  # (1): the frame that called the op, in the handler
     collecting, stop_collecting, collect = gc.isenabled, gc.disable, gc.enable
     plain, parameter = torch.Tensor, torch.nn.Parameter
-    exemption = [0]  # > 0 while a stand-in of the grader computes (grading.worker.standins)
-
-    @contextlib.contextmanager
-    def exempt():
-        """Ops are not checked inside: for the grader's stand-ins, which compute on tensors
-        the worker made. No code of the learner's runs here: every torch function override
-        (a mode, a subclass) is off, an op that would run a saved-tensor hook raises, and
-        the garbage collector (which runs finalizers) waits."""
-        was_collecting, message = collecting(), hooks_message()
-        stop_collecting()
-        hooks_off("saved-tensor hooks do not run while the grader's stand-in computes (it "
-                  "stands in for an earlier exercise and runs no code of yours)")
-        exemption[0] += 1
-        try:
-            with no_torch_function():
-                yield
-        finally:
-            exemption[0] -= 1
-            if message is None:
-                hooks_on()
-            else:
-                hooks_off(message)
-            if was_collecting:
-                collect()
-
     functional = {name: (value, inspect.signature(value))
                   for name, value in vars(torch.nn.functional).items()
                   if inspect.isfunction(value) and not name.startswith("_")}
@@ -251,7 +227,15 @@ def guard_factory():
                 for tensor_type in types:
                     if tensor_type is not plain and tensor_type is not parameter:
                         refuse("__torch_dispatch__ of a tensor subclass")
-                if not exemption[0]:
+                # The Python frame that called the op's C++ function (PyTorch calls this
+                # handler from C++, unwrapped: _should_skip_dynamo): the stand-ins' code
+                # (grading.worker.standins.computations) is exempt, no other.
+                caller = calling_frame(1)
+                code = caller.f_code  # (each read is an audit event: read once)
+                while code in inner:
+                    caller = caller.f_back
+                    code = caller.f_code if caller is not None else None
+                if code not in entries:
                     name = name_of(func)
                     if name not in allowed:
                         refuse(f"aten.{name}")
@@ -300,11 +284,11 @@ def guard_factory():
                         pop_function()
 
             def check(self, func, args, kwargs):
-                if named and not exemption[0]:
+                if named:
                     name = text(attribute(func, "__name__", "")).split(".")[0]
                     if name in named:
                         refuse(named[name])
-                if func in arguments and not exemption[0]:
+                if func in arguments:
                     name, signature, argument = arguments[func]
                     given = signature.bind(*args, **kwargs).arguments
                     if argument in given and given[argument] != signature.parameters[
@@ -354,5 +338,4 @@ def guard_factory():
 
         return Guard(), hits
 
-    guard.exempt = exempt
     return guard

@@ -12,6 +12,7 @@ to this record can only add or remove a "fix ... first" hint, never a point.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType, FrameType, FunctionType, ModuleType
 from typing import Any
@@ -24,11 +25,13 @@ class Observed:
     """A context in which every code object entered is noted (this thread only), and for a
     method of a chapter file, the class of the object it was called on."""
 
-    def __init__(self, active: bool = True) -> None:
+    def __init__(self, active: bool = True, settrace: Callable[[Any], None] = sys.settrace
+                 ) -> None:
         self.codes: set[CodeType] = set()
         self.methods: set[CodeType] = set()  # of the codes, a chapter file's with a ``self``
         self.receivers: set[tuple[CodeType, type]] = set()
         self.active = active  # off for an exercise that builds on no other: nothing to blame
+        self.settrace = settrace  # the worker's, which its audit hook lets through
 
     def _trace(self, frame: FrameType, event: str, arg: Any) -> None:
         code = frame.f_code  # the global tracer sees "call" events only
@@ -44,12 +47,12 @@ class Observed:
     def __enter__(self) -> Observed:
         if self.active:
             self.previous = sys.gettrace()
-            sys.settrace(self._trace)
+            self.settrace(self._trace)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.active:
-            sys.settrace(self.previous)
+            self.settrace(self.previous)
 
     def names(self) -> list[str]:
         """``file:qualified name`` of every function of a chapter file entered, at most the

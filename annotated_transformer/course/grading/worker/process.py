@@ -7,15 +7,15 @@ what came out (tensors, numbers, state dicts) or what went wrong. It never decid
 verdict and never writes a report: the trusted grader compares what it receives with
 what it computes itself.
 
-Before any learner code is imported the worker lowers its own limits (no file may grow,
-no core dump, a ceiling on memory), can drop to an unprivileged user and confines the
-parts registry to the learner's folder. While a probe of an exercise that asks the learner
-to write an op runs (the chapter's import included), only elementary aten ops are allowed
-at PyTorch's dispatch level, whatever name reached them (:mod:`.allowed_ops`): a first
-line, for the learner's message. Nothing here is a guarantee: the learner's
-code can undo anything in this process, which is why the boundary around it
-(:mod:`~annotated_transformer.course.grading.boundary`) and the verdict outside it are what
-the grade rests on.
+Before any learner code is imported the worker lowers its own limits (no file may grow, no
+core dump, a ceiling on memory), can drop to an unprivileged user, confines the parts
+registry to the learner's folder and installs an audit hook (:func:`audit_hook_factory`).
+While a probe of an exercise that asks the learner to write an op runs (the chapter's
+import included), only elementary aten ops are allowed at PyTorch's dispatch level,
+whatever name reached them (:mod:`.allowed_ops`): a first line, for the learner's message.
+Nothing here is a guarantee: the learner's code can undo anything in this process, which is
+why the boundary around it (:mod:`~annotated_transformer.course.grading.boundary`) and the
+verdict outside it are what the grade rests on.
 
 Usage (by the supervisor): ``python -I -B -c BOOT ROOT CONFIG`` (``supervisor.WORKER_BOOT``)
 where CONFIG is a :class:`~.protocol.WorkerConfig` (its JSON); :class:`~.protocol.Request`
@@ -95,16 +95,72 @@ def drop_privileges(user: str) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))  # threads count too
 
 
+# What no exercise needs, refused in the worker by an audit hook, and why (the reason a
+# learner reads, after "the grading worker refuses EVENT: ").
+REFUSED_EVENTS = {
+    "gc.get_objects": "it lists every object of the process, the grader's own included",
+    "gc.get_referrers": "it leads to the grader's own objects",
+    "gc.get_referents": "it leads to the grader's own objects",
+    "sys._current_frames": "it leads to the grader's own frames",
+    "sys.settrace": "a trace function runs inside the grader's code and rewrites its frames",
+    "sys.setprofile": "a profile function runs inside the grader's code",
+    "sys.addaudithook": "the grader's audit hook is the only one",
+    "function.__new__": "a function rebuilt from another's code would run it with your names",
+    "code.__new__": "it makes or changes code at run time, which no exercise needs",
+}
+
+
+def audit_hook_factory():
+    """``(hook, settrace)``: a PEP 578 audit hook, and the one ``sys.settrace`` it lets
+    through (the worker's own, :mod:`.calls`). Installed after the grader's own set-up,
+    before any learner code, the hook refuses the events no honest exercise raises:
+    :data:`REFUSED_EVENTS`, every ``ctypes.*`` event (``ctypes`` reads and writes any
+    memory) and a function's ``__code__`` set (``f.__code__ = g.__code__``). A refusal is a
+    ``RuntimeError`` with a one-line reason, raised where the learner's code made the call:
+    the learner reads it as an error of the exercise. (No grader code of the worker raises
+    one of them past its set-up: measured over the whole course and its right variants.)
+
+    Its limits: it cannot be removed, but it stops nothing that raises no event (a cell's
+    ``cell_contents`` set, ``__closure__``, ``f_back`` and ``f_locals`` read, code that
+    writes its process's memory by a road other than ``ctypes``); a second hook of the
+    learner's is not added, silently (Python suppresses a ``RuntimeError`` there). Left
+    allowed because honest code needs them: ``compile`` and ``exec`` (a dataclass or a
+    namedtuple is made by ``exec``), ``sys._getframe`` (the dispatch guard calls it on every
+    op; ``typing`` and ``namedtuple`` call it), and ``object.__getattr__`` (the guard reads
+    a frame's ``f_code``, the worker a traceback's ``tb_frame``). Those roads rest on the
+    source rules (no ``sys``, no names with double underscores)."""
+    refused, error, text, set_trace = dict(REFUSED_EVENTS), RuntimeError, str, sys.settrace
+    tracing = [False]  # while the worker's own settrace runs
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in refused:
+            if event == "sys.settrace" and tracing[0]:
+                return
+            raise error(f"the grading worker refuses {event}: {refused[event]}")
+        if event[:7] == "ctypes.":
+            raise error(f"the grading worker refuses {event}: ctypes reads and writes the "
+                        f"process's memory, the grader's included")
+        if event == "object.__setattr__" and text(args[1]) == "__code__":
+            raise error("the grading worker refuses setting a function's __code__: it would "
+                        "run another's code with your names")
+
+    def settrace(function: Any) -> None:
+        tracing[0] = True
+        try:
+            set_trace(function)
+        finally:
+            tracing[0] = False
+
+    return hook, settrace
+
+
 # ---------------------------------------------------------------- running a probe
 
 
 class Worker:
     def __init__(self, config: WorkerConfig) -> None:
-        self.config = config
-        self.source = config.source
         self.learner_dir = config.learner_dir.resolve() if config.learner_dir else None
-        self.tests_dir = config.tests_dir
-        sys.path.insert(0, str(self.tests_dir))  # checks.py, the probes' modules
+        sys.path.insert(0, str(config.tests_dir))  # checks.py, the probes' modules
         if self.learner_dir is None:  # the course's own variants/ (not in a release)
             sys.path.append(str(config.variants_dir))
         self.test_modules: dict[str, ModuleType] = {}
@@ -120,22 +176,25 @@ class Worker:
         else:
             lazy_load_decompositions()
 
+        # What the grader's stand-ins for the earlier exercises an exercise builds on compute
+        # with ops the guard refuses (grading.worker.standins), made now; the stand-ins
+        # themselves are made for each request that is handed them, and revoked when it
+        # ends. Each notes here that it ran, or that it was called once revoked.
+        self.stood_in: list[str] = []
+        self.kept: list[tuple[str, str]] = []  # (the stand-in's exercise, the test's)
+        self._computed, entries, inner = standins.computations()
         # The guard of a probe, built now, before any learner code, and held here only: an
         # exercise file that replaces a name of this module or of allowed_ops changes nothing.
-        self._guard = allowed_ops.guard_factory()
+        # It exempts the ops that the computations' own code objects call.
+        self._guard = allowed_ops.guard_factory(entries, inner)
         # Then every other way to the mode stacks is taken away (grading.worker.switches): a call
         # of one is recorded here, and the probe that made it is refused.
         self.attempts: list[str] = []
         switches.seal(self.attempts)
         self._plain = plain_factory()  # the reply's conversion, bound before learner code too
-        # What the grader's stand-ins for the earlier exercises an exercise builds on compute
-        # under the guard's exemption (grading.worker.standins), made now too; the stand-ins
-        # themselves are made for each request that is handed them, and revoked when it
-        # ends. Each notes here that it ran, or that it was called once revoked.
-        self.stood_in: list[str] = []
-        self.kept: list[tuple[str, str]] = []  # (the stand-in's exercise, the test's)
-        self._computed = standins.computations(self._guard.exempt)
         torch.set_num_threads(1)  # its time limit counts CPU seconds: one core is enough
+        # Installed by main() once the worker's set-up is done (it makes no grader call fail).
+        self.audit_hook, self._settrace = audit_hook_factory()
 
         from annotated_transformer import parts
         from annotated_transformer.course.grading.worker import confinement
@@ -188,7 +247,7 @@ class Worker:
         from annotated_transformer.parts import use_parts
 
         probe = self.probe(request.file, request.function)
-        seen = calls.Observed(request.observe)  # the chapters' functions it entered
+        seen = calls.Observed(request.observe, self._settrace)  # the chapters' functions
         # (grading.worker.calls), for an exercise that builds on others
         guarded = self._guard(request.forbid_ops, request.exercise) if (
             request.forbid_ops) else None
@@ -398,6 +457,7 @@ def main() -> int:
     if refused is not None:
         print(f"grading worker: {refused}; threads are not refused", file=sys.stderr)
     handle = worker.handle  # bound now: a learner's change to the class changes nothing
+    sys.addaudithook(worker.audit_hook)  # the last of the grader's set-up: no learner code yet
     protocol.write_frame(replies, protocol.READY)
     while True:
         try:

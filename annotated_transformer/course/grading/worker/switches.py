@@ -13,11 +13,10 @@ it, is replaced by one that records the attempt and raises, so that the probe's 
 makes the kernel refuse every new thread and process of the worker (a seccomp filter), so
 no code runs outside the guard's thread.
 
-What this holds is stated on the instructor page (``book/instructor.md``, "The allow-list at
-PyTorch's dispatcher, and what it cannot stop"): a switch
-reached through any Python name, private ones included, is refused; code that writes the
-process's memory directly (``ctypes``, which an exercise file cannot import) is not stopped
-by anything inside the process.
+What this holds is stated on the instructor page (``book/instructor.md``, "What it cannot
+stop"): a switch reached through any Python name, private ones included, is refused; code
+that writes the process's memory by a road other than ``ctypes`` (refused by the worker's
+audit hook, :mod:`.process`) is not stopped by anything inside the process.
 """
 
 from __future__ import annotations
