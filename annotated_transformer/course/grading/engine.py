@@ -6,8 +6,11 @@ the course's tests all come here); the GitHub Classroom workflow takes its point
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,8 +82,7 @@ def bounded_run(command: list[str], env: dict[str, str]) -> tuple[int, str, str]
     (``setpriv --pdeathsig KILL``, util-linux; as it is where there is no ``setpriv``): a
     grader stopped from outside leaves no graded tests running, and their workers die with
     them (``bwrap --die-with-parent``)."""
-    import resource
-    import shutil
+    import resource  # Unix only
 
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     if setpriv:
@@ -107,9 +109,6 @@ def die_with_parent() -> None:
     """Have the kernel end this process (``SIGTERM``) when its parent dies, where Linux's
     ``prctl`` is at hand: ``regrade``'s worker processes, so that a ``regrade`` stopped from
     outside leaves none of them grading (:func:`bounded_run` takes it from there)."""
-    import ctypes
-    import signal
-
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
@@ -119,8 +118,6 @@ def over_bound(returncode: int, stderr: str, reported: bool = False) -> None:
     by one: the CPU's signal (a run cut short grades nothing, whatever records it wrote), or
     a ``MemoryError`` that ended it before it wrote any (one inside a test is that test's
     failure)."""
-    import signal
-
     about = ("the graded tests' own process (outside the worker) went past its bound of {} "
              "while checking the replies of the code under test; nothing was graded (the "
              "reference's whole course needs 11 CPU s and 0.4 GiB)")
@@ -140,10 +137,6 @@ def exercise_points(chapters: list[int] | None = None) -> list[ExerciseResult]:
                            title=declared.titles.get(e, e), points=0,
                            max_points=round(offered[e], 2), status=Outcome.COLLECTED, message="")
             for e in sorted(offered, key=order)]
-
-
-WITHHELD = ("the {points:g} point(s) of its other checks (shapes, devices, properties, a clear "
-            "error on bad input) count once the tests on good input pass")
 
 
 def value_tests(tests: list[TestRecord]) -> list[TestRecord]:
@@ -197,7 +190,6 @@ def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
         tests = by_exercise[exercise]
         values = value_tests(tests)
         right = all(r.outcome == Outcome.PASSED for r in values)
-        # The worst outcome; among its tests, one that names a known mistake.
         worst = min(tests, key=lambda r: (r.outcome.priority, not r.mistake))
         behaves = all(r.outcome == Outcome.PASSED for r in tests if not r.errors)
         # An exercise whose code reached a forbidden op anywhere earns nothing: the op it was
@@ -211,7 +203,9 @@ def summarize(records: list[TestRecord]) -> list[ExerciseResult]:
         if forbidden and withheld > 1e-9:
             message = f"{message} (an exercise that reaches a forbidden op earns nothing)"
         elif withheld > 1e-9:
-            message = f"{message} ({WITHHELD.format(points=round(withheld, 2))})"
+            message = (f"{message} (the {round(withheld, 2):g} point(s) of its other checks "
+                       f"(shapes, devices, properties, a clear error on bad input) count once "
+                       f"the tests on good input pass)")
         printed = (worst.printed if worst.outcome != Outcome.PASSED
                    else "".join(r.printed for r in tests)[-2000:])
         rows.append(ExerciseResult(

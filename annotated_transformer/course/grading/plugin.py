@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import random
 import sys
@@ -110,10 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(GradeRecorder(spec.records), "grade-recorder")
     first = spec.sources[0]
     if not config.option.collectonly and not _all_untouched(first):
-        try:
+        with contextlib.suppress(Exception):  # the tests meet the same problem and report it
             pool.start(Source(Word.SOLUTIONS) if first.word is Word.VARIANTS else first)
-        except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
-            pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -327,23 +326,18 @@ def _parts_of(item: pytest.Item) -> str | None:
     return str(parts) if isinstance(parts, Source) else None  # an empty set gives a sentinel
 
 
-def _function(item: pytest.Item) -> tuple[str, str, str | None]:
-    """The test function an item is a case of, and its parts."""
-    return item.nodeid.split("::")[0], getattr(item, "originalname", item.name), _parts_of(item)
-
-
 class GradeRecorder:
     """Writes one :class:`~.results.TestRecord` a graded test to ``path``."""
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.records: dict[str, TestRecord] = {}
-        self.cases: Counter[tuple[str, str, str | None]] = Counter()
+        self.cases: Counter[tuple[str, str | None]] = Counter()  # {(test function, parts): cases}
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         # A test function's points are shared by its parametrized cases.
-        self.cases.update(map(_function, items))
+        self.cases.update((_test_id(item), _parts_of(item)) for item in items)
         # Every graded test is in the report from the start, as not run: a run cut short
         # (a crash, pytest.exit, a kill) leaves them there with 0 points, never absent.
         collected = config.option.collectonly
@@ -361,8 +355,8 @@ class GradeRecorder:
         self.records[item.nodeid] = TestRecord(
             item.nodeid, exercise, ExerciseId(exercise).chapter,
             getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
-            marker.kwargs.get("points", 1) / (self.cases[_function(item)] or 1), outcome,
-            message, values=bool(marker.kwargs.get("values", False)),
+            marker.kwargs.get("points", 1) / (self.cases[_test_id(item), _parts_of(item)] or 1),
+            outcome, message, values=bool(marker.kwargs.get("values", False)),
             errors=bool(marker.kwargs.get("errors", False)), parts=_parts_of(item),
             mistake=mistake,
             # The chapters' functions its code entered, and the end of what it printed.

@@ -64,19 +64,16 @@ def stream_seed(seed: int, test: str, side: str) -> int:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What one grading run is; checked when made."""
+    """What one grading run is (its sources parsed by :meth:`new` or :meth:`read`)."""
 
     sources: tuple[Source, ...]  # the --parts list, parsed (annotated_transformer.sources)
     seed: int = 0  # every test's draws start from it (stream_seed)
-    cpu_seconds: float = DEFAULT_CPU_SECONDS  # a call; a test's cpu_seconds marker may give more
+    cpu_seconds: float = DEFAULT_CPU_SECONDS  # one call's; a test's marker may give more
     sandbox: str = "bubblewrap"  # or "none": decided (boundary.decide)
     exercises: tuple[ExerciseId, ...] | None = None  # only their graded tests run; None: all
     records: str | None = None  # the file the plugin writes one record a test to; None: none
 
     def __post_init__(self) -> None:
-        if not self.sources or not all(isinstance(s, Source) for s in self.sources):
-            raise ValueError(f"a run's sources are Source values, got {self.sources!r}")
-        object.__setattr__(self, "sources", tuple(self.sources))
         if self.sandbox not in SANDBOXES:
             raise ValueError(f"a run's sandbox is one of {SANDBOXES}, got {self.sandbox!r}")
         if not self.cpu_seconds > 0:
