@@ -1,14 +1,12 @@
 """The graded tests' pytest plugin, loaded by ``tests/graded/conftest.py`` (``__all__``).
 
-The run: ``grade`` and ``regrade`` describe it once in the file ``--grade-run`` names
-(:class:`~.runspec.RunSpec`); run by hand, the tests grade ``--parts`` (``--impl``, its
-earlier name) from seed 0, each source on its own, ``variants`` each variant against its
-own exercise's tests. The code under test: the ``learner`` fixture, a handle on a worker
-process (:mod:`.supervisor`) that runs the test's probes; no learner code is ever imported
-here, and a learner's chapter file that breaks a source rule (:mod:`.source_rules`) is
-never imported there. The records: a grading run's tests each write one
-:class:`~.results.TestRecord` to its ``records`` file, anew after every test. How to write
-a graded test: CONTRIBUTING.md; the design: ``book/instructor.md``.
+The run: the file ``--grade-run`` names (:class:`~.runspec.RunSpec`, from ``grade`` and
+``regrade``), or by hand ``--parts`` (``--impl``, its earlier name) from seed 0. The code
+under test: the ``learner`` fixture, a handle on a worker process (:mod:`.supervisor`) that
+runs the test's probes; no learner code is ever imported here, and a chapter file that
+breaks a source rule (:mod:`.source_rules`) is never imported there. The records: one
+:class:`~.results.TestRecord` a test, written anew after every test. How to write a graded
+test: CONTRIBUTING.md; the design: ``book/instructor.md``.
 """
 
 from __future__ import annotations
