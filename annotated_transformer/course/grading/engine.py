@@ -316,8 +316,8 @@ def _explained(row: ExerciseResult, right: dict[str, bool | None],
     return replace(row, message=message, blocked_by=",".join(roots))
 
 
-def alone(exercise: str, wrong: list[str], declared: dependencies.Declared,
-          graded: bool = True) -> str:
+def alone(exercise: str, wrong: list[str], declared: dependencies.Declared, *,
+          graded: bool) -> str:
     """``"Graded with the grader's LayerNorm (5.1) in place of yours, which does not pass
     yet: 5.5 earns its points alone, but a model of your own parts will not work until you
     fix 5.1."`` (wrong values, a forbidden op or a stub: it does not pass). ``graded`` False:
