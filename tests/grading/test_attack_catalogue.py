@@ -302,7 +302,7 @@ def _gone(pid: int, seconds: float = 30.0) -> bool:
 def test_a_grader_killed_from_outside_leaves_no_graded_tests_running(how):
     """Killed by any signal, ``SIGKILL`` included, the process that runs the graded tests
     (``grade``, or one of ``regrade``'s workers) takes them with it: the kernel ends them
-    (``engine.dies_with_this_process``, ``engine.die_with_parent``)."""
+    (``engine.bounded_run``, ``engine.die_with_parent``)."""
     checks = ("import os, sys; from annotated_transformer.course.grading import engine; "
               "engine.bounded_run([sys.executable, '-c', 'import time; time.sleep(600)'], "
               "dict(os.environ))")

@@ -1,41 +1,19 @@
-"""The graded tests' pytest plugin: the run they are part of, the code under test they get,
-and one record a test for the grader. ``tests/graded/conftest.py`` loads it (``__all__``).
+"""The graded tests' pytest plugin, loaded by ``tests/graded/conftest.py`` (``__all__``).
 
-The run. ``grade`` and ``regrade`` describe it once (:class:`~.runspec.RunSpec`) in the
-file ``--grade-run`` names: its sources, seed, CPU seconds, sandbox, exercises (only their
-graded tests are kept) and where the records go. Run by hand, the tests grade ``--parts``
-from seed 0: a comma-separated list in the one ``--parts`` language
-(:mod:`annotated_transformer.sources`), each part graded on its own: ``solutions`` (the
-default, or ``exercises`` in a student release), ``exercises``, a folder of ``chNN_*.py``
-files, or ``variants`` (every wrong and right variant of each chapter, each against its own
-exercise's tests); ``fast`` is refused (not graded); ``--impl`` is its earlier name. Every
-test draws from seeds made from the run's, one for its own inputs and another for the
-worker (:func:`~.runspec.stream_seed`); the grader draws a fresh run seed each time, so a
-hard-coded answer fails.
-
-The code under test. A graded test module sets ``CHAPTER`` and ``EXERCISES`` and asks for
-the ``learner`` fixture, a handle on the code under test, which runs in a worker process
-(:mod:`.supervisor`): a test hands ``learner.run`` a *probe*, a small function of the test
-file that calls the code and returns plain data, and checks it against what it computes
-itself with PyTorch's own ops. No learner code is ever imported here. In the worker every
-chapter comes from the source under test (a learner's chapter 5 is built on the learner's
-own chapters 1 to 4), so a file gets the same points everywhere. Before a learner's folder
-is used, its chapter files are read (never run) for what an exercise file may not do
-(:mod:`.source_rules`): a file that breaks a rule is never imported, and the tests that need
-it are ``forbidden``. While a probe runs, the test file's ``FORBIDDEN_OPS`` for its exercise
-are refused at PyTorch's dispatch level.
-
-The records. A grading run's tests each write one :class:`~.results.TestRecord` to its
-``records`` file, anew after every test. A test of the values the code computes says
-``values=True`` on its ``grade`` marker, one of a clear error on bad input ``errors=True``:
-the others (shapes, devices, properties a wrong answer can also have) pay only when the
-values are right (:class:`.engine.Graded`).
+The run: the file ``--grade-run`` names (:class:`~.runspec.RunSpec`, from ``grade`` and
+``regrade``), or by hand ``--parts`` (``--impl``, its earlier name) from seed 0. The code
+under test: the ``learner`` fixture, a handle on a worker process (:mod:`.supervisor`) that
+runs the test's probes; no learner code is ever imported here, and a chapter file that
+breaks a source rule (:mod:`.source_rules`) is never imported there. The records: one
+:class:`~.results.TestRecord` a test, written anew after every test. How to write a graded
+test: CONTRIBUTING.md; the design: ``book/instructor.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import random
 import sys
@@ -43,11 +21,16 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from annotated_transformer.course.grading import boundary, outcomes
+from annotated_transformer.course.authoring import stubs
+from annotated_transformer.course.grading import (
+    boundary,
+    dependencies,
+    outcomes,
+    source_rules,
+)
 from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.messages import unseal
 from annotated_transformer.course.grading.outcomes import Outcome
@@ -70,9 +53,6 @@ from annotated_transformer.layout import (
     chapter_test_files,
 )
 from annotated_transformer.sources import Source, Word
-
-if TYPE_CHECKING:
-    from annotated_transformer.course.grading.source_rules import Violation
 
 # What tests/graded/conftest.py takes: pytest reads a conftest's hooks and fixtures by name.
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_unconfigure", "learner",
@@ -128,10 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(GradeRecorder(spec.records), "grade-recorder")
     first = spec.sources[0]
     if not config.option.collectonly and not _all_untouched(first):
-        try:
+        with contextlib.suppress(Exception):  # the tests meet the same problem and report it
             pool.start(Source(Word.SOLUTIONS) if first.word is Word.VARIANTS else first)
-        except Exception:  # noqa: BLE001 - the tests meet the same problem and report it
-            pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -146,11 +124,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wanted = run_spec(config).exercises
     if wanted is None:
         return
-    kept: list[pytest.Item] = []
-    dropped: list[pytest.Item] = []
-    for item in items:
-        exercise = _exercise(item)
-        (kept if exercise is not None and exercise in wanted else dropped).append(item)
+    kept = [item for item in items if _exercise(item) in wanted]
+    dropped = [item for item in items if _exercise(item) not in wanted]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
@@ -164,28 +139,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     exercise = _exercise(metafunc.definition)
     chosen: list[Source] = []
     for source in run_spec(metafunc.config).sources:
+        if source.word not in (Word.VARIANTS, Word.VARIANT):
+            chosen.append(source)
+            continue
+        if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its tests;
+            sys.path.append(str(VARIANTS_DIR.parent))  # not in a release
+        import variants
+
+        mine = [v.name for v in variants.for_chapter(metafunc.module.CHAPTER)
+                if v.exercise == exercise]
         if source.word is Word.VARIANTS:
-            _variants_importable()
-            import variants
-
-            chosen += [Source.of_variant(v.name)
-                       for v in variants.for_chapter(metafunc.module.CHAPTER)
-                       if v.exercise == exercise]
-        elif source.word is Word.VARIANT:  # one variant: the tests of its own exercise only
-            _variants_importable()
-            import variants
-
-            mine = variants.for_chapter(metafunc.module.CHAPTER)
-            if any(v.name == source.variant and v.exercise == exercise for v in mine):
-                chosen.append(source)
-        else:
+            chosen += map(Source.of_variant, mine)
+        elif source.variant in mine:  # one variant: the tests of its own exercise only
             chosen.append(source)
     metafunc.parametrize("learner", chosen, ids=[s.label for s in chosen], indirect=True)
-
-
-def _variants_importable() -> None:
-    if str(VARIANTS_DIR.parent) not in sys.path:  # the course's own check of its tests;
-        sys.path.append(str(VARIANTS_DIR.parent))  # not in a release
 
 
 @pytest.fixture
@@ -204,8 +171,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
                 raise LearnerNotImplemented(f"the capstone builds and trains a model from your "
                                             f"parts; Exercise {first}: {stub}")
             raise LearnerNotImplemented(f"Exercise {exercise}: {stub}")
-        found = _violations(parts)
-        own = [v for v in found.get(chapter, []) if v.exercise in (None, exercise)]
+        own = [v for v in _violations(parts).get(chapter, []) if v.exercise in (None, exercise)]
         if own and own[0].unreadable:
             raise LearnerRaised(["SyntaxError"], own[0].told(), "")
         if own:
@@ -226,9 +192,7 @@ def learner(request: pytest.FixtureRequest) -> CodeUnderTest:
 
 
 @cache
-def _declared():
-    from annotated_transformer.course.grading import dependencies
-
+def _declared() -> dependencies.Declared:
     return dependencies.read()
 
 
@@ -266,8 +230,6 @@ def _exercise(node: pytest.Item) -> str | None:
 def _untouched(parts: Source, chapter: int) -> str | None:
     """The name of the learner's chapter file when it is the release's stub exactly as
     generated (:func:`~annotated_transformer.course.authoring.stubs.is_untouched`)."""
-    from annotated_transformer.course.authoring import stubs
-
     folder = learner_folder(parts)
     for path in sorted(folder.glob(f"ch{chapter:02d}_*.py")) if folder else ():
         try:
@@ -288,24 +250,18 @@ def _all_untouched(parts: Source) -> bool:
 
 
 @cache
-def _forbidden_names() -> Mapping[int, Mapping[str, tuple[str, ...]]]:
-    """``{chapter: FORBIDDEN}`` read from the graded test files (without importing them)."""
-    from annotated_transformer.course.grading.dependencies import constants
-
-    found = {c: constants(ast.parse(p.read_text())).get("FORBIDDEN")
-             for c, p in chapter_test_files().items()}
-    return {c: names for c, names in found.items() if names is not None}
-
-
-@cache
-def _violations(parts: Source) -> Mapping[int, list]:
-    from annotated_transformer.course.grading import source_rules
-
+def _violations(parts: Source) -> Mapping[int, list[source_rules.Violation]]:
+    """What a learner's chapter files break, each checked with its chapter's ``FORBIDDEN``
+    (read from the graded test files, never imported)."""
     folder = learner_folder(parts)
-    return source_rules.check_folder(folder, _forbidden_names()) if folder else {}
+    if folder is None:
+        return {}
+    forbidden = {c: dependencies.constants(ast.parse(p.read_text())).get("FORBIDDEN") or {}
+                 for c, p in chapter_test_files().items()}
+    return source_rules.check_folder(folder, forbidden)
 
 
-def _blocked(parts: Source) -> Mapping[int, Violation]:
+def _blocked(parts: Source) -> Mapping[int, source_rules.Violation]:
     """Chapter files that break a rule for every exercise, each with its first violation
     (a :class:`~.source_rules.Violation`): never imported in the worker."""
     general = {c: [v for v in found if v.exercise is None]
@@ -367,23 +323,18 @@ def _parts_of(item: pytest.Item) -> str | None:
     return str(parts) if isinstance(parts, Source) else None  # an empty set gives a sentinel
 
 
-def _function(item: pytest.Item) -> tuple[str, str, str | None]:
-    """The test function an item is a case of, and its parts."""
-    return item.nodeid.split("::")[0], getattr(item, "originalname", item.name), _parts_of(item)
-
-
 class GradeRecorder:
     """Writes one :class:`~.results.TestRecord` a graded test to ``path``."""
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.records: dict[str, TestRecord] = {}
-        self.cases: Counter[tuple[str, str, str | None]] = Counter()
+        self.cases: Counter[tuple[str, str | None]] = Counter()  # {(test function, parts): cases}
 
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
         # A test function's points are shared by its parametrized cases.
-        self.cases.update(map(_function, items))
+        self.cases.update((_test_id(item), _parts_of(item)) for item in items)
         # Every graded test is in the report from the start, as not run: a run cut short
         # (a crash, pytest.exit, a kill) leaves them there with 0 points, never absent.
         collected = config.option.collectonly
@@ -401,8 +352,8 @@ class GradeRecorder:
         self.records[item.nodeid] = TestRecord(
             item.nodeid, exercise, ExerciseId(exercise).chapter,
             getattr(item.module, "EXERCISES", {}).get(exercise, exercise),
-            marker.kwargs.get("points", 1) / (self.cases[_function(item)] or 1), outcome,
-            message, values=bool(marker.kwargs.get("values", False)),
+            marker.kwargs.get("points", 1) / (self.cases[_test_id(item), _parts_of(item)] or 1),
+            outcome, message, values=bool(marker.kwargs.get("values", False)),
             errors=bool(marker.kwargs.get("errors", False)), parts=_parts_of(item),
             mistake=mistake,
             # The chapters' functions its code entered, and the end of what it printed.

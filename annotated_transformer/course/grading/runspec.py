@@ -1,11 +1,6 @@
-"""One grading run, described once: :class:`RunSpec`.
-
-``grade`` and ``regrade`` decide everything about a run once (the sources, the seed, the
-CPU seconds a call, the sandbox, the exercises, where the records go) and hand the graded
-tests one file, ``--grade-run PATH`` (:mod:`.plugin`), instead of settings passed on as
-strings and parsed again at every hop. The graded tests run by hand (``pytest
-tests/graded --parts variants``) make the same description from ``--parts``: seed 0, the
-default CPU seconds, the sandbox where it can start.
+"""One grading run, described once (:class:`RunSpec`): ``grade`` and ``regrade`` hand the
+graded tests one file, ``--grade-run PATH`` (:mod:`.plugin`), instead of settings parsed
+again at every hop; run by hand, the tests make it from ``--parts``.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
 from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES
 from annotated_transformer.sources import Source, Word, parse_sources
 
-SANDBOXES = ("bubblewrap", "none")  # decided (boundary.decide), never "auto" here
+SANDBOXES = ("bubblewrap", "none")  # never "auto" here
 
 
 def graded_sources(text: str) -> tuple[Source, ...]:
@@ -47,9 +42,7 @@ def is_trusted(source: Source) -> bool:
 def learner_folder(source: Source) -> Path | None:
     """The folder of a learner's files that ``source`` grades (``exercises/`` or the
     folder); None for the course's own code (the reference, the fast parts, variants)."""
-    if source.word is Word.EXERCISES:
-        return EXERCISES_DIR.resolve()
-    return source.folder
+    return EXERCISES_DIR.resolve() if source.word is Word.EXERCISES else source.folder
 
 
 def draw_seed() -> int:
@@ -58,38 +51,29 @@ def draw_seed() -> int:
 
 
 def stream_seed(seed: int, test: str, side: str) -> int:
-    """The seed of one test's random draws on one side, from the run's ``seed``: ``side``
-    ``"inputs"`` for the draws of the test itself (its inputs and weights, in the trusted
-    process), ``"worker"`` for those of the code under test (in the worker, before each
-    call). ``test`` names the test function (pytest's id without its parameters).
+    """The seed of one test function's (``test``, pytest's id without its parameters) random
+    draws on one ``side``: ``"inputs"`` for the test's own (its inputs and weights, in the
+    trusted process), ``"worker"`` for the code under test's (in the worker, before each call).
 
-    Each is a sha256 of the three, so that the code under test can neither redraw a test's
-    inputs from its own generator (and precompute what a later, guarded call will be asked)
-    nor learn them from another test's inputs; the same run seed gives the same draws."""
+    A sha256 of the three, so that the code under test can neither redraw a test's inputs
+    from its own generator (and precompute what a later, guarded call will be asked) nor
+    learn them from another test's inputs; the same run seed gives the same draws."""
     digest = hashlib.sha256(f"{seed}\0{side}\0{test}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1  # below 2**63, as torch.manual_seed takes
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What one grading run is: ``sources`` (the ``--parts`` list, parsed:
-    :mod:`annotated_transformer.sources`), ``seed`` (every test starts from it),
-    ``cpu_seconds`` (one call of the code under test; a test's ``cpu_seconds`` marker may
-    give more), ``sandbox`` (``bubblewrap`` or ``none``, decided), ``exercises`` (only their
-    graded tests run; None: every test) and ``records`` (the file the plugin writes one
-    record a test to; None: no records)."""
+    """What one grading run is (its sources parsed by :meth:`new` or :meth:`read`)."""
 
-    sources: tuple[Source, ...]
-    seed: int = 0
-    cpu_seconds: float = DEFAULT_CPU_SECONDS
-    sandbox: str = "bubblewrap"
-    exercises: tuple[ExerciseId, ...] | None = None
-    records: str | None = None
+    sources: tuple[Source, ...]  # the --parts list, parsed (annotated_transformer.sources)
+    seed: int = 0  # every test's draws start from it (stream_seed)
+    cpu_seconds: float = DEFAULT_CPU_SECONDS  # one call's; a test's marker may give more
+    sandbox: str = "bubblewrap"  # or "none": decided (boundary.decide)
+    exercises: tuple[ExerciseId, ...] | None = None  # only their graded tests run; None: all
+    records: str | None = None  # the file the plugin writes one record a test to; None: none
 
     def __post_init__(self) -> None:
-        if not self.sources or not all(isinstance(s, Source) for s in self.sources):
-            raise ValueError(f"a run's sources are Source values, got {self.sources!r}")
-        object.__setattr__(self, "sources", tuple(self.sources))
         if self.sandbox not in SANDBOXES:
             raise ValueError(f"a run's sandbox is one of {SANDBOXES}, got {self.sandbox!r}")
         if not self.cpu_seconds > 0:
