@@ -20,10 +20,12 @@ import pytest
 import torch
 from probes.worker_probes import call, grader_modules
 
+from annotated_transformer.course.grading import boundary
 from annotated_transformer.course.grading.supervisor import (
     OUTPUT_LIMIT,
     CodeUnderTest,
     ForbiddenCall,
+    GraderFault,
     LearnerNotImplemented,
     LearnerRaised,
     WorkerCrashed,
@@ -455,6 +457,8 @@ def test_files_written_stay_small(pool, folder):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+@pytest.mark.skipif(boundary.closed_to_others(PROBES) is not None,
+                    reason="this Python is installed where nobody cannot enter (the next test)")
 def test_without_the_boundary_as_nobody_the_course_is_read_only(folder):
     target = Path(tempfile.mkdtemp(prefix="course-"))
     (target / "grade.json").write_text("{}")
@@ -476,3 +480,21 @@ def test_the_learner_file_is_never_imported_here():
 
     assert not [name for name in sys.modules if name.endswith("ch02_attention")
                 and "hostile" in str(getattr(sys.modules[name], "__file__", ""))]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+@pytest.mark.skipif(boundary.closed_to_others(PROBES) is None,
+                    reason="this Python is open to every user (the test before)")
+def test_without_the_boundary_a_python_nobody_cannot_read_is_the_grader_s_fault(folder):
+    """A grader run as root without bubblewrap makes its worker nobody; a Python under a
+    folder closed to others (pyenv under /root, as here) would fail at its first import
+    after the change, which the learner would be told was their crash. It is refused up
+    front, as the grader's fault, naming the folder and what to do."""
+    pool = WorkerPool(lambda source: source.folder, lambda source: {}, probes=PROBES,
+                      user="nobody", sandboxed=False)
+    try:
+        with pytest.raises(GraderFault, match=f"cannot enter {boundary.closed_to_others(PROBES)}"
+                           ".*install bubblewrap"):
+            learner(pool, folder).run(call, name="softmax", x=X)
+    finally:
+        pool.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,22 @@ def staged(folder: Path) -> tuple[tempfile.TemporaryDirectory[str], Path]:
             (target / path.name).write_bytes(path.read_bytes())
             (target / path.name).chmod(0o644)
     return staged, target
+
+
+def closed_to_others(probes: Path) -> Path | None:
+    """The first folder on the way to this interpreter, its packages, the package or the
+    probes that a user other than its owner cannot enter (no execute bit for others), or
+    None. A worker that becomes ``nobody`` without the boundary (a grader run as root,
+    ``--sandbox none``) reads its modules from there: a Python under ``/root`` (pyenv, a
+    container's) is closed to it, and its first import after the change would fail."""
+    roots = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve().parent,
+             PACKAGE_DIR, probes}
+    roots |= {Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
+    for root in sorted(roots):
+        for folder in [*reversed(root.resolve().parents), root.resolve()]:
+            if not folder.stat().st_mode & stat.S_IXOTH:
+                return folder
+    return None
 
 
 def describe(sandboxed: bool) -> str:

@@ -372,6 +372,14 @@ class WorkerPool:
         if worker is None or not worker.alive():
             if worker is not None:
                 worker.close()
+            closed = None if self.sandboxed or not self.user else boundary.closed_to_others(
+                self.probes)
+            if closed is not None:
+                raise GraderFault(
+                    f"without the sandbox the code under test runs as {self.user}, who cannot "
+                    f"enter {closed} (where this Python or the course is installed): install "
+                    f"bubblewrap (--sandbox bubblewrap), grade as an ordinary user, or open "
+                    f"that folder to others (chmod o+x)")
             learner_dir = self.learner_dir_for(source)
             worker = WorkerProcess("solutions" if key == "trusted" else key, learner_dir,
                                    self.blocked_for(source) if learner_dir else {}, self.user,
