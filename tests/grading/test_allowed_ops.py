@@ -237,9 +237,9 @@ def test_no_object_of_the_worker_s_turns_the_guard_off():
     import gc
     import types
 
-    from annotated_transformer.course.grading.worker import standins
+    from annotated_transformer.course.grading.worker import trusted
 
-    computed, entries, inner = standins.computations()
+    computed, entries, inner = trusted.computations()
     guard = allowed_ops.guard_factory(entries, inner)
     worker = "annotated_transformer.course.grading.worker"
     managers = [found for found in gc.get_objects()

@@ -2,7 +2,7 @@
 
 The dispatch guard (grading/worker/allowed_ops.py) looks away in two places: inside its own
 handlers, where PyTorch pops its mode, and at the ops the grader's stand-ins call, known by
-the code objects that call them (grading/worker/standins.py). As in
+the code objects that call them (grading/worker/trusted.py). As in
 tests/grading/test_allowed_ops.py, the static rules are skipped: the worker is handed a
 chapter file that registers every callback PyTorch offers and makes each compute what the
 exercise may not call (F.cross_entropy with a label smoothing, for 6.2; F.layer_norm, for
@@ -27,7 +27,7 @@ from annotated_transformer.course.grading.supervisor import (
     LearnerRaised,
     WorkerPool,
 )
-from annotated_transformer.course.grading.worker import allowed_ops, standins
+from annotated_transformer.course.grading.worker import allowed_ops, trusted
 from annotated_transformer.sources import Source
 
 PROBES = Path(__file__).resolve().parents[1] / "probes"
@@ -412,7 +412,7 @@ def test_a_finalizer_computes_nothing_where_the_guard_looks_away():
     inside the dispatch handler it waits; inside the torch-function handler, before the
     guard's mode is back, every op is refused. So no finalizer computes what the exercise
     may not call."""
-    stand_in, entries, inner = standins.computations()
+    stand_in, entries, inner = trusted.computations()
     guard = allowed_ops.guard_factory(entries, inner)
     mode, _ = guard(SMOOTHING, "6.2")
     ran, computed = [], []  # the finalizers run while the guard was on; those that computed
@@ -461,7 +461,7 @@ def test_code_that_reaches_a_stand_in_s_computation_gets_no_exemption_for_its_ow
     stand-in's ``__closure__``) and calls it with an ``alive`` of its own that computes
     softmax, or calls its inner ``softmax_of`` itself, is checked as its own: its frame is
     not trusted code. The stand-in still computes, forward and backward, exempt."""
-    computed, entries, inner = standins.computations()
+    computed, entries, inner = trusted.computations()
     guard = allowed_ops.guard_factory(entries, inner)
 
     def cells(function):

@@ -25,5 +25,7 @@ part of the grader. A grading worker holds them too, and never calls them.)
     new thread or process in the worker (seccomp).
   - :mod:`.standins`: the grader's own versions of the exercises a later one builds on,
     built for one request and revoked when it ends.
+  - :mod:`.trusted`: what those stand-ins compute with, the only code whose ops the guard
+    exempts (by its code objects).
   - :mod:`.calls`: the chapters' functions a probe's code entered, sent back with its reply.
 """

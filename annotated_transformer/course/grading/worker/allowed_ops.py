@@ -34,10 +34,10 @@ The guard looks away in two places only, and no code of the learner's runs in ei
   registered (:mod:`.switches`), no collection of garbage runs meanwhile.
 - **At an op that the grader's stand-ins call** (:mod:`.standins`): one whose calling
   Python frame runs one of the code objects the guard was built with (those of
-  ``standins.computations``; no switch, nothing to enter). They compute on tensors the
+  ``trusted.computations``; no switch, nothing to enter). They compute on tensors the
   worker made, with every torch function override off, saved-tensor hooks refused and no
   collection of garbage; why no op of the learner's has such a frame:
-  :func:`.standins.computations`.
+  :func:`.trusted.computations`.
 
 Every callback PyTorch lets code register, and what keeps it from running unguarded:
 
@@ -229,7 +229,7 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
                         refuse("__torch_dispatch__ of a tensor subclass")
                 # The Python frame that called the op's C++ function (PyTorch calls this
                 # handler from C++, unwrapped: _should_skip_dynamo): the stand-ins' code
-                # (grading.worker.standins.computations) is exempt, no other.
+                # (grading.worker.trusted.computations) is exempt, no other.
                 caller = calling_frame(1)
                 code = caller.f_code  # (each read is an audit event: read once)
                 while code in inner:

@@ -49,7 +49,13 @@ from annotated_transformer.course.grading.protocol import (
     WorkerConfig,
     cut,
 )
-from annotated_transformer.course.grading.worker import allowed_ops, calls, standins, switches
+from annotated_transformer.course.grading.worker import (
+    allowed_ops,
+    calls,
+    standins,
+    switches,
+    trusted,
+)
 from annotated_transformer.sources import VARIANT
 
 # Modules an exercise file may import (grading/source_rules.py), and what probes use.
@@ -182,7 +188,7 @@ class Worker:
         # ends. Each notes here that it ran, or that it was called once revoked.
         self.stood_in: list[str] = []
         self.kept: list[tuple[str, str]] = []  # (the stand-in's exercise, the test's)
-        self._computed, entries, inner = standins.computations()
+        self._computed, entries, inner = trusted.computations()
         # The guard of a probe, built now, before any learner code, and held here only: an
         # exercise file that replaces a name of this module or of allowed_ops changes nothing.
         # It exempts the ops that the computations' own code objects call.
