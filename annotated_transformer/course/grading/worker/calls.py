@@ -41,7 +41,7 @@ class Observed:
                     and CHAPTER_FILE.match(Path(code.co_filename).name)):
                 self.methods.add(code)
         if code in self.methods:
-            self.receivers.add((code, type(frame.f_locals["self"])))
+            self.receivers.add((code, type(frame.f_locals.get("self"))))  # never raises
         return None  # no tracing inside the frame
 
     def __enter__(self) -> Observed:
