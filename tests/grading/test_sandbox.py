@@ -350,7 +350,7 @@ def test_exit_is_a_crash_of_that_test_only(pool, folder):
 def test_printed_output_is_bounded(pool, folder):
     value = learner(pool, folder, cpu_seconds=120).run(call, name="floods", x=X)
     assert torch.equal(value, X)
-    worker = pool.workers[str(folder)]
+    worker = pool.workers[Source.parse(str(folder))]
     assert len(worker.output.tail) <= OUTPUT_LIMIT
 
 

@@ -412,7 +412,7 @@ def test_no_process_starts_and_the_group_goes_with_the_worker(fresh, folder):
     bound and count any process, is removed with it."""
     started = learner(fresh, folder, cpu_seconds=60).run(call, name="forks", x=X)
     assert started == 0
-    worker = fresh.workers[str(Source.parse(str(folder)))]
+    worker = fresh.workers[Source.parse(str(folder))]
     group = worker.group.pids
     fresh.discard(Source.parse(str(folder)))
     assert not group.exists() and not worker.meter.descendants()
@@ -423,7 +423,7 @@ def test_processes_are_bounded_and_die_with_the_worker(fresh_tasks, folder, monk
     monkeypatch.setattr(limits, "TASKS", 40)
     started = learner(fresh_tasks, folder, cpu_seconds=60).run(call, name="forks", x=X)
     assert 0 < started < 40
-    worker = fresh_tasks.workers[str(Source.parse(str(folder)))]
+    worker = fresh_tasks.workers[Source.parse(str(folder))]
     group = worker.group.pids
     fresh_tasks.discard(Source.parse(str(folder)))
     assert not group.exists() and not worker.meter.descendants()

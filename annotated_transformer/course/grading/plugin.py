@@ -306,7 +306,7 @@ def classify(excinfo: pytest.ExceptionInfo[BaseException] | None) -> tuple[Outco
     if isinstance(error, outcomes.RAISED):  # the worker's answer, as the grader's exception
         return error.outcome, message
     if isinstance(error, AssertionError) or excinfo.typename in ("Failed", "RaisesGroup"):
-        return (Outcome.TIMEOUT if message.startswith("Timeout") else Outcome.FAILED), message
+        return Outcome.FAILED, message  # a timeout is the worker's (outcomes.WorkerTimeout)
     if excinfo.typename == "Skipped":
         return Outcome.SKIPPED, message
     if isinstance(error.__cause__, NotImplementedError):

@@ -42,7 +42,7 @@ from annotated_transformer.course.grading.protocol import Ended, Reply, Request,
 from annotated_transformer.course.grading.runspec import is_trusted
 from annotated_transformer.course.grading.watch import StopReason
 from annotated_transformer.layout import GRADED_DIR, ROOT, VARIANTS_DIR
-from annotated_transformer.sources import Source
+from annotated_transformer.sources import Source, Word
 
 if TYPE_CHECKING:
     from annotated_transformer.course.grading.source_rules import Violation
@@ -347,23 +347,23 @@ class WorkerPool:
         self.new_tasks = new_tasks  # threads and processes allowed: the boundary's tests only
         self.user = user or ("nobody" if os.geteuid() == 0 else None)
         self.sandboxed = sandboxed
-        self.workers: dict[str, WorkerProcess] = {}
-        self.last_printed: dict[str, str] = {}
-        self.timed_out: set[tuple[str, str | None]] = set()  # (worker, exercise) past its CPU
-        self.waited: set[tuple[str, int | None]] = set()  # (worker, chapter) that waited
+        self.workers: dict[Source, WorkerProcess] = {}  # by _key
+        self.last_printed: dict[Source, str] = {}
+        self.timed_out: set[tuple[Source, str | None]] = set()  # (worker, exercise) past its CPU
+        self.waited: set[tuple[Source, int | None]] = set()  # (worker, chapter) that waited
         # (worker, chapter) whose import waited or crashed, (worker, exercise) whose code
         # waited: the error each of their calls ends with, without running
-        self.blocks: dict[tuple[str, int | str | None], Callable[[], Exception]] = {}
-        self.crashed: set[tuple[str, int | None]] = set()  # (worker, chapter): a call crashed
-        self.imports: set[tuple[str, int | None]] = set()  # (worker, chapter): imported without one
+        self.blocks: dict[tuple[Source, int | str | None], Callable[[], Exception]] = {}
+        self.crashed: set[tuple[Source, int | None]] = set()  # (worker, chapter): a call crashed
+        self.imports: set[tuple[Source, int | None]] = set()  # (worker, chapter): imports safely
         # worker -> why it could not start: the grader's fault, the same for every later test
         # (each would cost a start of PyTorch), so they end with it at once
-        self.unstartable: dict[str, str] = {}
+        self.unstartable: dict[Source, str] = {}
         self.allowance = watch.Allowance()  # what each worker's calls used together
 
-    def _key(self, source: Source) -> str:
+    def _key(self, source: Source) -> Source:
         # The course's own code (the reference and the tests' variants) shares one worker.
-        return "trusted" if is_trusted(source) else str(source)
+        return Source(Word.SOLUTIONS) if is_trusted(source) else source
 
     def start(self, source: Source) -> WorkerProcess:
         """The worker of ``source``, started now when it is not running."""
@@ -381,7 +381,7 @@ class WorkerPool:
                     f"bubblewrap (--sandbox bubblewrap), grade as an ordinary user, or open "
                     f"that folder to others (chmod o+x)")
             learner_dir = self.learner_dir_for(source)
-            worker = WorkerProcess("solutions" if key == "trusted" else key, learner_dir,
+            worker = WorkerProcess(str(key), learner_dir,
                                    self.blocked_for(source) if learner_dir else {}, self.user,
                                    sandboxed=self.sandboxed, probes=self.probes,
                                    new_tasks=self.new_tasks)
@@ -399,7 +399,7 @@ class WorkerPool:
         self.last_printed.pop(key, None)  # a call refused at once prints nothing
         if key in self.unstartable:
             raise GraderFault(self.unstartable[key])
-        if (refused := self.allowance.refusal(key, totals=key != "trusted")) is not None:
+        if (refused := self.allowance.refusal(key, totals=not is_trusted(key))) is not None:
             raise refused
         for blocked in ((key, chapter), (key, exercise)):  # each test would cost as much
             if blocked in self.blocks:
@@ -440,7 +440,7 @@ class WorkerPool:
             self.last_printed[key] = worker.printed()
             self.allowance.spend(key, *worker.spent)
 
-    def _check_import(self, worker: WorkerProcess, key: str, request: Request,
+    def _check_import(self, worker: WorkerProcess, key: Source, request: Request,
                       cpu_seconds: float, waits: float) -> None:
         """After a crash in a chapter: import the chapter alone, in the fresh worker. When
         that crashes too, the chapter's import crashes every worker: its other tests end

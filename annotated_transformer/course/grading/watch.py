@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from enum import Enum
 
 from annotated_transformer.course.grading import boundary
@@ -114,15 +114,15 @@ class Allowance:
     key) in a grading run, and the end of its calls once one is spent (:meth:`refusal`)."""
 
     def __init__(self) -> None:
-        self.used: defaultdict[str, float] = defaultdict(float)
-        self.waited: defaultdict[str, float] = defaultdict(float)
-        self.busy: defaultdict[str, int] = defaultdict(int)  # calls stopped for a busy machine
+        self.used: defaultdict[Hashable, float] = defaultdict(float)
+        self.waited: defaultdict[Hashable, float] = defaultdict(float)
+        self.busy: defaultdict[Hashable, int] = defaultdict(int)  # calls stopped for a busy machine
 
-    def spend(self, key: str, used: float, waited: float) -> None:
+    def spend(self, key: Hashable, used: float, waited: float) -> None:
         self.used[key] += max(used, 0.0)
         self.waited[key] += max(waited, 0.0)
 
-    def refusal(self, key: str, totals: bool = True) -> Exception | None:
+    def refusal(self, key: Hashable, totals: bool = True) -> Exception | None:
         """What ``key``'s next call ends with at once, or None when it may run; ``totals``:
         whether the totals apply (not to the course's own code, which the tests run at
         length)."""
