@@ -407,28 +407,21 @@ def test_every_file_of_the_package_that_is_not_python_is_installed():
     assert data and not missing, f"not in pyproject's package-data: {missing}"
 
 
-MAX_LINES = 500  # CONTRIBUTING.md: small files with one job
+def test_the_size_report_counts_every_line_of_the_grader_once():
+    """``scripts/code_size.py`` (a report: a long module is marked, never refused), run as a
+    maintainer runs it: the grader's rooms add up to its files' lines, each split by kind."""
+    import subprocess
+    import sys
 
-
-def long_modules(package: Path, limit: int = MAX_LINES) -> dict[str, int]:
-    """``{module path: its lines}`` for every module of ``package`` longer than ``limit``."""
-    found = {}
-    for path in sorted(package.rglob("*.py")):
-        lines = len(path.read_text().splitlines())
-        if lines > limit:
-            found[str(path.relative_to(package.parent))] = lines
-    return found
-
-
-def test_no_module_of_the_package_is_over_500_lines():
-    long = long_modules(PACKAGE)
-    assert not long, (f"modules over {MAX_LINES} lines (split each by its jobs): "
-                      + ", ".join(f"{name} ({lines})" for name, lines in long.items()))
-
-
-def test_the_length_check_finds_a_long_module(tmp_path):
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "short.py").write_text("x = 1\n" * MAX_LINES)
-    (package / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
-    assert long_modules(package) == {"pkg/long.py": MAX_LINES + 1}
+    script = PACKAGE.parent / "scripts" / "code_size.py"
+    printed = subprocess.run([sys.executable, str(script), "--top", "3"], capture_output=True,
+                             text=True, check=True, cwd=PACKAGE.parent).stdout
+    grading = PACKAGE / "course" / "grading"
+    lines = sum(len(p.read_text().splitlines()) for p in grading.rglob("*.py"))
+    rooms = {line.split("  ")[0]: [int(n.replace(",", "")) for n in line.split()[-5:]]
+             for line in printed.splitlines() if line.startswith(("door", "trusted", "worker",
+                                                                  "all of it"))}
+    assert set(rooms) == {"door (both processes)", "trusted (never imports worker/)",
+                          "worker (beside the learner's code)", "all of it"}, printed
+    assert rooms["all of it"][0] == lines == sum(r[0] for n, r in rooms.items() if n != "all of it")
+    assert all(counts[0] == sum(counts[1:]) for counts in rooms.values()), printed
