@@ -31,7 +31,7 @@ from annotated_transformer.course.grading.report import (
     WorkflowCheck,
     write_report,
 )
-from annotated_transformer.course.grading.runspec import RunSpec
+from annotated_transformer.course.grading.runspec import RunSpec, described_folder
 from annotated_transformer.layout import MANIFEST, ROOT, WORKFLOWS_DIR, folder_name, relative
 
 
@@ -211,7 +211,8 @@ def _run(args: argparse.Namespace, chapters: list[int] | None,
     except (GraderFault, engine.ChecksOverBound) as fault:  # nothing to credit or blame
         raise SystemExit(f"grade: {fault}") from None
     return Report(graded.rows(), args.parts, integrity, spec.seed, workflow, graded.records,
-                  boundary.describe(spec.sandbox == "bubblewrap"), args.show_output)
+                  boundary.describe(spec.sandbox == "bubblewrap"), args.show_output,
+                  described_folder(spec.sources[0]))
 
 
 def _write(found: Report, args: argparse.Namespace) -> int:

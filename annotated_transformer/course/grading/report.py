@@ -67,23 +67,6 @@ def _first_line(message: str) -> str:
     return CONTROL.sub("\ufffd", lines[0]) if lines else ""
 
 
-def _folder(parts: str) -> str:
-    """The folder a ``--parts`` names (the learner's exercises/ included), "" for none; in a
-    student release, ``solutions`` names the learner's exercises/ and says why."""
-    from annotated_transformer.course.grading.runspec import learner_folder
-    from annotated_transformer.layout import EXERCISES_DIR, SOLUTIONS_DIR, folder_name
-    from annotated_transformer.sources import parse_sources
-
-    if parts == "solutions" and not SOLUTIONS_DIR.is_dir():
-        return (f"{EXERCISES_DIR}: this student release has no {folder_name(SOLUTIONS_DIR)}, "
-                f"so your own exercises were graded")
-    try:
-        sources = parse_sources(parts)
-    except ValueError:  # a folder gone since the report was written
-        return str(Path(parts).resolve()) if "," not in parts else ""
-    return str(learner_folder(sources[0]) or "") if len(sources) == 1 else ""
-
-
 def _points(value: float) -> str:
     return f"{round(value, 2):g}"
 
@@ -100,6 +83,7 @@ class Report:
     records: list[TestRecord] | None = field(default=None, repr=False)  # the tests'
     sandbox: str | None = None  # the boundary the code under test ran in (boundary.describe)
     show_output: bool = False  # the table shows what every test printed, not only failing
+    folder: str = ""  # the folder --parts graded, as runspec.described_folder says it
 
     @property
     def points(self) -> float:
@@ -126,7 +110,7 @@ class Report:
     def _graded(self, markdown: bool = False) -> str:
         if self.parts is None:
             return "Nothing graded: the points on offer"
-        code, folder = "`" if markdown else "", _folder(self.parts)
+        code, folder = "`" if markdown else "", self.folder
         graded = f"Graded: {code}--parts {self.parts}{code}" + (f" ({folder})" if folder else "")
         if self.seed is not None:
             graded += (f", random inputs from seed {self.seed} (the same again: "
@@ -188,6 +172,7 @@ class Report:
             "workflow": ({**asdict(self.workflow), "changed": bool(self.workflow.changes)}
                          if self.workflow else None),
             "parts": self.parts,
+            "folder": self.folder,
             "seed": self.seed,
             "sandbox": self.sandbox,
             "exercises": [r.to_json() for r in rows],
@@ -208,7 +193,8 @@ class Report:
                    Integrity(**data["integrity"]) if data.get("integrity") else None,
                    data.get("seed"),
                    WorkflowCheck(data["workflow"]["folder"], data["workflow"]["changes"])
-                   if data.get("workflow") else None, sandbox=data.get("sandbox"))
+                   if data.get("workflow") else None, sandbox=data.get("sandbox"),
+                   folder=str(data.get("folder") or ""))
 
     def markdown(self) -> str:
         """The table as Markdown (for a CI job summary)."""

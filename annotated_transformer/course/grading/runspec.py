@@ -14,7 +14,7 @@ from pathlib import Path
 
 from annotated_transformer.course.grading.exercise_id import ExerciseId
 from annotated_transformer.course.grading.limits import DEFAULT_CPU_SECONDS
-from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES
+from annotated_transformer.layout import EXERCISES_DIR, PARTS_PACKAGES, SOLUTIONS_DIR, folder_name
 from annotated_transformer.sources import Source, Word, parse_sources
 
 SANDBOXES = ("bubblewrap", "none")  # never "auto" here
@@ -43,6 +43,15 @@ def learner_folder(source: Source) -> Path | None:
     """The folder of a learner's files that ``source`` grades (``exercises/`` or the
     folder); None for the course's own code (the reference, the fast parts, variants)."""
     return EXERCISES_DIR.resolve() if source.word is Word.EXERCISES else source.folder
+
+
+def described_folder(source: Source) -> str:
+    """What a report says of the folder ``source`` grades ("" for the course's own code); in
+    a student release, ``solutions`` grades the learner's ``exercises/`` and says why."""
+    if source.word is Word.SOLUTIONS and not SOLUTIONS_DIR.is_dir():
+        return (f"{EXERCISES_DIR}: this student release has no {folder_name(SOLUTIONS_DIR)}, "
+                f"so your own exercises were graded")
+    return str(learner_folder(source) or "")
 
 
 def draw_seed() -> int:
