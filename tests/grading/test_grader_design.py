@@ -351,7 +351,7 @@ def _compared_with_a_string(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_no_status_reason_or_source_is_compared_with_a_string():
     """Every status, stop reason and way a reply ended is a member of its enumeration
-    (``Outcome``, ``watch.StopReason``, ``protocol.Ended``), and the grader compares them as
+    (``Outcome``, ``outcomes.StopReason``, ``protocol.Ended``), and the grader compares them as
     members: a word's spelling lives in one place."""
     problems = [f"{p.relative_to(ROOT)}:{line} compares {name} with a string"
                 for p in sorted(GRADING.rglob("*.py"))

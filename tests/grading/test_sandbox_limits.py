@@ -22,7 +22,14 @@ import pytest
 import torch
 from probes.worker_probes import call
 
-from annotated_transformer.course.grading import boundary, limits, protocol, supervisor, watch
+from annotated_transformer.course.grading import (
+    boundary,
+    limits,
+    outcomes,
+    protocol,
+    supervisor,
+    watch,
+)
 from annotated_transformer.course.grading.supervisor import (
     CodeUnderTest,
     MachineBusy,
@@ -261,13 +268,13 @@ def test_code_that_waits_without_computing_is_stopped_and_blamed(fresh, folder, 
     monkeypatch.setattr(watch, "WAIT_SECONDS", 3.0)
     with pytest.raises(WorkerTimeout, match="waited 3 s without computing") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name=name, x=X)
-    assert stopped.value.reason is watch.StopReason.WAITED and not stopped.value.at_import
+    assert stopped.value.reason is outcomes.StopReason.WAITED and not stopped.value.at_import
     if name != "stops_itself":  # a stopped process cannot print its stack
         assert stopped.value.where.startswith("ch02_attention.py:")
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
     with pytest.raises(WorkerTimeout, match="its other tests are not run"):  # once is enough
         learner(fresh, folder, cpu_seconds=60).run(call, name="softmax", x=X)
-    assert str(folder) in fresh.workers  # refused without stopping the worker
+    assert Source.parse(str(folder)) in fresh.workers  # refused without stopping the worker
     with pytest.raises(WorkerTimeout, match="waited 2 s without computing"):  # and its chapter
         learner(fresh, folder, cpu_seconds=60, exercise="2.3").run(call, name=name, x=X)
 
@@ -279,7 +286,7 @@ def test_a_reply_never_finished_is_stopped_and_blamed(fresh, folder, monkeypatch
     monkeypatch.setattr(watch, "TOTAL_WAIT_SECONDS", 5.0)
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name="trickles", x=X)
-    assert stopped.value.reason is watch.StopReason.REPLY
+    assert stopped.value.reason is outcomes.StopReason.REPLY
     assert learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X).shape == X.shape
     with pytest.raises(WorkerTimeout, match="had not finished it 3 s later"):
         learner(fresh, folder, cpu_seconds=60, exercise="2.3").run(call, name="trickles", x=X)
@@ -305,7 +312,7 @@ def test_a_request_read_a_page_at_a_time_is_stopped_and_counted(fresh, folder, m
     learner(fresh, folder).run(call, name="reads_slowly", x=X)
     with pytest.raises(WorkerTimeout, match="had not read the grader's request 3 s") as stopped:
         learner(fresh, folder, cpu_seconds=60).run(call, name="softmax", x=torch.zeros(10**6))
-    assert stopped.value.reason is watch.StopReason.REQUEST
+    assert stopped.value.reason is outcomes.StopReason.REQUEST
     with pytest.raises(WorkerTimeout, match="kept the grader waiting [0-9]+ s over its tests"):
         learner(fresh, folder, exercise="2.2").run(call, name="softmax", x=X)
 
@@ -328,7 +335,7 @@ def test_a_chapter_whose_import_waits_costs_its_wait_once(fresh, tmp_path, monke
     assert first.value.at_import and first.value.where == "ch02_attention.py:4"
     with pytest.raises(WorkerTimeout, match="its other tests are not run"):
         learner(fresh, tmp_path, exercise="2.2").run(call, name="softmax", x=X)
-    assert str(tmp_path) not in fresh.workers  # refused without starting a worker
+    assert Source.parse(str(tmp_path)) not in fresh.workers  # refused without starting a worker
 
 
 def test_a_chapter_whose_import_crashes_costs_two_workers(fresh, tmp_path):
@@ -341,7 +348,7 @@ def test_a_chapter_whose_import_crashes_costs_two_workers(fresh, tmp_path):
         learner(fresh, tmp_path, exercise="2.2").run(call, name="softmax", x=X)
     with pytest.raises(WorkerCrashed, match="Importing your chapter file crashed"):
         learner(fresh, tmp_path, exercise="2.3").run(call, name="softmax", x=X)
-    assert str(tmp_path) not in fresh.workers  # refused without starting a worker
+    assert Source.parse(str(tmp_path)) not in fresh.workers  # refused without starting a worker
 
 
 def test_code_slowed_by_a_busy_machine_is_not_waiting(fresh, folder, monkeypatch):

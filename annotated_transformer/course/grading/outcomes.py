@@ -1,8 +1,9 @@
 """What a call of the worker can end with, besides its value: the exceptions the graded
 tests see (:meth:`annotated_transformer.course.grading.supervisor.CodeUnderTest.run`), and whose
-fault each one is; and :class:`Outcome`, how a test ended. Of the grader it imports only the
-words of :mod:`.messages` (which imports none of it): the graded test files import these
-names, and a grading worker loads those files for their probes."""
+fault each one is; :class:`Outcome`, how a test ended, and :class:`StopReason`, why a call
+was stopped. Of the grader it imports only the words of :mod:`.messages` (which imports none
+of it): the graded test files import these names, and a grading worker loads those files
+for their probes."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ class Outcome(str, Enum):
         return list(Outcome).index(self)
 
 
+class StopReason(str, Enum):
+    """Why a call was stopped (the bounds are :mod:`.watch`'s and :mod:`.limits`'s): every
+    reason but ``busy`` is the code under test's doing."""
+
+    CPU = "cpu"  # its processes used more CPU seconds than the call allows
+    WAITED = "waited"  # it waited WAIT_SECONDS of wall time without computing
+    REPLY = "reply"  # a reply begun was not complete REPLY_SECONDS later (counted as waited)
+    REQUEST = "request"  # the request was not all read REPLY_SECONDS in (counted as waited)
+    PROCESSES = "processes"  # more processes than TASKS, where no cgroup bounds them
+    BUSY = "busy"  # the wall-clock backstop ran out within the CPU budget: the machine's fault
+
+
 class LearnerNotImplemented(NotImplementedError):
     """The code under test reached a stub that is still ``raise NotImplementedError``."""
 
@@ -63,14 +76,13 @@ class ForbiddenCall(RuntimeError):
 class WorkerTimeout(RuntimeError):
     """The code under test used more CPU time than its test allows, waited without
     computing, or did not read its request or finish its reply (the worker was stopped):
-    ``reason`` is :class:`~.watch.StopReason`'s ``cpu``, ``waited``, ``request`` or ``reply``
-    (a ``str``: this module imports no part of the grader's process control); ``where``
+    ``reason`` is :class:`StopReason`'s ``CPU``, ``WAITED``, ``REQUEST`` or ``REPLY``; ``where``
     the learner's ``file:line`` it was running, when known; ``at_import`` whether that was
     the chapter file's import."""
 
     outcome = Outcome.TIMEOUT
 
-    def __init__(self, message: str, where: str = "", reason: str = "cpu",
+    def __init__(self, message: str, where: str = "", reason: StopReason = StopReason.CPU,
                  at_import: bool = False) -> None:
         self.where, self.reason, self.at_import = where, reason, at_import
         super().__init__(message)

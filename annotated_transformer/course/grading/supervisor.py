@@ -34,13 +34,13 @@ from annotated_transformer.course.grading.outcomes import (  # noqa: F401 - the 
     LearnerNotImplemented,
     LearnerRaised,
     MachineBusy,
+    StopReason,
     WorkerCrashed,
     WorkerTimeout,
 )
 from annotated_transformer.course.grading.output import PrintedOutput
 from annotated_transformer.course.grading.protocol import Ended, Reply, Request, WorkerConfig
 from annotated_transformer.course.grading.runspec import is_trusted
-from annotated_transformer.course.grading.watch import StopReason
 from annotated_transformer.layout import GRADED_DIR, ROOT, VARIANTS_DIR
 from annotated_transformer.sources import Source, Word
 
@@ -421,7 +421,7 @@ class WorkerPool:
                 what = "Importing your chapter file" if error.at_import else "Your exercise"
                 how = {StopReason.WAITED: "waited",
                        StopReason.REQUEST: "did not read the grader's request"}.get(
-                    StopReason(error.reason), "did not finish its answer")  # REPLY: half
+                    error.reason, "did not finish its answer")  # REPLY: half
                 message = (f"{error} {what} {how}: its other tests are not run (fix it, "
                            f"then grade again).")
                 self.blocks[(key, chapter) if error.at_import else (key, exercise)] = (

@@ -1,11 +1,11 @@
 """How long one call of the worker may take: the trusted side's deadlines, from what it sees.
 
-A call ends with the worker's reply, or is stopped (:class:`Stop`) for a :class:`StopReason`.
-It waits only while, between two looks, no byte of the request or the reply moved, no
-thread of the worker was runnable (running, or ready to run and waiting for a core) and it
-used under half the time in CPU: a call slowed by a busy machine is runnable all along, so
-a loaded machine never counts as waiting. ``book/instructor.md`` (*What one learner can
-cost a regrade*) says what each bound is for.
+A call ends with the worker's reply, or is stopped (:class:`Stop`) for a
+:class:`~.outcomes.StopReason`. It waits only while, between two looks, no byte of the request
+or the reply moved, no thread of the worker was runnable (running, or ready to run and waiting
+for a core) and it used under half the time in CPU: a call slowed by a busy machine is
+runnable all along, so a loaded machine never counts as waiting. ``book/instructor.md``
+(*What one learner can cost a regrade*) says what each bound is for.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable
-from enum import Enum
 
 from annotated_transformer.course.grading import boundary
-from annotated_transformer.course.grading.outcomes import MachineBusy, WorkerCrashed, WorkerTimeout
+from annotated_transformer.course.grading.outcomes import (
+    MachineBusy,
+    StopReason,
+    WorkerCrashed,
+    WorkerTimeout,
+)
 
 WAIT_SECONDS = 10.0  # wall seconds a call may spend waiting without computing
 # Once a test of a chapter was stopped for waiting, each later call of that chapter may wait
@@ -27,17 +31,6 @@ REPLY_SECONDS = 60.0  # wall seconds from a reply's first byte to its last
 LOOK_SECONDS = 0.2  # while bytes flow, the least time between two readings of /proc
 BUSY_FACTOR, BUSY_FLOOR = 20.0, 300.0  # the wall-clock backstop of a call: its CPU budget
 # times BUSY_FACTOR, and at least BUSY_FLOOR seconds
-
-
-class StopReason(str, Enum):
-    """Why a call was stopped: every reason but ``busy`` is the code under test's doing."""
-
-    CPU = "cpu"  # its processes used more CPU seconds than the call allows
-    WAITED = "waited"  # it waited WAIT_SECONDS of wall time without computing
-    REPLY = "reply"  # a reply begun was not complete REPLY_SECONDS later (counted as waited)
-    REQUEST = "request"  # the request was not all read REPLY_SECONDS in (counted as waited)
-    PROCESSES = "processes"  # more processes than TASKS, where no cgroup bounds them
-    BUSY = "busy"  # the wall-clock backstop ran out within the CPU budget: the machine's fault
 
 
 class Stop(Exception):
