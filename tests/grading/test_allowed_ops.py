@@ -80,6 +80,30 @@ def smoothing_by_module(x):
     return nn.CrossEntropyLoss(label_smoothing=0.1)(x, target)
 
 
+class Smoothing(float):
+    """A number that says it is the default (0.0) whatever it holds."""
+
+    def __ne__(self, other):
+        return False
+
+    def __eq__(self, other):
+        return True
+
+    def __hash__(self):
+        return 0
+
+
+def smoothing_that_claims_the_default(x):
+    target = torch.zeros(x.shape[0], dtype=torch.long)
+    return F.cross_entropy(x, target, label_smoothing=Smoothing(0.1))
+
+
+def in_place_forms(x):
+    """The in-place form of an allowed op: the same computation."""
+    y = x.abs() + 1
+    return y.rsqrt_().sin_().cumsum_(-1).erf_().index_fill_(1, torch.tensor([0]), 2.0)
+
+
 def plain_cross_entropy(x):
     return F.cross_entropy(x, torch.zeros(x.shape[0], dtype=torch.long), None, None, -100,
                            None, "mean", 0.0)
@@ -189,6 +213,7 @@ def test_an_honest_answer_with_tensor_utilities_runs(pool, folder):
      "aten._transformer_encoder_layer_fwd|aten._scaled_dot_product_|aten.native_layer_norm"),
     ("smoothing_by_position", "6.2", NLL, "F.cross_entropy with label_smoothing"),
     ("smoothing_by_module", "6.2", NLL, "F.cross_entropy with label_smoothing"),
+    ("smoothing_that_claims_the_default", "6.2", NLL, "F.cross_entropy with label_smoothing"),
 ])
 def test_a_fused_or_unlisted_op_is_refused_whatever_name_reached_it(pool, folder, name,
                                                                      exercise, refused, op):
@@ -274,6 +299,13 @@ def test_a_plain_cross_entropy_is_allowed_where_the_smoothing_is_not(pool, folde
     assert torch.allclose(found, torch.nn.functional.cross_entropy(X, torch.zeros(3).long()))
 
 
+def test_an_allowed_op_is_allowed_in_place_too(pool, folder):
+    found = learner(pool, folder, SOFTMAX).run(call, name="in_place_forms", x=X)
+    expected = (X.abs() + 1).rsqrt().sin().cumsum(-1).erf()
+    expected[:, 0] = 2.0
+    assert torch.allclose(found, expected)
+
+
 def test_an_exercise_may_allow_one_more_op_and_refuse_an_elementary_one():
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -285,6 +317,11 @@ def test_an_exercise_may_allow_one_more_op_and_refuse_an_elementary_one():
         with pytest.raises(allowed_ops.ForbiddenOpUsed, match="aten.gather"):
             X.gather(1, torch.zeros(3, 1, dtype=torch.long))
     assert hits == ["aten.gather"]
+    mode, hits = allowed_ops.guard_factory()(("exp",), "2.1")
+    with mode:
+        with pytest.raises(allowed_ops.ForbiddenOpUsed, match="aten.exp_"):
+            X.clone().exp_()  # an op refused is refused in place too
+    assert hits == ["aten.exp_"]
 
 
 def test_the_allow_list_holds_the_building_blocks_and_no_fused_kernel():

@@ -121,11 +121,9 @@ _GROUPS = {
                 "expand_backward select_backward slice_backward index_select_backward "
                 "masked_fill_backward gather_backward _unsafe_index_put "
                 "new_empty_strided embedding_backward",
-    "in place": "add_ sub_ mul_ div_ neg_ clamp_ clamp_min_ clamp_max_ exp_ log_ sqrt_ "
-                "pow_ relu_ sigmoid_ tanh_ abs_ floor_ round_ addcmul_ addcdiv_ lerp_ "
-                "copysign_ masked_scatter_ tril_ triu_ transpose_ t_ squeeze_ unsqueeze_ "
-                "detach_ requires_grad_ nan_to_num_ where_ fill_diagonal_ clamp_",
+    "in place only": "copysign_ requires_grad_ fill_diagonal_",
 }
+# The guard allows the in-place form of each too (``rsqrt_`` with ``rsqrt``), unless refused.
 ELEMENTARY = frozenset(name for names in _GROUPS.values() for name in names.split())
 
 
@@ -166,7 +164,8 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
     from torch.utils._python_dispatch import TorchDispatchMode
 
     elementary, name_of, error = ELEMENTARY, op_name, ForbiddenOpUsed
-    frozen, text, listed, attribute = frozenset, str, list, getattr
+    frozen, text, listed, attribute, type_of = frozenset, str, list, getattr, type
+    numbers = (int, float)
     # The mode stacks' own functions, held here: the worker then takes them out of every
     # other name's reach (grading.worker.switches), so only this guard pushes and pops its modes.
     stacks = torch._C
@@ -202,8 +201,8 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
         named = {op[6:]: op[6:] for op in ops if op.startswith("torch:")}
         if no_backward:
             named["_make_dual"] = "autograd (its forward mode)"
-        allowed = ((elementary | frozen(op[1:] for op in ops if op.startswith("+")))
-                   - frozen(op for op in ops if not op.startswith(("+", "F.", "torch:"))))
+        refused = frozen(op for op in ops if not op.startswith(("+", "F.", "torch:")))
+        allowed = (elementary | frozen(op[1:] for op in ops if op.startswith("+"))) - refused
         hits: list[str] = []
         where = text(exercise)
 
@@ -237,8 +236,9 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
                     code = caller.f_code if caller is not None else None
                 if code not in entries:
                     name = name_of(func)
-                    if name not in allowed:
-                        refuse(f"aten.{name}")
+                    if name not in allowed and (name[-1:] != "_" or name in refused
+                                                or name[:-1] not in allowed):
+                        refuse(f"aten.{name}")  # (an op's in-place form is allowed with it)
                     if no_backward and backward_running() != -1:
                         refuse(f"autograd (aten.{name} in a backward pass)")
                     if not functions_on():
@@ -291,8 +291,11 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
                 if func in arguments:
                     name, signature, argument = arguments[func]
                     given = signature.bind(*args, **kwargs).arguments
-                    if argument in given and given[argument] != signature.parameters[
-                            argument].default:
+                    # Compared only as a built-in number: a value of the learner's class
+                    # would answer the comparison with a method of its own.
+                    value = given.get(argument, signature.parameters[argument].default)
+                    if argument in given and not (type_of(value) in numbers and value == (
+                            signature.parameters[argument].default)):
                         refuse(f"F.{name} with {argument}")
 
         class State:
