@@ -696,3 +696,34 @@ def test_the_submission_s_workflows_are_named_in_every_report(tmp_path):
 
 def test_the_course_workflows_are_the_course_s():
     assert manifest.workflow_changes(WORKFLOWS_DIR.parent.parent) == {}
+
+
+def test_a_file_name_the_learner_chose_cannot_move_hide_or_forge_a_line(tmp_path):
+    """The submission names its own workflow files and test folders: shown in every report
+    on one line, each control character as its escape, so that a name can neither redraw
+    the terminal (hide WORKFLOW CHANGED), break the JUnit XML, nor start a line that
+    GitHub reads as a command of its own (``::error``)."""
+    from xml.etree import ElementTree
+
+    from annotated_transformer.course.grading.messages import CONTROL
+
+    check = WorkflowCheck(str(tmp_path), {
+        "x\x1b[2K\r\x1b[1AWorkflows: holds the course's copies\x1b[8m.yml": "added",
+        "y\x01\n::error title=Grade::100% forged.yml": "added"})
+    integrity = Integrity("manifest.json", str(tmp_path),
+                          {"tests/a\x1b[1A\n::notice::b/conftest.py": "added"}, False)
+    rows = [ExerciseResult("1.1", 1, "first", 7, 7, "passed", "")]
+    report = Report(rows, "x", integrity, workflow=check, records=[])
+    for text in (report.table(), report.score(), report.markdown()):
+        assert not CONTROL.search(text), text
+        assert not [line for line in text.splitlines() if line.lstrip("> *").startswith("::")]
+        assert "WORKFLOW CHANGED" in text and "TAMPERED" in text
+    ElementTree.fromstring(report.junit())
+    path = tmp_path / "grade.json"
+    path.write_text(json.dumps(report.to_json()))
+    done = subprocess.run([sys.executable, "-m", "annotated_transformer", "grade",
+                           "--from-report", str(path), "--score"], capture_output=True,
+                          text=True, env={**os.environ, "GITHUB_ACTIONS": "true"})
+    commands = [line for line in done.stdout.splitlines() if line.startswith("::")]
+    assert done.returncode == 0 and len(commands) == 1, done.stdout
+    assert commands[0].startswith("::warning title=Grade::") and "\x1b" not in done.stdout

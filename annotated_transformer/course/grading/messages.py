@@ -50,13 +50,20 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u2028\u2029\u200e\u200f"
                      "\u202a-\u202e\u2066-\u2069]")
 
 
+def one_line(text: object) -> str:
+    """``text`` on one line, every control character (a carriage return, an escape
+    sequence, a line break) shown as its escape: a name the learner chose (a file's) cannot
+    move or restyle what a terminal, a log or a CI runner shows, nor start a line of its
+    own (``::error``, a workflow command)."""
+    return CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"),
+                       str(text).replace("\n", "\\n"))
+
+
 def markdown_code(text: str, table: bool = False) -> str:
     """``text`` as a Markdown code span (nothing in it is a heading, a link, HTML or
-    emphasis), on one line, every control character (a carriage return, an escape sequence,
-    a line break) shown as its escape, so that it cannot move or restyle what a reader sees;
-    ``table``: inside a table's cell (its ``|`` escaped)."""
-    text = CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"),
-                       str(text).replace("\n", "\\n"))
+    emphasis), on one line (:func:`one_line`); ``table``: inside a table's cell (its ``|``
+    escaped)."""
+    text = one_line(text)
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""

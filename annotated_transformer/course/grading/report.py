@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.course.grading.messages import CONTROL, markdown_code
+from annotated_transformer.course.grading.messages import CONTROL, markdown_code, one_line
 from annotated_transformer.course.grading.outcomes import Outcome
 from annotated_transformer.course.grading.protocol import cut
 from annotated_transformer.course.grading.results import ExerciseResult, TestRecord
@@ -32,7 +32,8 @@ class Integrity:
     def lines(self) -> list[str]:
         if not self.changes:
             return [f"Grading files: as in the course's manifest ({self.manifest})."]
-        listed = cut(", ".join(f"{path} ({change})" for path, change in self.changes.items()))
+        listed = cut(", ".join(f"{one_line(path)} ({change})"
+                               for path, change in self.changes.items()))
         effect = ("These files graded this run: compare the submission with the course." if
                   self.used else "The course's own copies graded this run, not these.")
         return [f"TAMPERED: {len(self.changes)} grading file(s) differ from the course's "
@@ -55,7 +56,7 @@ class WorkflowCheck:
         if not self.changes:
             return [f"Workflows: {self.folder} holds the course's copies (a learner's CI is "
                     f"advisory all the same: the instructor's re-grade is the grade to trust)."]
-        listed = cut(", ".join(f"{name} ({how})" for name, how in self.changes.items()))
+        listed = cut(", ".join(f"{one_line(name)} ({how})" for name, how in self.changes.items()))
         return [f"WORKFLOW CHANGED: {listed} in {self.folder} differ from the course's.",
                 "GitHub ran the submission's copy: this run may not be the course's grading; "
                 "re-grade the submission to be sure."]
@@ -157,9 +158,9 @@ class Report:
         score = (f"{_points(self.points)}/{_points(self.max_points)} points from passed tests "
                  f"({self.passed_count()}/{len(self.rows)} exercises with every test passed)")
         if self.integrity and self.integrity.changes:
-            score += f"; TAMPERED: {cut(', '.join(sorted(self.integrity.changes)))}"
+            score += f"; TAMPERED: {cut(', '.join(map(one_line, sorted(self.integrity.changes))))}"
         if self.workflow and self.workflow.changes:
-            score += f"; WORKFLOW CHANGED: {cut(', '.join(self.workflow.changes))}"
+            score += f"; WORKFLOW CHANGED: {cut(', '.join(map(one_line, self.workflow.changes)))}"
         return score
 
     def to_json(self) -> dict[str, Any]:
@@ -256,8 +257,8 @@ class Report:
             case = ET.SubElement(suite, "testcase", name="the workflows are the course's",
                                  classname=workflow.folder)
             if workflow.changes:
-                ET.SubElement(case, "failure", message=" ".join(workflow.lines()),
-                              type="workflow-changed")
+                message = _NOT_XML.sub("\ufffd", " ".join(workflow.lines()))
+                ET.SubElement(case, "failure", message=message, type="workflow-changed")
         for suite in suites.values():
             suite.set("tests", str(len(suite)))
             suite.set("failures", str(sum(c.find("failure") is not None for c in suite)))
