@@ -39,8 +39,9 @@ VARIANTS_DIR = TESTS_DIR / "variants"
 WORKFLOWS_DIR = ROOT / ".github" / "workflows"
 MANIFEST = GRADED_DIR / "grading_manifest.json"
 
-CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$")  # ch05_layers.py
-TEST_FILE = re.compile(r"^test_ch(?P<chapter>\d\d)_\w+\.py$")  # test_ch05_layers.py
+# ASCII only: int() reads other scripts' digits too ("ch٠٢_x.py" would be chapter 2).
+CHAPTER_FILE = re.compile(r"^ch(?P<chapter>\d\d)_\w+\.py$", re.ASCII)  # ch05_layers.py
+TEST_FILE = re.compile(r"^test_ch(?P<chapter>\d\d)_\w+\.py$", re.ASCII)  # test_ch05_layers.py
 
 
 def relative(path: Path, root: Path = ROOT) -> str:

@@ -48,6 +48,17 @@ def test_a_folder_is_a_source(tmp_path):
     assert torch.equal(module.positional_encoding(4, 6), reference_ch01.positional_encoding(4, 6))
 
 
+def test_only_ascii_digits_name_a_chapter(tmp_path):
+    """int() reads every script's digits: a file whose name spells 01 in Arabic-Indic digits
+    (sorted after the real one) must not stand in for chapter 1."""
+    shutil.copy(reference_ch01.__file__, tmp_path / "ch01_positional_encoding.py")
+    (tmp_path / "ch\u0660\u0661_positional_encoding.py").write_text("def positional_encoding(*a):\n"
+                                                               "    return 0\n")
+    module = Parts(str(tmp_path)).module(1)
+    assert Path(module.__file__).name == "ch01_positional_encoding.py"
+    assert torch.equal(module.positional_encoding(4, 6), reference_ch01.positional_encoding(4, 6))
+
+
 def test_embeddings_follow_the_paper():
     torch.manual_seed(0)
     embed = Parts.reference().embeddings(vocab_size=13, d_model=8, max_len=20)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-_FORM = re.compile(r"(\d+)\.(\d+)")
+_FORM = re.compile(r"(\d+)\.(\d+)", re.ASCII)
 
 
 class ExerciseId(str):
