@@ -143,6 +143,9 @@ REFUSED = [
     # Files: what the code writes in the worker's /tmp and loads again would run unread.
     ("files: a file written", "import numpy as np\nnp.frombuffer(b'import gc', np.uint8)"
      ".tofile('/tmp/evil.py')\n", 2, None, "writes or loads files"),
+    ("files: a file read through numpy's records",
+     "import numpy.ma.mrecords\nf = numpy.ma.mrecords.openfile('/proc/self/mountinfo')\n", 2,
+     None, "writes or loads files"),
     ("files: a pickle runs what it names",
      "import torch\nw = torch.load('/tmp/w.pt', weights_only=False)\n", 2, None,
      "writes or loads files"),

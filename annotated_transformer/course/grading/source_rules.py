@@ -37,7 +37,7 @@ BANNED_ATTRIBUTES = {
     "writes or loads files (one your code wrote would run unchecked)": "load loads save "
         "from_file fromfile tofile savez savez_compressed savetxt loadtxt genfromtxt fromregex "
         "memmap open_memmap DataSource dump dumps serialization hub model_zoo load_url package "
-        "load_library onnx profiler gds dill",
+        "load_library onnx profiler gds dill openfile fromtextfile",
     "reaches native code, raw memory, processes, or PyTorch's compiler and dispatcher": (
         "distributed parallel DataParallel cpp_extension utils library classes ctypeslib f2py "
         "testing jiterator share_memory share_memory_ lib stride_tricks ops jit compile "
