@@ -291,11 +291,11 @@ def guard_factory(entries: frozenset[CodeType] = frozenset(),
                 if func in arguments:
                     name, signature, argument = arguments[func]
                     given = signature.bind(*args, **kwargs).arguments
+                    default = signature.parameters[argument].default
                     # Compared only as a built-in number: a value of the learner's class
                     # would answer the comparison with a method of its own.
-                    value = given.get(argument, signature.parameters[argument].default)
-                    if argument in given and not (type_of(value) in numbers and value == (
-                            signature.parameters[argument].default)):
+                    if argument in given and not (type_of(given[argument]) in numbers
+                                                  and given[argument] == default):
                         refuse(f"F.{name} with {argument}")
 
         class State:
